@@ -1,0 +1,3 @@
+from skiff.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""HTTP only: parse, authorise, call a service, render JSON. No SQL here."""

@@ -1,0 +1,29 @@
+"""Reading a request body under a size limit, decided before the whole body is in memory."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from skiff.errors import Invalid, PayloadTooLarge
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"the request body is larger than {limit // (1024 * 1024)} MB")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise _too_large(limit)
+        except ValueError:
+            raise Invalid("invalid Content-Length header", field="Content-Length") from None
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,147 @@
+"""``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``)."""
+
+
+from typing import Any
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from skiff.api.body import read_body
+from skiff.api.responses import json_response
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.jobs import FINAL_STATES, status_view
+from skiff.errors import Invalid
+from skiff.services.hub import Services
+from skiff.services.jobs import chunk_view
+
+RUN_LIMIT = 10 * 1024 * 1024
+RUNSYNC_LIMIT = 20 * 1024 * 1024
+WAIT_DEFAULT_MS = 90_000
+WAIT_MIN_MS = 1_000
+WAIT_MAX_MS = 300_000
+
+_JOB_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "required": ["input"],
+                    "properties": {
+                        "input": {"type": "object", "description": "Handed to the handler"},
+                        "webhook": {"type": "string", "format": "uri"},
+                        "policy": {
+                            "type": "object",
+                            "properties": {
+                                "executionTimeout": {
+                                    "type": "integer",
+                                    "minimum": 5000,
+                                    "maximum": 604800000,
+                                },
+                                "ttl": {"type": "integer", "minimum": 10000, "maximum": 604800000},
+                                "lowPriority": {"type": "boolean"},
+                            },
+                        },
+                        "s3Config": {
+                            "type": "object",
+                            "properties": {
+                                k: {"type": "string"}
+                                for k in ("accessId", "accessSecret", "bucketName", "endpointUrl")
+                            },
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+def _wait_ms(request: Request) -> int:
+    raw = request.query_params.get("wait")
+    if raw is None:
+        return WAIT_DEFAULT_MS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Invalid("wait must be an integer number of milliseconds", field="wait") from None
+    if not WAIT_MIN_MS <= value <= WAIT_MAX_MS:
+        raise Invalid(f"wait must be between {WAIT_MIN_MS} and {WAIT_MAX_MS}", field="wait")
+    return value
+
+
+def build(services: Services) -> APIRouter:
+    router = APIRouter(tags=["jobs"])
+    jobs = services.jobs
+    clock = services.clock
+
+    async def endpoint_of(request: Request) -> Endpoint:
+        user = await services.auth.authenticate(request.headers.get("authorization"))
+        return await services.endpoints.get(user, request.path_params["endpoint_id"])
+
+    @router.post("/{endpoint_id}/run", openapi_extra=_JOB_BODY, summary="Submit a job (async)")
+    async def run(request: Request) -> Response:
+        """Queue a job; answers `{id, status: "IN_QUEUE"}`. Bodies over 10 MB answer 413."""
+        endpoint = await endpoint_of(request)
+        job = await jobs.submit(endpoint, await read_body(request, RUN_LIMIT), sync=False)
+        return json_response({"id": job.id, "status": job.status.value})
+
+    @router.post("/{endpoint_id}/runsync", openapi_extra=_JOB_BODY, summary="Submit a job and wait")
+    async def runsync(request: Request) -> Response:
+        """Queue a job and wait up to `wait` ms (1000..300000, default 90000) for it to finish.
+        A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
+        endpoint = await endpoint_of(request)
+        wait_ms = _wait_ms(request)
+        job = await jobs.submit(endpoint, await read_body(request, RUNSYNC_LIMIT), sync=True)
+        job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
+        if job.status in FINAL_STATES:
+            return json_response(status_view(job, clock.now()))
+        return json_response({"id": job.id, "status": job.status.value})
+
+    @router.get("/{endpoint_id}/status/{job_id}", summary="A job's state and result")
+    async def status(request: Request, job_id: str) -> Response:
+        endpoint = await endpoint_of(request)
+        job = await jobs.get(endpoint, job_id)
+        return json_response(status_view(job, clock.now()))
+
+    @router.get("/{endpoint_id}/stream/{job_id}", summary="Chunks a generator handler yielded")
+    async def stream(request: Request, job_id: str) -> Response:
+        """Only the chunks not returned before, in order: `{id, status, stream: [{output}]}`."""
+        endpoint = await endpoint_of(request)
+        read = await jobs.read_stream(endpoint, job_id)
+        body: dict[str, Any] = {
+            "id": read.job.id,
+            "status": read.job.status.value,
+            "stream": [chunk_view(c) for c in read.chunks],
+        }
+        if read.job.error is not None and read.job.status in FINAL_STATES:
+            body["error"] = read.job.error
+        return json_response(body)
+
+    @router.post("/{endpoint_id}/cancel/{job_id}", summary="Cancel a queued or running job")
+    async def cancel(request: Request, job_id: str) -> Response:
+        """Answers at once. A job that already finished keeps (and answers) its final state."""
+        endpoint = await endpoint_of(request)
+        job = await jobs.cancel(endpoint, job_id)
+        return json_response({"id": job.id, "status": job.status.value})
+
+    @router.post("/{endpoint_id}/retry/{job_id}", summary="Requeue a FAILED or TIMED_OUT job")
+    async def retry(request: Request, job_id: str) -> Response:
+        endpoint = await endpoint_of(request)
+        job = await jobs.retry(endpoint, job_id)
+        return json_response({"id": job.id, "status": job.status.value})
+
+    @router.post("/{endpoint_id}/purge-queue", summary="Remove every queued job")
+    async def purge_queue(request: Request) -> Response:
+        endpoint = await endpoint_of(request)
+        removed = await jobs.purge_queue(endpoint)
+        return json_response({"removed": removed, "status": "completed"})
+
+    @router.get("/{endpoint_id}/health", summary="Job and worker counts")
+    async def health(request: Request) -> Response:
+        endpoint = await endpoint_of(request)
+        return json_response(await jobs.health(endpoint))
+
+    return router

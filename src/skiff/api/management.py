@@ -1,0 +1,244 @@
+"""``/v1``: the management REST interface (registry auths, templates, endpoints)."""
+
+
+import datetime as dt
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from skiff.api import errors
+from skiff.api.openapi3 import downgrade_to_3_0
+from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
+from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
+from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
+from skiff.services.hub import Services
+from skiff.store.base import User
+
+
+class WorkerOut(BaseModel):
+    id: str
+    state: str = Field(description="initializing, idle, running, throttled, unhealthy or stopping")
+    kind: str = Field(description="local (started by skiff) or external")
+    version: int
+    startedAt: float
+    lastSeen: float | None = None
+    gpu: str | None = None
+    pid: int | None = None
+    jobs: list[str] = Field(default_factory=list, description="ids of the jobs it holds")
+
+
+class EndpointOut(EndpointSpec):
+    id: str
+    userId: str
+    version: int = Field(description="Bumped when the template or env changes (a rolling release)")
+    createdAt: str
+    template: Template | None = None
+    workers: list[WorkerOut] | None = None
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
+BAD: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A field is invalid; `field` names it"}
+}
+
+
+def build(services: Services) -> FastAPI:
+    async def current_user(request: Request) -> User:
+        return await services.auth.authenticate(request.headers.get("authorization"))
+
+    UserDep = Annotated[User, Depends(current_user)]
+
+    app = FastAPIOffline(
+        title="skiff management API",
+        version="0.1.0",
+        description=(
+            "Management REST interface of skiff: container registry auths, templates and "
+            "serverless endpoints. Authenticate with `Authorization: Bearer <API key>`. "
+            'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
+        ),
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+        responses={401: {"description": "Missing or invalid API key"}},
+    )
+    errors.install(app, "message")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+                servers=[{"url": "/v1"}],
+            )
+            schema["components"]["securitySchemes"] = {
+                "bearerAuth": {"type": "http", "scheme": "bearer"}
+            }
+            schema["security"] = [{"bearerAuth": []}]
+            app.openapi_schema = downgrade_to_3_0(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    # -- container registry auths -------------------------------------------------------
+    auths = APIRouter(prefix="/containerregistryauth", tags=["container registry auths"])
+
+    @auths.post(
+        "", response_model=RegistryAuth, responses={**BAD, 409: {"description": "Name taken"}}
+    )
+    async def create_registry_auth(body: RegistryAuthCreate, user: UserDep) -> RegistryAuth:
+        """Store credentials for a private registry. The password is never returned."""
+        return await services.registry_auths.create(user, body)
+
+    @auths.get("", response_model=list[RegistryAuth])
+    async def list_registry_auths(user: UserDep) -> list[RegistryAuth]:
+        return await services.registry_auths.all(user)
+
+    @auths.get("/{auth_id}", response_model=RegistryAuth, responses=NOT_FOUND)
+    async def get_registry_auth(auth_id: str, user: UserDep) -> RegistryAuth:
+        return await services.registry_auths.get(user, auth_id)
+
+    @auths.delete(
+        "/{auth_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
+    )
+    async def delete_registry_auth(auth_id: str, user: UserDep) -> Response:
+        await services.registry_auths.delete(user, auth_id)
+        return Response(status_code=204)
+
+    # -- templates ----------------------------------------------------------------------
+    templates = APIRouter(prefix="/templates", tags=["templates"])
+
+    @templates.post(
+        "", response_model=Template, responses={**BAD, 409: {"description": "Name taken"}}
+    )
+    async def create_template(body: TemplateCreate, user: UserDep) -> Template:
+        """The local provider runs `dockerEntrypoint + dockerStartCmd` as a process."""
+        return await services.templates.create(user, body)
+
+    @templates.get("", response_model=list[Template])
+    async def list_templates(user: UserDep) -> list[Template]:
+        return await services.templates.all(user)
+
+    @templates.get("/{template_id}", response_model=Template, responses=NOT_FOUND)
+    async def get_template(template_id: str, user: UserDep) -> Template:
+        return await services.templates.get(user, template_id)
+
+    @templates.patch("/{template_id}", response_model=Template, responses={**BAD, **NOT_FOUND})
+    async def update_template(template_id: str, body: TemplateUpdate, user: UserDep) -> Template:
+        """Changing what the template runs rolls the workers of the endpoints using it."""
+        return await services.templates.update(user, template_id, body)
+
+    @templates.post(
+        "/{template_id}/update", response_model=Template, responses={**BAD, **NOT_FOUND}
+    )
+    async def update_template_post(
+        template_id: str, body: TemplateUpdate, user: UserDep
+    ) -> Template:
+        """The same as PATCH."""
+        return await services.templates.update(user, template_id, body)
+
+    @templates.delete(
+        "/{template_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
+    )
+    async def delete_template(template_id: str, user: UserDep) -> Response:
+        await services.templates.delete(user, template_id)
+        return Response(status_code=204)
+
+    # -- endpoints ----------------------------------------------------------------------
+    endpoints = APIRouter(prefix="/endpoints", tags=["endpoints"])
+
+    async def render(
+        user: User, endpoint: Endpoint, include_template: bool, include_workers: bool
+    ) -> EndpointOut:
+        out = EndpointOut(
+            **endpoint.spec.model_dump(),
+            id=endpoint.id,
+            userId=endpoint.userId,
+            version=endpoint.version,
+            createdAt=_iso(endpoint.createdAt),
+        )
+        if include_template:
+            out.template = await services.templates.get(user, endpoint.spec.templateId)
+        if include_workers:
+            out.workers = [WorkerOut(**w) for w in services.endpoints.workers_view(endpoint.id)]
+        return out
+
+    IncludeTemplate = Annotated[bool, Query(alias="includeTemplate")]
+    IncludeWorkers = Annotated[bool, Query(alias="includeWorkers")]
+
+    @endpoints.post("", response_model=EndpointOut, response_model_exclude_none=True, responses=BAD)
+    async def create_endpoint(body: EndpointCreate, user: UserDep) -> EndpointOut:
+        """Create a serverless endpoint; its job URL is `/v2/{id}/`."""
+        return await render(user, await services.endpoints.create(user, body), False, False)
+
+    @endpoints.get("", response_model=list[EndpointOut], response_model_exclude_none=True)
+    async def list_endpoints(
+        user: UserDep,
+        include_template: IncludeTemplate = False,
+        include_workers: IncludeWorkers = False,
+    ) -> list[EndpointOut]:
+        return [
+            await render(user, e, include_template, include_workers)
+            for e in await services.endpoints.all(user)
+        ]
+
+    @endpoints.get(
+        "/{endpoint_id}",
+        response_model=EndpointOut,
+        response_model_exclude_none=True,
+        responses=NOT_FOUND,
+    )
+    async def get_endpoint(
+        endpoint_id: str,
+        user: UserDep,
+        include_template: IncludeTemplate = False,
+        include_workers: IncludeWorkers = False,
+    ) -> EndpointOut:
+        endpoint = await services.endpoints.get(user, endpoint_id)
+        return await render(user, endpoint, include_template, include_workers)
+
+    @endpoints.patch(
+        "/{endpoint_id}",
+        response_model=EndpointOut,
+        response_model_exclude_none=True,
+        responses={**BAD, **NOT_FOUND},
+    )
+    async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
+        """Changing the template, env or GPU settings bumps `version` and rolls the workers:
+        new ones start with the new settings, old ones finish their job and stop."""
+        return await render(
+            user, await services.endpoints.update(user, endpoint_id, body), False, False
+        )
+
+    @endpoints.post(
+        "/{endpoint_id}/update",
+        response_model=EndpointOut,
+        response_model_exclude_none=True,
+        responses={**BAD, **NOT_FOUND},
+    )
+    async def update_endpoint_post(
+        endpoint_id: str, body: EndpointUpdate, user: UserDep
+    ) -> EndpointOut:
+        """The same as PATCH."""
+        return await render(
+            user, await services.endpoints.update(user, endpoint_id, body), False, False
+        )
+
+    @endpoints.delete("/{endpoint_id}", status_code=204, responses=NOT_FOUND)
+    async def delete_endpoint(endpoint_id: str, user: UserDep) -> Response:
+        """Stops its workers and removes it with its jobs and logs, permanently."""
+        await services.endpoints.delete(user, endpoint_id)
+        return Response(status_code=204)
+
+    for router in (auths, templates, endpoints):
+        app.include_router(router)
+    return app

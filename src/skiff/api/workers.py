@@ -1,0 +1,98 @@
+"""``/v2/{endpoint_id}/job-take|job-stop|job-done|job-stream|ping``: the worker protocol.
+
+Workers authenticate with a token scoped to their endpoint (``Authorization: <token>``, as the
+runpod SDK sends ``RUNPOD_AI_API_KEY``). Every answer here is what the SDK 1.12.0 expects.
+"""
+
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import Response
+
+from skiff.api.body import read_body
+from skiff.api.responses import json_response
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.jobs import worker_payload
+from skiff.errors import NotFound
+from skiff.services.hub import Services
+
+RESULT_LIMIT = 64 * 1024 * 1024
+NO_CONTENT = 204
+MAX_BATCH = 64
+
+
+def build(services: Services) -> APIRouter:
+    router = APIRouter(tags=["worker protocol"])
+    dispatch = services.dispatch
+    hold = services.settings.take_hold_seconds
+
+    async def endpoint_of(request: Request) -> Endpoint:
+        endpoint_id = request.path_params["endpoint_id"]
+        await services.auth.check_worker(endpoint_id, request.headers.get("authorization"))
+        endpoint = await services.store.get_endpoint(endpoint_id)
+        if endpoint is None:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        return endpoint
+
+    def still_connected(request: Request):  # type: ignore[no-untyped-def]
+        async def check() -> bool:
+            return not await request.is_disconnected()
+
+        return check
+
+    @router.get("/{endpoint_id}/job-take/{worker_id}", summary="Long-poll for one job")
+    async def job_take(request: Request, worker_id: str) -> Response:
+        """200 with `{id, input, ...}`, or 204 when no job came within the hold time."""
+        endpoint = await endpoint_of(request)
+        jobs = await dispatch.take(endpoint, worker_id, 1, hold, still_connected(request))
+        if not jobs:
+            return Response(status_code=NO_CONTENT)
+        return json_response(worker_payload(jobs[0]))
+
+    @router.get("/{endpoint_id}/job-take-batch/{worker_id}", summary="Long-poll for jobs")
+    async def job_take_batch(request: Request, worker_id: str) -> Response:
+        """200 with a list of at most `batch_size` jobs, or 204."""
+        endpoint = await endpoint_of(request)
+        try:
+            size = int(request.query_params.get("batch_size", "1"))
+        except ValueError:
+            size = 1
+        size = max(1, min(MAX_BATCH, size))
+        jobs = await dispatch.take(endpoint, worker_id, size, hold, still_connected(request))
+        if not jobs:
+            return Response(status_code=NO_CONTENT)
+        return json_response([worker_payload(j) for j in jobs])
+
+    @router.get("/{endpoint_id}/job-stop/{worker_id}", summary="Long-poll for jobs to stop")
+    async def job_stop(request: Request, worker_id: str) -> Response:
+        """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
+        endpoint = await endpoint_of(request)
+        ids = await dispatch.stop_signals(endpoint, worker_id, hold, still_connected(request))
+        if not ids:
+            return Response(status_code=NO_CONTENT)
+        return json_response({"jobsToStop": ids})
+
+    @router.post("/{endpoint_id}/job-done/{worker_id}/{job_id}", summary="Report a result")
+    async def job_done(request: Request, worker_id: str, job_id: str) -> Response:
+        """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
+        update; `error` fails the job; anything else completes it."""
+        endpoint = await endpoint_of(request)
+        await dispatch.done(endpoint, worker_id, job_id, await read_body(request, RESULT_LIMIT))
+        return json_response({"ok": True})
+
+    @router.post("/{endpoint_id}/job-stream/{worker_id}/{job_id}", summary="Report a chunk")
+    async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
+        endpoint = await endpoint_of(request)
+        await dispatch.stream(endpoint, worker_id, job_id, await read_body(request, RESULT_LIMIT))
+        return json_response({"ok": True})
+
+    @router.get("/{endpoint_id}/ping/{worker_id}", summary="Heartbeat")
+    async def ping(request: Request, worker_id: str) -> Response:
+        """Renews the leases of the jobs named in `job_id` (comma-separated)."""
+        endpoint = await endpoint_of(request)
+        raw = request.query_params.get("job_id", "")
+        job_ids = [j for j in raw.split(",") if j]
+        await dispatch.ping(endpoint, worker_id, job_ids)
+        return json_response({"ok": True})
+
+    return router

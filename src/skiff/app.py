@@ -1,0 +1,126 @@
+"""The composition root: settings -> store, services, provider, background loops, ASGI app.
+
+/healthz          liveness (no auth)
+/v1/...           management REST          (api/management.py)
+/v2/...           job interface + workers  (api/jobs.py, api/workers.py)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from skiff.api import errors, management
+from skiff.api import jobs as jobs_api
+from skiff.api import workers as workers_api
+from skiff.api.openapi3 import downgrade_to_3_0
+from skiff.api.responses import json_response
+from skiff.clock import Clock, SystemClock
+from skiff.config import Settings
+from skiff.providers.local import LocalProvider
+from skiff.services.auth import IssuedKey
+from skiff.services.hub import Services
+from skiff.store.sqlite import SQLiteStore
+
+log = logging.getLogger(__name__)
+
+
+def open_store(settings: Settings) -> SQLiteStore:
+    url = settings.database_url
+    if url and not url.startswith("sqlite:///"):
+        raise SystemExit(f"unsupported database URL {url!r}: this build stores in SQLite")
+    return SQLiteStore(settings.sqlite_path())
+
+
+def _build_v2(services: Services) -> FastAPI:
+    app = FastAPIOffline(
+        title="skiff job interface",
+        version="0.1.0",
+        description=(
+            "The queue-based job interface (`/v2/{endpoint_id}/...`) that the runpod SDK's "
+            "`Endpoint` calls, and the worker protocol its `serverless.start` speaks. Clients "
+            "authenticate with `Authorization: Bearer <API key>` (the bare key works too); "
+            'workers with their endpoint\'s worker token. Errors are `{"error": ...}`.'
+        ),
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    errors.install(app, "error")
+    app.include_router(jobs_api.build(services))
+    app.include_router(workers_api.build(services))
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = original()
+            schema["servers"] = [{"url": "/v2"}]
+            app.openapi_schema = downgrade_to_3_0(schema)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+def create_app(
+    settings: Settings,
+    clock: Clock | None = None,
+    on_first_key: Callable[[IssuedKey], None] | None = None,
+) -> Starlette:
+    """Build the whole server. ``on_first_key`` is told the administrator key made at the first
+    start (the CLI prints it once)."""
+    clock = clock or SystemClock()
+    store = open_store(settings)
+    services = Services.build(settings, store, clock)
+    ready = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        nonlocal ready
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        await store.open()
+        issued = await services.auth.bootstrap_admin(settings.api_key)
+        if issued is not None and on_first_key is not None:
+            on_first_key(issued)
+        services.fleet.attach(LocalProvider(services.fleet.on_exit))
+        await services.fleet.sweep_leftovers(await services.workers.load())
+        loops = [
+            asyncio.create_task(services.scaler.run(), name="scaler"),
+            asyncio.create_task(services.reaper.run(), name="reaper"),
+        ]
+        ready = True
+        try:
+            yield
+        finally:
+            ready = False
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+            await services.fleet.shutdown()
+            await store.close()
+
+    async def healthz(_request: Request) -> Response:
+        if not ready:
+            return json_response({"status": "starting"}, 503)
+        return json_response({"status": "ok"})
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Mount("/v1", app=management.build(services)),
+            Mount("/v2", app=_build_v2(services)),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    return app

@@ -1,0 +1,198 @@
+"""The ``skiff`` command: serve, manage keys, print a worker's environment."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from skiff import __version__
+from skiff.clock import SystemClock
+from skiff.config import Settings
+from skiff.services.auth import Auth, IssuedKey
+from skiff.store.sqlite import SQLiteStore
+
+T = TypeVar("T")
+
+
+def _settings(**overrides: Any) -> Settings:
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**given)
+
+
+def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--database",
+        "database_url",
+        default=None,
+        help="Database URL (sqlite:///path). Default: skiff.db in the data directory.",
+    )(f)
+    return click.option(
+        "--data-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=None,
+        help="Where state, logs and worker homes live. [env SKIFF_DATA_DIR; default ./.skiff]",
+    )(f)
+
+
+def _with_store(settings: Settings, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+    async def run() -> T:
+        store = SQLiteStore(settings.sqlite_path())
+        await store.open()
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+@click.group()
+@click.version_option(__version__, prog_name="skiff")
+def main() -> None:
+    """skiff: self-hosted serverless compute with a runpod-compatible job API."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Address to listen on. [default 127.0.0.1]")
+@click.option("--port", type=int, default=None, help="Port to listen on. [default 8000]")
+@_data_dir_option
+def serve(
+    host: str | None, port: int | None, data_dir: Path | None, database_url: str | None
+) -> None:
+    """Run the whole platform in this process: API, scaler and local workers."""
+    import uvicorn
+
+    from skiff.app import create_app
+
+    settings = _settings(host=host, port=port, data_dir=data_dir, database_url=database_url)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    def announce(issued: IssuedKey) -> None:
+        click.echo(
+            "\n  First start: an administrator API key was created. It is shown only once;\n"
+            "  only its hash is stored. Keep it somewhere safe:\n\n"
+            f"    {issued.key}\n",
+            err=False,
+        )
+        sys.stdout.flush()
+
+    app = create_app(settings, on_first_key=announce)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level="info",
+        timeout_graceful_shutdown=3,
+    )
+    click.echo(f"skiff {__version__} on {settings.base_url()} (data in {settings.data_dir})")
+    uvicorn.Server(config).run()
+
+
+@main.command()
+@_data_dir_option
+def migrate(data_dir: Path | None, database_url: str | None) -> None:
+    """Apply schema migrations (serve does this at start too)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def noop(_store: SQLiteStore) -> None:
+        return None
+
+    _with_store(settings, noop)
+    click.echo(f"schema up to date in {settings.sqlite_path()}")
+
+
+@main.group()
+def keys() -> None:
+    """Create, list and revoke API keys."""
+
+
+@keys.command("create")
+@click.option(
+    "--user",
+    "user_name",
+    default="admin",
+    show_default=True,
+    help="Owner of the key; created if new.",
+)
+@click.option("--admin", is_flag=True, help="Make a new user an administrator.")
+@click.option("--label", default="", help="A note to tell keys apart.")
+@_data_dir_option
+def keys_create(
+    user_name: str, admin: bool, label: str, data_dir: Path | None, database_url: str | None
+) -> None:
+    """Create a key and print it (once; only its hash is stored)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+
+    async def work(store: SQLiteStore) -> IssuedKey:
+        return await Auth(store, SystemClock(), 0).issue_key(user_name, admin, label)
+
+    issued = _with_store(settings, work)
+    click.echo(issued.key)
+    click.echo(f"key {issued.record.id} for user {issued.user.name}", err=True)
+
+
+@keys.command("list")
+@_data_dir_option
+def keys_list(data_dir: Path | None, database_url: str | None) -> None:
+    """List keys (never the keys themselves: a hint, the owner, the state)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    rows = _with_store(settings, lambda store: store.list_api_keys())
+    click.echo(f"{'ID':<12} {'USER':<16} {'HINT':<14} {'STATE':<8} LABEL")
+    for key, user in rows:
+        state = "revoked" if key.revoked_at else "active"
+        click.echo(f"{key.id:<12} {user.name:<16} {key.hint:<14} {state:<8} {key.label}")
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@_data_dir_option
+def keys_revoke(key_id: str, data_dir: Path | None, database_url: str | None) -> None:
+    """Revoke a key by its id (a running server stops accepting it within seconds)."""
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    if not _with_store(settings, lambda store: store.revoke_api_key(key_id, SystemClock().now())):
+        raise click.ClickException(f"no active key with id {key_id}")
+    click.echo(f"revoked {key_id}")
+
+
+@main.command("worker-token")
+@click.argument("endpoint_id")
+@click.option(
+    "--url", default=None, help="Platform URL the worker reaches. [default: from settings]"
+)
+@_data_dir_option
+def worker_token(
+    endpoint_id: str, url: str | None, data_dir: Path | None, database_url: str | None
+) -> None:
+    """Print the environment an external worker needs to serve ENDPOINT_ID."""
+    settings = _settings(data_dir=data_dir, database_url=database_url, public_url=url)
+
+    async def work(store: SQLiteStore) -> str:
+        if await store.get_endpoint(endpoint_id) is None:
+            raise click.ClickException(f"no endpoint {endpoint_id}")
+        return await Auth(store, SystemClock(), 0).worker_token(endpoint_id)
+
+    token = _with_store(settings, work)
+    base = f"{settings.base_url()}/v2/{endpoint_id}"
+    for name, value in (
+        ("RUNPOD_WEBHOOK_GET_JOB", f"{base}/job-take/$ID?gpu=external"),
+        ("RUNPOD_WEBHOOK_POST_OUTPUT", f"{base}/job-done/$RUNPOD_POD_ID/$ID?gpu=external"),
+        ("RUNPOD_WEBHOOK_POST_STREAM", f"{base}/job-stream/$RUNPOD_POD_ID/$ID?gpu=external"),
+        ("RUNPOD_WEBHOOK_PING", f"{base}/ping/$RUNPOD_POD_ID?gpu=external"),
+        ("RUNPOD_AI_API_KEY", token),
+        ("RUNPOD_ENDPOINT_ID", endpoint_id),
+        ("RUNPOD_SKIP_AUTO_SYSTEM_CHECKS", "true"),
+    ):
+        click.echo(f"export {name}='{value}'")
+    click.echo("# also set RUNPOD_POD_ID to a unique name for each worker", err=True)

@@ -1,0 +1,50 @@
+"""Settings, read once at the edge (env prefix ``SKIFF_``) and passed down as an object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SKIFF_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path(".skiff")
+    #: Overrides the SQLite file in the data directory (``sqlite:///path``).
+    database_url: str | None = None
+    #: Registered as the administrator's key at start when given.
+    api_key: str | None = None
+    #: Base URL workers use to reach this server; derived from host and port when unset.
+    public_url: str | None = None
+    #: How long job-take and job-stop long-polls are held before answering 204.
+    #: The runpod SDK abandons a take after 90 s, so this must stay well under that.
+    take_hold_seconds: float = Field(default=20.0, gt=0, lt=80)
+    #: Heartbeat period handed to workers (RUNPOD_PING_INTERVAL), in milliseconds.
+    ping_interval_ms: int = Field(default=5000, ge=1000)
+    #: A held job's lease; pings renew it. A worker silent for this long loses its jobs.
+    lease_seconds: float = Field(default=30.0, gt=0)
+    #: How many times a job is handed to a worker before a lost worker fails it.
+    max_attempts: int = Field(default=3, ge=1)
+    #: Period of the reconcile loop that starts and stops workers.
+    scaler_interval_seconds: float = Field(default=1.0, gt=0)
+    #: SIGTERM -> SIGKILL grace when a worker is stopped.
+    worker_stop_grace_seconds: float = Field(default=5.0, ge=0)
+    #: How long an API key lookup is cached; a revoked key stops working within this time.
+    key_cache_seconds: float = Field(default=5.0, ge=0)
+
+    def sqlite_path(self) -> Path:
+        if self.database_url and self.database_url.startswith("sqlite:///"):
+            return Path(self.database_url.removeprefix("sqlite:///"))
+        return self.data_dir / "skiff.db"
+
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,1 @@
+"""Models, validation, the job state machine and scaling maths: pure, no I/O."""

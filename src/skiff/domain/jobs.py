@@ -1,0 +1,252 @@
+"""The job: its states, the one function that checks every move, and the request it is made from."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from skiff.errors import Invalid
+
+
+class JobStatus(enum.StrEnum):
+    #: Accepted and waiting for a worker.
+    IN_QUEUE = "IN_QUEUE"
+    #: Held by a worker that is running the handler.
+    IN_PROGRESS = "IN_PROGRESS"
+    #: The handler returned; ``output`` holds its result.
+    COMPLETED = "COMPLETED"
+    #: The handler reported an error, or the worker was lost too many times.
+    FAILED = "FAILED"
+    #: Cancelled by the client before it finished.
+    CANCELLED = "CANCELLED"
+    #: Ran longer than its ``executionTimeout``.
+    TIMED_OUT = "TIMED_OUT"
+
+
+FINAL_STATES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.TIMED_OUT}
+)
+
+#: Every legal move. IN_PROGRESS -> IN_QUEUE is a lost worker's job going back to the queue;
+#: FAILED/TIMED_OUT -> IN_QUEUE is ``/retry``.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.IN_QUEUE: frozenset({JobStatus.IN_PROGRESS, JobStatus.CANCELLED}),
+    JobStatus.IN_PROGRESS: frozenset(
+        {
+            JobStatus.COMPLETED,
+            JobStatus.FAILED,
+            JobStatus.TIMED_OUT,
+            JobStatus.CANCELLED,
+            JobStatus.IN_QUEUE,
+        }
+    ),
+    JobStatus.FAILED: frozenset({JobStatus.IN_QUEUE}),
+    JobStatus.TIMED_OUT: frozenset({JobStatus.IN_QUEUE}),
+    JobStatus.COMPLETED: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(Invalid):
+    def __init__(self, current: JobStatus, target: JobStatus) -> None:
+        super().__init__(f"a job in state {current} cannot move to {target}", field="status")
+        self.current = current
+        self.target = target
+
+
+def check_transition(current: JobStatus, target: JobStatus) -> None:
+    if target not in TRANSITIONS[current]:
+        raise InvalidTransition(current, target)
+
+
+def sources_of(target: JobStatus) -> frozenset[JobStatus]:
+    """The states a job may be in to move to ``target``: the guard of a conditional update."""
+    return frozenset(src for src, dsts in TRANSITIONS.items() if target in dsts)
+
+
+# Policy limits (milliseconds), from the specification's limits table.
+EXECUTION_TIMEOUT_DEFAULT_MS = 600_000
+EXECUTION_TIMEOUT_MIN_MS = 5_000
+TTL_DEFAULT_MS = 86_400_000
+TTL_MIN_MS = 10_000
+SEVEN_DAYS_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    execution_timeout_ms: int
+    ttl_ms: int
+    low_priority: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A validated ``/run`` or ``/runsync`` body, with JSON parts kept as text for the store."""
+
+    input_json: str
+    policy: Policy
+    webhook: str | None
+    s3_config_json: str | None
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    endpoint_id: str
+    status: JobStatus
+    input_json: str
+    execution_timeout_ms: int
+    ttl_ms: int
+    low_priority: bool
+    webhook: str | None
+    s3_config_json: str | None
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    output_json: str | None = None
+    error: str | None = None
+    worker_id: str | None = None
+    attempt: int = 0
+    retries: int = 0
+    lease_until: float | None = None
+    stop_pending: bool = False
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATES
+
+    @property
+    def is_sync(self) -> bool:
+        return self.id.startswith("sync-")
+
+
+def _int_in_range(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"{field} must be an integer number of milliseconds", field=field)
+    if not low <= value <= high:
+        raise Invalid(f"{field} must be between {low} and {high} milliseconds", field=field)
+    return value
+
+
+def parse_policy(raw: Any, default_execution_timeout_ms: int) -> Policy:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise Invalid("policy must be an object", field="policy")
+    unknown = set(raw) - {"executionTimeout", "ttl", "lowPriority"}
+    if unknown:
+        raise Invalid(f"policy has unknown field(s): {', '.join(sorted(unknown))}", field="policy")
+    execution = raw.get("executionTimeout")
+    ttl = raw.get("ttl")
+    low = raw.get("lowPriority", False)
+    if not isinstance(low, bool):
+        raise Invalid("policy.lowPriority must be a boolean", field="policy.lowPriority")
+    return Policy(
+        execution_timeout_ms=(
+            default_execution_timeout_ms
+            if execution is None
+            else _int_in_range(
+                execution,
+                "policy.executionTimeout",
+                EXECUTION_TIMEOUT_MIN_MS,
+                SEVEN_DAYS_MS,
+            )
+        ),
+        ttl_ms=(
+            TTL_DEFAULT_MS
+            if ttl is None
+            else _int_in_range(ttl, "policy.ttl", TTL_MIN_MS, SEVEN_DAYS_MS)
+        ),
+        low_priority=low,
+    )
+
+
+def _parse_webhook(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise Invalid("webhook must be a URL string", field="webhook")
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Invalid("webhook must be an absolute http(s) URL", field="webhook")
+    return raw
+
+
+S3_FIELDS = ("accessId", "accessSecret", "bucketName", "endpointUrl")
+
+
+def _parse_s3_config(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise Invalid("s3Config must be an object", field="s3Config")
+    for key, value in raw.items():
+        if key not in S3_FIELDS:
+            raise Invalid(f"s3Config has an unknown field: {key}", field=f"s3Config.{key}")
+        if not isinstance(value, str):
+            raise Invalid(f"s3Config.{key} must be a string", field=f"s3Config.{key}")
+    return orjson.dumps(raw).decode()
+
+
+def parse_job_request(body: bytes, default_execution_timeout_ms: int) -> JobRequest:
+    """Validate a submission body. Everything wrong with it is a 400 that names the field."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Invalid(f"the body is not valid JSON: {exc}", field="body") from None
+    if not isinstance(doc, dict):
+        raise Invalid("the body must be a JSON object with an 'input' field", field="body")
+    if "input" not in doc:
+        raise Invalid("input is required", field="input")
+    job_input = doc["input"]
+    if not isinstance(job_input, dict):
+        raise Invalid("input must be a JSON object", field="input")
+    return JobRequest(
+        input_json=orjson.dumps(job_input).decode(),
+        policy=parse_policy(doc.get("policy"), default_execution_timeout_ms),
+        webhook=_parse_webhook(doc.get("webhook")),
+        s3_config_json=_parse_s3_config(doc.get("s3Config")),
+    )
+
+
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000))
+
+
+def status_view(job: Job, now: float) -> dict[str, Any]:
+    """The ``/status`` body: never carries ``s3Config``."""
+    view: dict[str, Any] = {"id": job.id, "status": job.status.value}
+    if job.started_at is not None:
+        view["delayTime"] = _ms(job.started_at - job.submitted_at)
+        end = job.finished_at if job.finished_at is not None else now
+        view["executionTime"] = _ms(max(0.0, end - job.started_at))
+    else:
+        view["delayTime"] = _ms(max(0.0, (job.finished_at or now) - job.submitted_at))
+    if job.output_json is not None:
+        view["output"] = orjson.Fragment(job.output_json)
+    if job.error is not None:
+        view["error"] = job.error
+    if job.worker_id is not None:
+        view["workerId"] = job.worker_id
+    if job.retries:
+        view["retries"] = job.retries
+    return view
+
+
+def worker_payload(job: Job) -> dict[str, Any]:
+    """What job-take hands the handler: id and input, plus webhook, policy and s3Config."""
+    payload: dict[str, Any] = {"id": job.id, "input": orjson.Fragment(job.input_json)}
+    if job.webhook is not None:
+        payload["webhook"] = job.webhook
+    payload["policy"] = {
+        "executionTimeout": job.execution_timeout_ms,
+        "ttl": job.ttl_ms,
+        "lowPriority": job.low_priority,
+    }
+    if job.s3_config_json is not None:
+        payload["s3Config"] = orjson.Fragment(job.s3_config_json)
+    return payload

@@ -1,0 +1,36 @@
+"""API keys and worker tokens: how they look and how they are checked, without storage."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+API_KEY_PREFIX = "sk_"
+WORKER_TOKEN_PREFIX = "skw_"
+
+
+def new_api_key() -> str:
+    return API_KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    """Keys are 256-bit random strings, so a plain SHA-256 is enough to store them safely
+    (no dictionary to attack) and cheap enough to check on every request."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_hint(key: str) -> str:
+    """The part of a key shown in listings, so a user can tell keys apart."""
+    return key[:7] + "…" + key[-4:]
+
+
+def worker_token(secret: bytes, endpoint_id: str) -> str:
+    """A token scoped to one endpoint: it can take and report that endpoint's jobs and nothing
+    else. It is derived, not stored, so any replica can check it."""
+    digest = hmac.new(secret, endpoint_id.encode(), hashlib.sha256).hexdigest()
+    return f"{WORKER_TOKEN_PREFIX}{endpoint_id}_{digest}"
+
+
+def check_worker_token(secret: bytes, endpoint_id: str, token: str) -> bool:
+    return hmac.compare_digest(worker_token(secret, endpoint_id), token)

@@ -1,0 +1,63 @@
+"""What a worker's job-done body means: a progress update, a result or an error."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class Outcome(enum.Enum):
+    #: ``progress_update``: the job stays IN_PROGRESS and shows this output.
+    PROGRESS = "progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResult:
+    outcome: Outcome
+    output_json: str | None
+    error: str | None
+    #: The handler asked for its worker to be recycled (``refresh_worker``).
+    stop_pod: bool
+
+
+def parse_worker_result(body: bytes) -> WorkerResult:
+    """Read a job-done body, which the SDK sends as JSON whatever its content type.
+
+    A body that is not JSON (or not an object) still ends the job, as FAILED with a
+    message that says so: a result the platform cannot read must not leave a job hanging.
+    """
+    try:
+        doc: Any = orjson.loads(body) if body.strip() else {}
+    except orjson.JSONDecodeError:
+        return WorkerResult(
+            Outcome.FAILED, None, "the worker sent a result that is not JSON", False
+        )
+    if not isinstance(doc, dict):
+        return WorkerResult(Outcome.COMPLETED, orjson.dumps(doc).decode(), None, False)
+    stop_pod = doc.get("stopPod") is True
+    output_json = orjson.dumps(doc["output"]).decode() if "output" in doc else None
+    if doc.get("status") == "IN_PROGRESS":
+        return WorkerResult(Outcome.PROGRESS, output_json, None, stop_pod)
+    error = doc.get("error")
+    if error is not None and error != "":
+        message = error if isinstance(error, str) else orjson.dumps(error).decode()
+        return WorkerResult(Outcome.FAILED, output_json, message, stop_pod)
+    return WorkerResult(Outcome.COMPLETED, output_json, None, stop_pod)
+
+
+def parse_stream_chunk(body: bytes) -> tuple[str, str | None]:
+    """A job-stream body ``{"output": chunk, "metrics"?: {...}}`` -> (output JSON, metrics JSON)."""
+    try:
+        doc: Any = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return orjson.dumps(body.decode("utf-8", "replace")).decode(), None
+    if isinstance(doc, dict) and "output" in doc:
+        metrics = doc.get("metrics")
+        metrics_json = orjson.dumps(metrics).decode() if isinstance(metrics, dict) else None
+        return orjson.dumps(doc["output"]).decode(), metrics_json
+    return orjson.dumps(doc).decode(), None

@@ -1,0 +1,49 @@
+"""Workers as the platform sees them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class WorkerState(enum.StrEnum):
+    #: Started, not yet asking for work.
+    INITIALIZING = "initializing"
+    #: Asking for work, holding none.
+    IDLE = "idle"
+    #: Holding at least one job.
+    RUNNING = "running"
+    #: Wanted, but no GPU of the wanted types is free.
+    THROTTLED = "throttled"
+    #: Failing to start or to stay up.
+    UNHEALTHY = "unhealthy"
+    #: Told to stop; finishing its current job, if any.
+    STOPPING = "stopping"
+
+
+class WorkerKind(enum.StrEnum):
+    #: A process this server started and stops.
+    LOCAL = "local"
+    #: Started by hand elsewhere with a worker token; counted, never started or stopped.
+    EXTERNAL = "external"
+
+
+@dataclass(slots=True)
+class Worker:
+    id: str
+    endpoint_id: str
+    kind: WorkerKind
+    state: WorkerState
+    version: int
+    started_at: float
+    last_seen: float | None = None
+    #: When it last had no job (None while it holds one).
+    idle_since: float | None = None
+    pid: int | None = None
+    gpu: str | None = None
+    #: The handler asked for a fresh worker (``refresh_worker``): stop it after its job.
+    recycle: bool = False
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in (WorkerState.INITIALIZING, WorkerState.IDLE, WorkerState.RUNNING)

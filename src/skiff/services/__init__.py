@@ -1,0 +1,1 @@
+"""The behaviour: job lifecycle, workers, scaling, reaping. Pure decisions live in ``domain``."""

@@ -1,0 +1,101 @@
+"""Who is calling: API keys for users, derived tokens for workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skiff.clock import Clock
+from skiff.domain import keys
+from skiff.errors import Unauthorized
+from skiff.ids import short_id
+from skiff.store.base import ApiKey, Store, User
+
+ADMIN_USER = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    key: str
+    record: ApiKey
+    user: User
+
+
+class Auth:
+    def __init__(self, store: Store, clock: Clock, cache_seconds: float) -> None:
+        self._store = store
+        self._clock = clock
+        self._cache_seconds = cache_seconds
+        # hash -> (user or None, cached at); a revoked key stops working within cache_seconds.
+        self._cache: dict[str, tuple[User | None, float]] = {}
+        self._worker_secret: bytes | None = None
+
+    async def authenticate(self, raw: str | None) -> User:
+        if not raw:
+            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+        key = raw.removeprefix("Bearer ").strip()
+        digest = keys.hash_key(key)
+        now = self._clock.now()
+        cached = self._cache.get(digest)
+        if cached is not None and now - cached[1] < self._cache_seconds:
+            user = cached[0]
+        else:
+            found = await self._store.find_api_key(digest)
+            user = found[1] if found is not None and found[0].revoked_at is None else None
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (user, now)
+        if user is None:
+            raise Unauthorized("invalid or revoked API key")
+        return user
+
+    async def worker_secret(self) -> bytes:
+        if self._worker_secret is None:
+            self._worker_secret = await self._store.secret("worker-token")
+        return self._worker_secret
+
+    async def worker_token(self, endpoint_id: str) -> str:
+        return keys.worker_token(await self.worker_secret(), endpoint_id)
+
+    async def check_worker(self, endpoint_id: str, raw: str | None) -> None:
+        if not raw:
+            raise Unauthorized("missing worker token")
+        token = raw.removeprefix("Bearer ").strip()
+        if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
+            raise Unauthorized("invalid worker token for this endpoint")
+
+    async def ensure_user(self, name: str, is_admin: bool) -> User:
+        user = await self._store.get_user_by_name(name)
+        if user is None:
+            user = await self._store.create_user(
+                User(id=short_id(), name=name, is_admin=is_admin, created_at=self._clock.now())
+            )
+        return user
+
+    async def register_key(self, key: str, user: User, label: str) -> IssuedKey:
+        record = ApiKey(
+            id=short_id(10),
+            user_id=user.id,
+            hint=keys.key_hint(key),
+            label=label,
+            created_at=self._clock.now(),
+            revoked_at=None,
+        )
+        await self._store.add_api_key(record, keys.hash_key(key))
+        return IssuedKey(key=key, record=record, user=user)
+
+    async def issue_key(self, user_name: str, is_admin: bool, label: str) -> IssuedKey:
+        user = await self.ensure_user(user_name, is_admin)
+        return await self.register_key(keys.new_api_key(), user, label)
+
+    async def bootstrap_admin(self, configured_key: str | None) -> IssuedKey | None:
+        """Make sure an administrator can get in. Returns a key only when it was just made
+        here and must be shown once; a configured key is registered but never echoed."""
+        admin = await self.ensure_user(ADMIN_USER, is_admin=True)
+        if configured_key:
+            if await self._store.find_api_key(keys.hash_key(configured_key)) is None:
+                await self.register_key(configured_key, admin, "SKIFF_API_KEY")
+            return None
+        existing = [k for k, u in await self._store.list_api_keys() if u.id == admin.id]
+        if existing:
+            return None
+        return await self.register_key(keys.new_api_key(), admin, "first start")

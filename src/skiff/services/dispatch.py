@@ -1,0 +1,158 @@
+"""The worker side of the job interface: hand out jobs, take results, stream chunks, stop signals.
+
+Results that arrive for a job that is no longer this worker's (cancelled, timed out, requeued)
+are acknowledged and ignored: the SDK retries 5xx answers, and a late result must not undo a
+decision already made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from skiff.clock import Clock
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
+from skiff.domain.workers import Worker, WorkerState
+from skiff.services.wakeups import Wakeups, wait
+from skiff.services.workers import Workers
+from skiff.store.base import Store
+
+StillConnected = Callable[[], Awaitable[bool]]
+
+#: A worker that is being stopped still polls; answer it slowly so it does not spin.
+_STOPPING_HOLD_SECONDS = 1.0
+
+
+class Dispatch:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        workers: Workers,
+        lease_seconds: float,
+        max_attempts: int,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._wakeups = wakeups
+        self._workers = workers
+        self._lease_seconds = lease_seconds
+        self._max_attempts = max_attempts
+
+    async def take(
+        self,
+        endpoint: Endpoint,
+        worker_id: str,
+        limit: int,
+        hold: float,
+        still_connected: StillConnected,
+    ) -> list[Job]:
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        if worker.state is WorkerState.STOPPING or worker.recycle:
+            await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + hold
+        while True:
+            with self._wakeups.listen(f"ep:{endpoint.id}") as event:
+                if not await still_connected():
+                    return []
+                now = self._clock.now()
+                jobs = await self._store.claim_jobs(
+                    endpoint.id, worker.id, limit, now, now + self._lease_seconds
+                )
+                if jobs:
+                    await self._workers.jobs_taken(worker, [j.id for j in jobs])
+                    return jobs
+                if not self._workers.held(worker.id) and worker.state is WorkerState.RUNNING:
+                    await self._workers.set_state(worker, WorkerState.IDLE)
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return []
+                await wait(event, remaining)
+
+    async def done(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
+        result = parse_worker_result(body)
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        if result.stop_pod:
+            await self._workers.mark_recycle(worker)
+        if result.outcome is Outcome.PROGRESS:
+            if await self._store.record_progress(job_id, worker_id, result.output_json):
+                self._wakeups.notify(f"job:{job_id}")
+            return
+        status = JobStatus.FAILED if result.outcome is Outcome.FAILED else JobStatus.COMPLETED
+        finished = await self._store.finish_job(
+            job_id, worker_id, status, result.output_json, result.error, self._clock.now()
+        )
+        if finished is not None:
+            self._wakeups.notify(f"job:{job_id}")
+        await self._workers.jobs_released(worker, [job_id])
+
+    async def stream(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
+        output_json, metrics_json = parse_stream_chunk(body)
+        await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        if await self._store.append_stream_chunk(job_id, worker_id, output_json, metrics_json):
+            self._wakeups.notify(f"job:{job_id}")
+
+    async def stop_signals(
+        self, endpoint: Endpoint, worker_id: str, hold: float, still_connected: StillConnected
+    ) -> list[str]:
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + hold
+        while True:
+            with self._wakeups.listen(f"stop:{worker.id}") as event:
+                if not await still_connected():
+                    return []
+                ids = await self._store.take_stop_signals(worker.id)
+                if ids:
+                    await self._workers.jobs_released(worker, ids)
+                    return ids
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return []
+                await wait(event, remaining)
+
+    async def ping(self, endpoint: Endpoint, worker_id: str, job_ids: list[str]) -> None:
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        held = self._workers.held(worker.id)
+        # Only what the worker says it holds: a job it never got (a lost take reply) must
+        # let its lease lapse so the job goes back to the queue.
+        renew = [j for j in job_ids if j in held]
+        if renew:
+            await self._store.renew_leases(
+                worker.id, renew, self._clock.now() + self._lease_seconds
+            )
+
+    async def worker_lost(self, worker: Worker, reason: str) -> list[Job]:
+        """Its jobs go back to the queue (or fail once they used up their attempts)."""
+        released = await self._store.release_jobs(
+            worker.id, self._clock.now(), self._max_attempts, reason
+        )
+        self._announce(released)
+        await self._workers.remove(worker.id)
+        return released
+
+    async def release_expired_leases(self) -> list[Job]:
+        released = await self._store.release_jobs(
+            None,
+            self._clock.now(),
+            self._max_attempts,
+            "the worker holding this job stopped answering (lease expired)",
+        )
+        ids = {job.id for job in released}
+        for worker in self._workers.all():
+            lapsed = self._workers.held(worker.id) & ids
+            if lapsed:
+                await self._workers.jobs_released(worker, list(lapsed))
+        self._announce(released)
+        return released
+
+    def _announce(self, released: list[Job]) -> None:
+        for job in released:
+            self._wakeups.notify(f"job:{job.id}")
+            if job.status is JobStatus.IN_QUEUE:
+                self._wakeups.notify(f"ep:{job.endpoint_id}")

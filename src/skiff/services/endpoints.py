@@ -1,0 +1,103 @@
+"""Endpoints, per owner: create, read, update (a rolling release of workers), delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skiff.clock import Clock
+from skiff.domain.endpoints import (
+    Endpoint,
+    EndpointCreate,
+    EndpointUpdate,
+    apply_endpoint_update,
+    rolls_workers,
+    spec_from_create,
+)
+from skiff.errors import Invalid, NotFound
+from skiff.ids import short_id
+from skiff.services.fleet import Fleet
+from skiff.services.wakeups import Wakeups
+from skiff.services.workers import Workers
+from skiff.store.base import Store, User
+
+
+class Endpoints:
+    def __init__(
+        self, store: Store, clock: Clock, wakeups: Wakeups, workers: Workers, fleet: Fleet
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._wakeups = wakeups
+        self._workers = workers
+        self._fleet = fleet
+
+    async def _check_template(self, user: User, template_id: str) -> None:
+        if await self._store.get_template(user.id, template_id) is None:
+            raise Invalid(f"templateId: no template {template_id}", field="templateId")
+
+    async def create(self, user: User, data: EndpointCreate) -> Endpoint:
+        await self._check_template(user, data.templateId)
+        endpoint_id = short_id()
+        endpoint = Endpoint(
+            id=endpoint_id,
+            userId=user.id,
+            version=1,
+            createdAt=self._clock.now(),
+            spec=spec_from_create(data, default_name=f"endpoint-{endpoint_id}"),
+        )
+        await self._store.create_endpoint(endpoint)
+        self._wakeups.notify("scaler")
+        return endpoint
+
+    async def all(self, user: User) -> list[Endpoint]:
+        return await self._store.list_endpoints(user.id)
+
+    async def get(self, user: User, endpoint_id: str) -> Endpoint:
+        """An endpoint the user owns; anyone else's answers 404, as if it did not exist."""
+        endpoint = await self._store.get_endpoint(endpoint_id)
+        if endpoint is None or endpoint.userId != user.id:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        return endpoint
+
+    async def update(self, user: User, endpoint_id: str, data: EndpointUpdate) -> Endpoint:
+        current = await self.get(user, endpoint_id)
+        if data.templateId is not None:
+            await self._check_template(user, data.templateId)
+        try:
+            spec = apply_endpoint_update(current.spec, data)
+        except ValueError as exc:
+            raise Invalid(str(exc).splitlines()[-1].strip(), field="workersMin") from None
+        updated = await self._store.update_endpoint(
+            endpoint_id, spec, bump_version=rolls_workers(current.spec, spec)
+        )
+        if updated is None:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        self._wakeups.notify("scaler")
+        return updated
+
+    async def delete(self, user: User, endpoint_id: str) -> None:
+        """Stops its workers, then removes its configuration, jobs and logs."""
+        await self.get(user, endpoint_id)
+        worker_ids = [w.id for w in self._workers.of_endpoint(endpoint_id)]
+        # The row goes first so the scaler starts nothing more for it.
+        await self._store.delete_endpoint(endpoint_id)
+        await self._fleet.remove_endpoint_workers(endpoint_id)
+        self._fleet.remove_files(endpoint_id, worker_ids)
+        # Wake anything waiting on this endpoint so it notices it is gone.
+        self._wakeups.notify(f"ep:{endpoint_id}")
+
+    def workers_view(self, endpoint_id: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": w.id,
+                "state": w.state.value,
+                "kind": w.kind.value,
+                "version": w.version,
+                "startedAt": w.started_at,
+                "lastSeen": w.last_seen,
+                "gpu": w.gpu,
+                "pid": w.pid,
+                "jobs": sorted(self._workers.held(w.id)),
+            }
+            for w in self._workers.of_endpoint(endpoint_id)
+        ]

@@ -1,0 +1,215 @@
+"""Starting and stopping this server's own workers, and what happens when one ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import socket
+from pathlib import Path
+
+from skiff.clock import Clock
+from skiff.config import Settings
+from skiff.domain.endpoints import ComputeType, Endpoint
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.ids import short_id
+from skiff.providers.base import Launch, WorkerProvider
+from skiff.services.auth import Auth
+from skiff.services.dispatch import Dispatch
+from skiff.services.workers import Workers
+from skiff.store.base import Store
+
+log = logging.getLogger(__name__)
+
+#: A worker that exits sooner than this after its start counts as a failed start.
+QUICK_EXIT_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 60.0
+
+
+class Fleet:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        clock: Clock,
+        workers: Workers,
+        dispatch: Dispatch,
+        auth: Auth,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._clock = clock
+        self._workers = workers
+        self._dispatch = dispatch
+        self._auth = auth
+        self.provider: WorkerProvider | None = None
+        # endpoint id -> (consecutive failed starts, not before)
+        self._backoff: dict[str, tuple[int, float]] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
+        self.last_error: dict[str, str] = {}
+
+    def attach(self, provider: WorkerProvider) -> None:
+        self.provider = provider
+
+    def _provider(self) -> WorkerProvider:
+        assert self.provider is not None, "no worker provider attached"
+        return self.provider
+
+    def log_dir(self, endpoint_id: str) -> Path:
+        return self._settings.data_dir / "logs" / endpoint_id
+
+    def log_path(self, endpoint_id: str, worker_id: str) -> Path:
+        return self.log_dir(endpoint_id) / f"{worker_id}.log"
+
+    def home(self, worker_id: str) -> Path:
+        return self._settings.data_dir / "workers" / worker_id / "home"
+
+    def may_start(self, endpoint_id: str) -> bool:
+        failures = self._backoff.get(endpoint_id)
+        return failures is None or self._clock.now() >= failures[1]
+
+    async def environment(
+        self, endpoint: Endpoint, worker_id: str, env: dict[str, str]
+    ) -> dict[str, str]:
+        """The worker's environment: the server's own minus its secrets, then the template's
+        and the endpoint's variables, then the worker protocol's, which always win."""
+        base = self._settings.base_url()
+        ep = endpoint.id
+        query = "?gpu=" + ("cpu" if endpoint.spec.computeType is ComputeType.CPU else "gpu")
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("SKIFF_", "RUNPOD_"))}
+        protocol = {
+            "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{ep}/job-take/$ID{query}",
+            "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{ep}/job-done/$RUNPOD_POD_ID/$ID{query}",
+            "RUNPOD_WEBHOOK_POST_STREAM": f"{base}/v2/{ep}/job-stream/$RUNPOD_POD_ID/$ID{query}",
+            "RUNPOD_WEBHOOK_PING": f"{base}/v2/{ep}/ping/$RUNPOD_POD_ID{query}",
+            "RUNPOD_PING_INTERVAL": str(self._settings.ping_interval_ms),
+            "RUNPOD_AI_API_KEY": await self._auth.worker_token(ep),
+            "RUNPOD_POD_ID": worker_id,
+            "RUNPOD_ENDPOINT_ID": ep,
+            "RUNPOD_POD_HOSTNAME": socket.gethostname(),
+            "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
+            "RUNPOD_SKIP_GPU_CHECK": "true",
+            "HOME": str(self.home(worker_id).resolve()),
+        }
+        if endpoint.spec.computeType is ComputeType.CPU:
+            protocol["CUDA_VISIBLE_DEVICES"] = ""
+        return {"PYTHONUNBUFFERED": "1"} | inherited | env | protocol
+
+    async def start_worker(self, endpoint: Endpoint) -> Worker | None:
+        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
+        if template is None:
+            self.last_error[endpoint.id] = f"template {endpoint.spec.templateId} not found"
+            return None
+        argv = [*template.dockerEntrypoint, *template.dockerStartCmd]
+        if not argv:
+            self.last_error[endpoint.id] = (
+                "the template has no dockerEntrypoint or dockerStartCmd: nothing to run"
+            )
+            return None
+        worker_id = short_id()
+        env = await self.environment(endpoint, worker_id, template.env | endpoint.spec.env)
+        now = self._clock.now()
+        worker = await self._workers.add(
+            Worker(
+                id=worker_id,
+                endpoint_id=endpoint.id,
+                kind=WorkerKind.LOCAL,
+                state=WorkerState.INITIALIZING,
+                version=endpoint.version,
+                started_at=now,
+            )
+        )
+        launch = Launch(
+            worker_id=worker_id,
+            endpoint_id=endpoint.id,
+            argv=argv,
+            env=env,
+            log_path=self.log_path(endpoint.id, worker_id),
+            home=self.home(worker_id),
+        )
+        try:
+            worker.pid = await self._provider().start(launch)
+        except OSError as exc:
+            self.last_error[endpoint.id] = f"the worker command could not start: {exc}"
+            self._note_failed_start(endpoint.id)
+            await self._workers.remove(worker_id)
+            return None
+        await self._workers.save(worker)
+        return worker
+
+    def stop_worker(self, worker: Worker) -> None:
+        """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL."""
+        if worker.state is WorkerState.STOPPING:
+            return
+        worker.state = WorkerState.STOPPING
+        task = asyncio.create_task(self._stop(worker))
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
+
+    async def _stop(self, worker: Worker) -> None:
+        await self._workers.save(worker)
+        if worker.kind is WorkerKind.LOCAL:
+            await self._provider().stop(worker.id, self._settings.worker_stop_grace_seconds)
+        else:
+            await self._dispatch.worker_lost(worker, "the worker was stopped")
+
+    async def on_exit(self, worker_id: str, code: int) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        expected = worker.state is WorkerState.STOPPING
+        if not expected and self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS:
+            self._note_failed_start(worker.endpoint_id)
+            self.last_error[worker.endpoint_id] = (
+                f"worker {worker_id} exited with code {code} right after it started; see its log"
+            )
+        elif not expected:
+            self._backoff.pop(worker.endpoint_id, None)
+        reason = "the worker was stopped" if expected else f"the worker exited with code {code}"
+        await self._dispatch.worker_lost(worker, reason)
+
+    def _note_failed_start(self, endpoint_id: str) -> None:
+        failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
+        delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
+
+    async def sweep_leftovers(self, leftovers: list[Worker]) -> None:
+        """At start: workers recorded by an earlier run are gone or orphaned. End any process
+        still there and put their jobs back in the queue."""
+        for worker in leftovers:
+            if worker.kind is WorkerKind.LOCAL:
+                if worker.pid is not None:
+                    self._provider().kill_leftover(worker.id, worker.pid)
+                await self._dispatch.worker_lost(worker, "the server restarted")
+
+    async def remove_endpoint_workers(self, endpoint_id: str) -> None:
+        """Stop every worker of an endpoint and wait for them; used before deleting it."""
+        workers = self._workers.of_endpoint(endpoint_id)
+        for worker in workers:
+            worker.state = WorkerState.STOPPING
+        await asyncio.gather(
+            *(
+                self._provider().stop(w.id, self._settings.worker_stop_grace_seconds)
+                for w in workers
+                if w.kind is WorkerKind.LOCAL
+            )
+        )
+        for worker in workers:
+            await self._workers.remove(worker.id)
+        self._backoff.pop(endpoint_id, None)
+        self.last_error.pop(endpoint_id, None)
+
+    def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
+        shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
+        for worker_id in worker_ids:
+            shutil.rmtree(self.home(worker_id).parent, ignore_errors=True)
+
+    async def shutdown(self) -> None:
+        for worker in self._workers.all():
+            if worker.kind is WorkerKind.LOCAL:
+                worker.state = WorkerState.STOPPING
+        if self.provider is not None:
+            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+        if self._stopping:
+            await asyncio.wait(set(self._stopping), timeout=10)

@@ -1,0 +1,64 @@
+"""Every service of one running server, built once by the composition root (``app.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skiff.clock import Clock
+from skiff.config import Settings
+from skiff.services.auth import Auth
+from skiff.services.dispatch import Dispatch
+from skiff.services.endpoints import Endpoints
+from skiff.services.fleet import Fleet
+from skiff.services.jobs import Jobs
+from skiff.services.reaper import Reaper
+from skiff.services.registry_auths import RegistryAuths
+from skiff.services.scaler import Scaler
+from skiff.services.templates import Templates
+from skiff.services.wakeups import Wakeups
+from skiff.services.workers import Workers
+from skiff.store.base import Store
+
+
+@dataclass
+class Services:
+    settings: Settings
+    clock: Clock
+    store: Store
+    wakeups: Wakeups
+    auth: Auth
+    workers: Workers
+    dispatch: Dispatch
+    fleet: Fleet
+    jobs: Jobs
+    endpoints: Endpoints
+    templates: Templates
+    registry_auths: RegistryAuths
+    scaler: Scaler
+    reaper: Reaper
+
+    @classmethod
+    def build(cls, settings: Settings, store: Store, clock: Clock) -> Services:
+        wakeups = Wakeups()
+        auth = Auth(store, clock, settings.key_cache_seconds)
+        workers = Workers(store, clock)
+        dispatch = Dispatch(
+            store, clock, wakeups, workers, settings.lease_seconds, settings.max_attempts
+        )
+        fleet = Fleet(settings, store, clock, workers, dispatch, auth)
+        return cls(
+            settings=settings,
+            clock=clock,
+            store=store,
+            wakeups=wakeups,
+            auth=auth,
+            workers=workers,
+            dispatch=dispatch,
+            fleet=fleet,
+            jobs=Jobs(store, clock, wakeups),
+            endpoints=Endpoints(store, clock, wakeups, workers, fleet),
+            templates=Templates(store, clock, wakeups),
+            registry_auths=RegistryAuths(store, clock),
+            scaler=Scaler(store, clock, wakeups, workers, fleet, settings.scaler_interval_seconds),
+            reaper=Reaper(dispatch, interval=1.0),
+        )

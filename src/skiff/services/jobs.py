@@ -1,0 +1,142 @@
+"""The job interface's behaviour: submit, wait, read, stream, cancel, retry, purge, health."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from skiff.clock import Clock
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request
+from skiff.domain.workers import WorkerState
+from skiff.errors import Invalid, NotFound
+from skiff.ids import job_id
+from skiff.services.wakeups import Wakeups, wait
+from skiff.store.base import Store, StreamChunk
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRead:
+    job: Job
+    chunks: list[StreamChunk]
+
+
+class Jobs:
+    def __init__(self, store: Store, clock: Clock, wakeups: Wakeups) -> None:
+        self._store = store
+        self._clock = clock
+        self._wakeups = wakeups
+
+    async def submit(self, endpoint: Endpoint, body: bytes, sync: bool) -> Job:
+        request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
+        job = Job(
+            id=job_id(sync),
+            endpoint_id=endpoint.id,
+            status=JobStatus.IN_QUEUE,
+            input_json=request.input_json,
+            execution_timeout_ms=request.policy.execution_timeout_ms,
+            ttl_ms=request.policy.ttl_ms,
+            low_priority=request.policy.low_priority,
+            webhook=request.webhook,
+            s3_config_json=request.s3_config_json,
+            submitted_at=self._clock.now(),
+        )
+        await self._store.insert_job(job)
+        self._wakeups.notify(f"ep:{endpoint.id}")
+        if not job.low_priority:
+            self._wakeups.notify("scaler")
+        return job
+
+    async def wait_until_final(self, endpoint: Endpoint, job_id: str, timeout: float) -> Job:
+        """The job once it is final, or as it is when ``timeout`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            with self._wakeups.listen(f"job:{job_id}") as event:
+                job = await self.get(endpoint, job_id)
+                remaining = deadline - loop.time()
+                if job.status in FINAL_STATES or remaining <= 0:
+                    return job
+                await wait(event, remaining)
+
+    async def get(self, endpoint: Endpoint, job_id: str) -> Job:
+        job = await self._store.get_job(endpoint.id, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        return job
+
+    async def read_stream(self, endpoint: Endpoint, job_id: str) -> StreamRead:
+        job = await self.get(endpoint, job_id)
+        chunks = await self._store.read_new_stream_chunks(job_id)
+        if chunks and job.status not in FINAL_STATES:
+            # The job may have finished between the two reads; the client stops when it sees a
+            # final status with an empty stream, so report the state after the chunks.
+            job = await self.get(endpoint, job_id)
+        return StreamRead(job=job, chunks=chunks)
+
+    async def cancel(self, endpoint: Endpoint, job_id: str) -> Job:
+        job = await self._store.cancel_job(endpoint.id, job_id, self._clock.now())
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if job.status is JobStatus.CANCELLED:
+            self._wakeups.notify(f"job:{job_id}")
+            if job.stop_pending and job.worker_id:
+                self._wakeups.notify(f"stop:{job.worker_id}")
+        return job
+
+    async def retry(self, endpoint: Endpoint, job_id: str) -> Job:
+        before = await self.get(endpoint, job_id)
+        if before.status not in (JobStatus.FAILED, JobStatus.TIMED_OUT):
+            raise Invalid(
+                f"only FAILED or TIMED_OUT jobs can be retried; job {job_id} is {before.status}",
+                field="status",
+            )
+        job = await self._store.retry_job(endpoint.id, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if job.status is not JobStatus.IN_QUEUE:
+            raise Invalid(
+                f"only FAILED or TIMED_OUT jobs can be retried; job {job_id} is {job.status}",
+                field="status",
+            )
+        self._wakeups.notify(f"ep:{endpoint.id}")
+        return job
+
+    async def purge_queue(self, endpoint: Endpoint) -> int:
+        return await self._store.purge_queue(endpoint.id)
+
+    async def health(self, endpoint: Endpoint) -> dict[str, Any]:
+        counts = await self._store.job_counts(endpoint.id)
+        workers = await self._store.list_workers(endpoint.id)
+        by_state = {state: 0 for state in WorkerState}
+        for worker in workers:
+            by_state[worker.state] += 1
+        return {
+            "jobs": {
+                "completed": counts.completed,
+                "failed": counts.failed,
+                "inProgress": counts.in_progress,
+                "inQueue": counts.in_queue,
+                "retried": counts.retried,
+                "cancelled": counts.cancelled,
+                "timedOut": counts.timed_out,
+            },
+            "workers": {
+                "idle": by_state[WorkerState.IDLE],
+                "running": by_state[WorkerState.RUNNING],
+                "initializing": by_state[WorkerState.INITIALIZING],
+                "ready": by_state[WorkerState.IDLE],
+                "throttled": by_state[WorkerState.THROTTLED],
+                "unhealthy": by_state[WorkerState.UNHEALTHY],
+            },
+        }
+
+
+def chunk_view(chunk: StreamChunk) -> dict[str, Any]:
+    view: dict[str, Any] = {"output": orjson.Fragment(chunk.output_json)}
+    if chunk.metrics_json is not None:
+        view["metrics"] = orjson.Fragment(chunk.metrics_json)
+    return view

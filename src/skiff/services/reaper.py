@@ -1,0 +1,27 @@
+"""Periodic clean-up: jobs whose worker stopped answering go back to the queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from skiff.services.dispatch import Dispatch
+
+log = logging.getLogger(__name__)
+
+
+class Reaper:
+    def __init__(self, dispatch: Dispatch, interval: float) -> None:
+        self._dispatch = dispatch
+        self._interval = interval
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.pass_once()
+            except Exception:
+                log.exception("the reaper pass failed; trying again")
+            await asyncio.sleep(self._interval)
+
+    async def pass_once(self) -> None:
+        await self._dispatch.release_expired_leases()

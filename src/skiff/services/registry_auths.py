@@ -1,0 +1,52 @@
+"""Container registry credentials, per owner."""
+
+from __future__ import annotations
+
+from skiff.clock import Clock
+from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
+from skiff.errors import Conflict, NotFound
+from skiff.ids import short_id
+from skiff.store.base import RegistryAuthRecord, Store, User
+
+
+def _public(record: RegistryAuthRecord) -> RegistryAuth:
+    return RegistryAuth(id=record.id, name=record.name)
+
+
+class RegistryAuths:
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def create(self, user: User, data: RegistryAuthCreate) -> RegistryAuth:
+        record = RegistryAuthRecord(
+            id=short_id(),
+            user_id=user.id,
+            name=data.name,
+            username=data.username,
+            password=data.password,
+            created_at=self._clock.now(),
+        )
+        return _public(await self._store.create_registry_auth(record))
+
+    async def all(self, user: User) -> list[RegistryAuth]:
+        return [_public(r) for r in await self._store.list_registry_auths(user.id)]
+
+    async def get(self, user: User, auth_id: str) -> RegistryAuth:
+        record = await self._store.get_registry_auth(user.id, auth_id)
+        if record is None:
+            raise NotFound("container registry auth not found")
+        return _public(record)
+
+    async def delete(self, user: User, auth_id: str) -> None:
+        await self.get(user, auth_id)
+        users = [
+            t.id
+            for t in await self._store.list_templates(user.id)
+            if t.containerRegistryAuthId == auth_id
+        ]
+        if users:
+            raise Conflict(
+                f"container registry auth {auth_id} is used by template(s) {', '.join(users)}"
+            )
+        await self._store.delete_registry_auth(user.id, auth_id)

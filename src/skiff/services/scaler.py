@@ -1,0 +1,73 @@
+"""The reconcile loop: make each endpoint's set of workers match what ``domain.scaling`` wants."""
+
+from __future__ import annotations
+
+import logging
+
+from skiff.clock import Clock
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.scaling import Limits, Load, decide
+from skiff.services.fleet import Fleet
+from skiff.services.wakeups import Wakeups, wait
+from skiff.services.workers import Workers
+from skiff.store.base import Store
+
+log = logging.getLogger(__name__)
+
+SCALER_KEY = "scaler"
+
+
+class Scaler:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        workers: Workers,
+        fleet: Fleet,
+        interval: float,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._wakeups = wakeups
+        self._workers = workers
+        self._fleet = fleet
+        self._interval = interval
+
+    async def run(self) -> None:
+        while True:
+            with self._wakeups.listen(SCALER_KEY) as event:
+                try:
+                    await self.reconcile_all()
+                except Exception:
+                    log.exception("the reconcile pass failed; trying again")
+                await wait(event, self._interval)
+
+    async def reconcile_all(self) -> None:
+        for endpoint in await self._store.list_endpoints(None):
+            await self.reconcile(endpoint)
+
+    async def reconcile(self, endpoint: Endpoint) -> None:
+        counts = await self._store.job_counts(endpoint.id)
+        spec = endpoint.spec
+        decision = decide(
+            Limits(
+                workers_min=spec.workersMin,
+                workers_max=spec.workersMax,
+                idle_timeout_s=spec.idleTimeout,
+                version=endpoint.version,
+            ),
+            Load(queued=counts.in_queue_normal, in_progress=counts.in_progress),
+            self._workers.of_endpoint(endpoint.id),
+            self._clock.now(),
+        )
+        for worker_id in decision.stop:
+            worker = self._workers.get(worker_id)
+            if worker is not None:
+                self._fleet.stop_worker(worker)
+        if decision.start and self._fleet.may_start(endpoint.id):
+            if await self._store.get_endpoint(endpoint.id) is None:
+                return  # deleted while this pass ran
+            for _ in range(decision.start):
+                if await self._fleet.start_worker(endpoint) is None:
+                    break

@@ -1,0 +1,56 @@
+"""Waiting without spinning: long-polls and ``/runsync`` sleep on a key until someone notifies it.
+
+Keys: ``ep:<endpoint>`` (a job became available), ``job:<id>`` (a job changed: finished,
+streamed a chunk), ``stop:<worker>`` (a job-stop signal is waiting). Inside one process an
+``asyncio.Event`` per key is enough; a multi-replica deployment adds a notifier that carries
+the same keys between processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+
+class Wakeups:
+    def __init__(self) -> None:
+        self._events: dict[str, tuple[asyncio.Event, int]] = {}
+
+    @contextlib.contextmanager
+    def listen(self, key: str) -> Iterator[asyncio.Event]:
+        """Subscribe *before* checking the condition, so a notify in between is not lost."""
+        event, count = self._events.get(key, (None, 0))
+        if event is None:
+            event = asyncio.Event()
+        self._events[key] = (event, count + 1)
+        try:
+            yield event
+        finally:
+            current = self._events.get(key)
+            if current is not None and current[0] is event:
+                if current[1] <= 1:
+                    del self._events[key]
+                else:
+                    self._events[key] = (event, current[1] - 1)
+
+    def notify(self, key: str) -> None:
+        entry = self._events.pop(key, None)
+        if entry is not None:
+            entry[0].set()
+
+    @property
+    def listening(self) -> int:
+        return sum(count for _event, count in self._events.values())
+
+
+async def wait(event: asyncio.Event, timeout: float) -> bool:
+    """True when notified, False when the time ran out."""
+    if timeout <= 0:
+        return event.is_set()
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

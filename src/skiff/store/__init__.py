@@ -1,0 +1,1 @@
+"""Persistence: one ``Store`` protocol and its adapters."""

@@ -1,0 +1,212 @@
+"""The storage port. Services call these named operations; no SQL lives outside the adapters.
+
+Every job operation that changes state is one conditional update guarded by the states the
+job may move from (``domain.jobs.sources_of``), so two racing requests cannot both win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    name: str
+    is_admin: bool
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    user_id: str
+    hint: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryAuthRecord:
+    id: str
+    user_id: str
+    name: str
+    username: str
+    password: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    seq: int
+    output_json: str
+    metrics_json: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    in_queue: int = 0
+    in_progress: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    retried: int = 0
+    #: Normal-priority jobs waiting: the ones that may raise the worker count.
+    in_queue_normal: int = 0
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    # -- server secrets -------------------------------------------------------------
+    async def secret(self, name: str) -> bytes:
+        """A random secret created on first use and kept (worker-token signing)."""
+        ...
+
+    # -- users and API keys ---------------------------------------------------------
+    async def create_user(self, user: User) -> User: ...
+
+    async def get_user_by_name(self, name: str) -> User | None: ...
+
+    async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey: ...
+
+    async def find_api_key(self, key_hash: str) -> tuple[ApiKey, User] | None:
+        """The key (revoked or not) and its owner."""
+        ...
+
+    async def list_api_keys(self) -> list[tuple[ApiKey, User]]: ...
+
+    async def revoke_api_key(self, key_id: str, now: float) -> bool: ...
+
+    # -- container registry auths ---------------------------------------------------
+    async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
+        """Raises ``Conflict`` when the owner already has one of that name."""
+        ...
+
+    async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]: ...
+
+    async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None: ...
+
+    async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool: ...
+
+    # -- templates ------------------------------------------------------------------
+    async def create_template(self, user_id: str, template: Template, now: float) -> Template:
+        """Raises ``Conflict`` when the owner already has one of that name."""
+        ...
+
+    async def list_templates(self, user_id: str) -> list[Template]: ...
+
+    async def get_template(self, user_id: str, template_id: str) -> Template | None: ...
+
+    async def update_template(self, user_id: str, template: Template) -> Template: ...
+
+    async def delete_template(self, user_id: str, template_id: str) -> bool: ...
+
+    # -- endpoints ------------------------------------------------------------------
+    async def create_endpoint(self, endpoint: Endpoint) -> Endpoint: ...
+
+    async def list_endpoints(self, user_id: str | None) -> list[Endpoint]:
+        """One owner's endpoints, or everyone's with ``None`` (the scaler)."""
+        ...
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None: ...
+
+    async def update_endpoint(
+        self, endpoint_id: str, spec: EndpointSpec, bump_version: bool
+    ) -> Endpoint | None: ...
+
+    async def bump_endpoint_versions(self, template_id: str) -> list[str]:
+        """A template changed in a way workers see: roll every endpoint that uses it."""
+        ...
+
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        """Removes the endpoint with its jobs, stream chunks and worker records."""
+        ...
+
+    async def endpoints_using_template(self, template_id: str) -> list[str]: ...
+
+    # -- jobs -----------------------------------------------------------------------
+    async def insert_job(self, job: Job) -> None: ...
+
+    async def get_job(self, endpoint_id: str, job_id: str) -> Job | None: ...
+
+    async def claim_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        """Hand the oldest queued jobs (normal priority first) to a worker, atomically."""
+        ...
+
+    async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
+        """A progress update: the job stays IN_PROGRESS and shows this output."""
+        ...
+
+    async def finish_job(
+        self,
+        job_id: str,
+        worker_id: str | None,
+        status: JobStatus,
+        output_json: str | None,
+        error: str | None,
+        now: float,
+    ) -> Job | None:
+        """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state.
+        ``None`` when the job is gone, final already, or held by another worker."""
+        ...
+
+    async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
+        """Cancel a queued or running job; a running one is flagged for job-stop.
+        Returns the job as it is afterwards (unchanged if it was final), ``None`` if unknown."""
+        ...
+
+    async def retry_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        """FAILED or TIMED_OUT -> IN_QUEUE with output, error and stream cleared.
+        Returns the job as it is afterwards; the caller checks whether it moved."""
+        ...
+
+    async def purge_queue(self, endpoint_id: str) -> int: ...
+
+    async def job_counts(self, endpoint_id: str) -> JobCounts: ...
+
+    async def append_stream_chunk(
+        self, job_id: str, worker_id: str, output_json: str, metrics_json: str | None
+    ) -> bool: ...
+
+    async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:
+        """Chunks not returned before, in order; advances the job's read cursor."""
+        ...
+
+    async def take_stop_signals(self, worker_id: str) -> list[str]:
+        """Ids of jobs this worker must stop; each is returned once."""
+        ...
+
+    async def renew_leases(
+        self, worker_id: str, job_ids: list[str], lease_until: float
+    ) -> None: ...
+
+    async def release_jobs(
+        self, worker_id: str | None, now: float, max_attempts: int, reason: str
+    ) -> list[Job]:
+        """Jobs held by a lost worker (or, with ``None``, any job whose lease lapsed) go back
+        to the queue; those that used up their attempts are FAILED with ``reason``."""
+        ...
+
+    # -- workers --------------------------------------------------------------------
+    async def save_worker(self, worker: Worker) -> None: ...
+
+    async def get_worker(self, worker_id: str) -> Worker | None: ...
+
+    async def list_workers(self, endpoint_id: str | None) -> list[Worker]: ...
+
+    async def delete_worker(self, worker_id: str) -> None: ...
+
+    async def jobs_of_worker(self, worker_id: str) -> list[str]: ...

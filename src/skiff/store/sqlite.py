@@ -1,0 +1,799 @@
+"""The embedded default: one SQLite file in WAL mode.
+
+Writes go to one writer thread that takes every write waiting and commits them together
+(group commit): under load many requests share one transaction, each in its own savepoint so
+one failing operation does not undo the others. A caller's future resolves only after the
+COMMIT, so a reply never gets ahead of durability. Point reads run on the event loop's own
+connection: in WAL mode readers never wait for the writer, and a read is a few microseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import secrets
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import Job, JobStatus, sources_of
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.errors import Conflict
+from skiff.store.base import (
+    ApiKey,
+    JobCounts,
+    RegistryAuthRecord,
+    StreamChunk,
+    User,
+)
+
+T = TypeVar("T")
+_Op = Callable[[sqlite3.Connection], Any]
+_MAX_BATCH = 512
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode: a commit survives a crash of the process; only a power loss
+    # can take back the last transactions.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply the migrations not applied yet; returns their names."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+    applied = []
+    folder = resources.files("skiff.store").joinpath("migrations/sqlite")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql") or entry.name in done:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in entry.read_text().split(";\n"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?, strftime('%s','now'))", (entry.name,)
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        applied.append(entry.name)
+    return applied
+
+
+class _Writer:
+    """One thread, one connection, every write; batches whatever is waiting into one commit."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._queue: queue.SimpleQueue[
+            tuple[_Op, asyncio.Future[Any], asyncio.AbstractEventLoop] | None
+        ] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="skiff-sqlite-writer", daemon=True)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    async def submit(self, op: _Op) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.put((op, future, loop))
+        return await future
+
+    def _run(self) -> None:
+        try:
+            conn = _connect(self._path)
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            self._run_batch(conn, batch)
+        conn.close()
+
+    @staticmethod
+    def _run_batch(
+        conn: sqlite3.Connection,
+        batch: list[tuple[_Op, asyncio.Future[Any], asyncio.AbstractEventLoop]],
+    ) -> None:
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op, _future, _loop in batch:
+                conn.execute("SAVEPOINT op")
+                try:
+                    result = op(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    outcomes.append((None, exc))
+                else:
+                    conn.execute("RELEASE op")
+                    outcomes.append((result, None))
+            conn.execute("COMMIT")
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            outcomes = [(None, exc)] * len(batch)
+        for (_op, future, loop), (result, error) in zip(batch, outcomes, strict=True):
+            loop.call_soon_threadsafe(_settle, future, result, error)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+_JOB_COLUMNS = (
+    "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
+    "s3_config, submitted_at, started_at, finished_at, output, error, worker_id, attempt, "
+    "retries, lease_until, stop_pending"
+)
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    return Job(
+        id=row[0],
+        endpoint_id=row[1],
+        status=JobStatus(row[2]),
+        input_json=row[3],
+        execution_timeout_ms=row[4],
+        ttl_ms=row[5],
+        low_priority=bool(row[6]),
+        webhook=row[7],
+        s3_config_json=row[8],
+        submitted_at=row[9],
+        started_at=row[10],
+        finished_at=row[11],
+        output_json=row[12],
+        error=row[13],
+        worker_id=row[14],
+        attempt=row[15],
+        retries=row[16],
+        lease_until=row[17],
+        stop_pending=bool(row[18]),
+    )
+
+
+def _endpoint(row: tuple[Any, ...]) -> Endpoint:
+    return Endpoint(
+        id=row[0],
+        userId=row[1],
+        spec=EndpointSpec.model_validate_json(row[2]),
+        version=row[3],
+        createdAt=row[4],
+    )
+
+
+_WORKER_COLUMNS = (
+    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle"
+)
+
+
+def _worker(row: tuple[Any, ...]) -> Worker:
+    return Worker(
+        id=row[0],
+        endpoint_id=row[1],
+        kind=WorkerKind(row[2]),
+        state=WorkerState(row[3]),
+        version=row[4],
+        started_at=row[5],
+        last_seen=row[6],
+        idle_since=row[7],
+        pid=row[8],
+        gpu=row[9],
+        recycle=bool(row[10]),
+    )
+
+
+def _in(states: Iterable[JobStatus]) -> str:
+    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
+
+
+class SQLiteStore:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._writer = _Writer(path)
+        self._reader: sqlite3.Connection | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _connect(self._path)
+        try:
+            migrate(conn)
+        finally:
+            conn.close()
+        self._writer.start()
+        self._reader = _connect(self._path)
+
+    async def close(self) -> None:
+        self._writer.stop()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        assert self._reader is not None, "store is not open"
+        return self._reader.execute(sql, params).fetchall()
+
+    async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        result: T = await self._writer.submit(op)
+        return result
+
+    # -- secrets --------------------------------------------------------------------------
+    async def secret(self, name: str) -> bytes:
+        def op(c: sqlite3.Connection) -> bytes:
+            row = c.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+            if row:
+                return bytes(row[0])
+            value = secrets.token_bytes(32)
+            c.execute("INSERT INTO meta (name, value) VALUES (?, ?)", (name, value))
+            return value
+
+        return await self._write(op)
+
+    # -- users and keys -------------------------------------------------------------------
+    async def create_user(self, user: User) -> User:
+        def op(c: sqlite3.Connection) -> None:
+            try:
+                c.execute(
+                    "INSERT INTO users (id, name, is_admin, created_at) VALUES (?, ?, ?, ?)",
+                    (user.id, user.name, int(user.is_admin), user.created_at),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(f"a user named {user.name!r} already exists") from None
+
+        await self._write(op)
+        return user
+
+    async def get_user_by_name(self, name: str) -> User | None:
+        rows = self._read(
+            "SELECT id, name, is_admin, created_at FROM users WHERE name = ?", (name,)
+        )
+        return User(rows[0][0], rows[0][1], bool(rows[0][2]), rows[0][3]) if rows else None
+
+    async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
+        def op(c: sqlite3.Connection) -> None:
+            try:
+                c.execute(
+                    "INSERT INTO api_keys (id, user_id, key_hash, hint, label, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (key.id, key.user_id, key_hash, key.hint, key.label, key.created_at),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("this API key is already registered") from None
+
+        await self._write(op)
+        return key
+
+    _KEY_SQL = (
+        "SELECT k.id, k.user_id, k.hint, k.label, k.created_at, k.revoked_at,"
+        " u.id, u.name, u.is_admin, u.created_at FROM api_keys k JOIN users u ON u.id = k.user_id"
+    )
+
+    @staticmethod
+    def _key_row(row: tuple[Any, ...]) -> tuple[ApiKey, User]:
+        return (
+            ApiKey(row[0], row[1], row[2], row[3], row[4], row[5]),
+            User(row[6], row[7], bool(row[8]), row[9]),
+        )
+
+    async def find_api_key(self, key_hash: str) -> tuple[ApiKey, User] | None:
+        rows = self._read(self._KEY_SQL + " WHERE k.key_hash = ?", (key_hash,))
+        return self._key_row(rows[0]) if rows else None
+
+    async def list_api_keys(self) -> list[tuple[ApiKey, User]]:
+        return [self._key_row(r) for r in self._read(self._KEY_SQL + " ORDER BY k.created_at")]
+
+    async def revoke_api_key(self, key_id: str, now: float) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (now, key_id),
+            )
+            return cur.rowcount > 0
+
+        return await self._write(op)
+
+    # -- registry auths -------------------------------------------------------------------
+    async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
+        def op(c: sqlite3.Connection) -> None:
+            try:
+                c.execute(
+                    "INSERT INTO registry_auths (id, user_id, name, username, password, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        auth.id,
+                        auth.user_id,
+                        auth.name,
+                        auth.username,
+                        auth.password,
+                        auth.created_at,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(
+                    f"a container registry auth named {auth.name!r} already exists"
+                ) from None
+
+        await self._write(op)
+        return auth
+
+    _AUTH_SQL = "SELECT id, user_id, name, username, password, created_at FROM registry_auths"
+
+    async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]:
+        rows = self._read(self._AUTH_SQL + " WHERE user_id = ? ORDER BY created_at", (user_id,))
+        return [RegistryAuthRecord(*r) for r in rows]
+
+    async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None:
+        rows = self._read(self._AUTH_SQL + " WHERE user_id = ? AND id = ?", (user_id, auth_id))
+        return RegistryAuthRecord(*rows[0]) if rows else None
+
+    async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                "DELETE FROM registry_auths WHERE user_id = ? AND id = ?", (user_id, auth_id)
+            )
+            return cur.rowcount > 0
+
+        return await self._write(op)
+
+    # -- templates ------------------------------------------------------------------------
+    async def create_template(self, user_id: str, template: Template, now: float) -> Template:
+        def op(c: sqlite3.Connection) -> None:
+            try:
+                c.execute(
+                    "INSERT INTO templates (id, user_id, name, spec, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (template.id, user_id, template.name, template.model_dump_json(), now),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(f"a template named {template.name!r} already exists") from None
+
+        await self._write(op)
+        return template
+
+    async def list_templates(self, user_id: str) -> list[Template]:
+        rows = self._read(
+            "SELECT spec FROM templates WHERE user_id = ? ORDER BY created_at", (user_id,)
+        )
+        return [Template.model_validate_json(r[0]) for r in rows]
+
+    async def get_template(self, user_id: str, template_id: str) -> Template | None:
+        rows = self._read(
+            "SELECT spec FROM templates WHERE user_id = ? AND id = ?", (user_id, template_id)
+        )
+        return Template.model_validate_json(rows[0][0]) if rows else None
+
+    async def update_template(self, user_id: str, template: Template) -> Template:
+        def op(c: sqlite3.Connection) -> None:
+            try:
+                c.execute(
+                    "UPDATE templates SET name = ?, spec = ? WHERE user_id = ? AND id = ?",
+                    (template.name, template.model_dump_json(), user_id, template.id),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict(f"a template named {template.name!r} already exists") from None
+
+        await self._write(op)
+        return template
+
+    async def delete_template(self, user_id: str, template_id: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                "DELETE FROM templates WHERE user_id = ? AND id = ?", (user_id, template_id)
+            )
+            return cur.rowcount > 0
+
+        return await self._write(op)
+
+    # -- endpoints ------------------------------------------------------------------------
+    _ENDPOINT_SQL = "SELECT id, user_id, spec, version, created_at FROM endpoints"
+
+    async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO endpoints (id, user_id, template_id, spec, version, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    endpoint.id,
+                    endpoint.userId,
+                    endpoint.spec.templateId,
+                    endpoint.spec.model_dump_json(),
+                    endpoint.version,
+                    endpoint.createdAt,
+                ),
+            )
+
+        await self._write(op)
+        return endpoint
+
+    async def list_endpoints(self, user_id: str | None) -> list[Endpoint]:
+        if user_id is None:
+            rows = self._read(self._ENDPOINT_SQL + " ORDER BY created_at")
+        else:
+            rows = self._read(
+                self._ENDPOINT_SQL + " WHERE user_id = ? ORDER BY created_at", (user_id,)
+            )
+        return [_endpoint(r) for r in rows]
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        rows = self._read(self._ENDPOINT_SQL + " WHERE id = ?", (endpoint_id,))
+        return _endpoint(rows[0]) if rows else None
+
+    async def update_endpoint(
+        self, endpoint_id: str, spec: EndpointSpec, bump_version: bool
+    ) -> Endpoint | None:
+        def op(c: sqlite3.Connection) -> Endpoint | None:
+            row = c.execute(
+                "UPDATE endpoints SET spec = ?, template_id = ?, version = version + ?"
+                " WHERE id = ? RETURNING id, user_id, spec, version, created_at",
+                (spec.model_dump_json(), spec.templateId, int(bump_version), endpoint_id),
+            ).fetchone()
+            return _endpoint(row) if row else None
+
+        return await self._write(op)
+
+    async def bump_endpoint_versions(self, template_id: str) -> list[str]:
+        def op(c: sqlite3.Connection) -> list[str]:
+            rows = c.execute(
+                "UPDATE endpoints SET version = version + 1 WHERE template_id = ? RETURNING id",
+                (template_id,),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._write(op)
+
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            c.execute(
+                "DELETE FROM stream_chunks WHERE job_id IN"
+                " (SELECT id FROM jobs WHERE endpoint_id = ?)",
+                (endpoint_id,),
+            )
+            c.execute("DELETE FROM jobs WHERE endpoint_id = ?", (endpoint_id,))
+            c.execute("DELETE FROM workers WHERE endpoint_id = ?", (endpoint_id,))
+            return c.execute("DELETE FROM endpoints WHERE id = ?", (endpoint_id,)).rowcount > 0
+
+        return await self._write(op)
+
+    async def endpoints_using_template(self, template_id: str) -> list[str]:
+        rows = self._read("SELECT id FROM endpoints WHERE template_id = ?", (template_id,))
+        return [r[0] for r in rows]
+
+    # -- jobs -----------------------------------------------------------------------------
+    async def insert_job(self, job: Job) -> None:
+        params = (
+            job.id,
+            job.endpoint_id,
+            job.status.value,
+            job.input_json,
+            job.execution_timeout_ms,
+            job.ttl_ms,
+            int(job.low_priority),
+            job.webhook,
+            job.s3_config_json,
+            job.submitted_at,
+        )
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms,"
+                " low_priority, webhook, s3_config, submitted_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+
+        await self._write(op)
+
+    async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        rows = self._read(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
+            (job_id, endpoint_id),
+        )
+        return _job(rows[0]) if rows else None
+
+    async def claim_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        def op(c: sqlite3.Connection) -> list[Job]:
+            rows = c.execute(
+                f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = ?, started_at = ?,"
+                f" lease_until = ?, attempt = attempt + 1"
+                f" WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
+                f" ORDER BY low_priority, seq LIMIT ?)"
+                f" RETURNING {_JOB_COLUMNS}, seq",
+                (worker_id, now, lease_until, endpoint_id, limit),
+            ).fetchall()
+            rows.sort(key=lambda r: (r[6], r[-1]))
+            return [_job(r) for r in rows]
+
+        return await self._write(op)
+
+    async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                "UPDATE jobs SET output = ? WHERE id = ? AND worker_id = ?"
+                " AND status = 'IN_PROGRESS'",
+                (output_json, job_id, worker_id),
+            )
+            return cur.rowcount > 0
+
+        return await self._write(op)
+
+    async def finish_job(
+        self,
+        job_id: str,
+        worker_id: str | None,
+        status: JobStatus,
+        output_json: str | None,
+        error: str | None,
+        now: float,
+    ) -> Job | None:
+        guard = _in(sources_of(status) & {JobStatus.IN_PROGRESS})
+        sql = (
+            f"UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?,"
+            f" lease_until = NULL WHERE id = ? AND status IN {guard}"
+        )
+        params: tuple[Any, ...] = (status.value, output_json, error, now, job_id)
+        if worker_id is not None:
+            sql += " AND worker_id = ?"
+            params += (worker_id,)
+        sql += f" RETURNING {_JOB_COLUMNS}"
+
+        def op(c: sqlite3.Connection) -> Job | None:
+            row = c.execute(sql, params).fetchone()
+            return _job(row) if row else None
+
+        return await self._write(op)
+
+    async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
+        def op(c: sqlite3.Connection) -> Job | None:
+            row = c.execute(
+                f"UPDATE jobs SET status = 'CANCELLED', finished_at = ?, lease_until = NULL,"
+                f" stop_pending = (status = 'IN_PROGRESS')"
+                f" WHERE id = ? AND endpoint_id = ?"
+                f" AND status IN {_in(sources_of(JobStatus.CANCELLED))}"
+                f" RETURNING {_JOB_COLUMNS}",
+                (now, job_id, endpoint_id),
+            ).fetchone()
+            if row:
+                return _job(row)
+            row = c.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
+                (job_id, endpoint_id),
+            ).fetchone()
+            return _job(row) if row else None
+
+        return await self._write(op)
+
+    async def retry_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        def op(c: sqlite3.Connection) -> Job | None:
+            row = c.execute(
+                f"UPDATE jobs SET status = 'IN_QUEUE', output = NULL, error = NULL,"
+                f" started_at = NULL, finished_at = NULL, worker_id = NULL, lease_until = NULL,"
+                f" stop_pending = 0, stream_cursor = 0, retries = retries + 1, attempt = 0"
+                f" WHERE id = ? AND endpoint_id = ?"
+                f" AND status IN {_in(sources_of(JobStatus.IN_QUEUE) - {JobStatus.IN_PROGRESS})}"
+                f" RETURNING {_JOB_COLUMNS}",
+                (job_id, endpoint_id),
+            ).fetchone()
+            if row:
+                c.execute("DELETE FROM stream_chunks WHERE job_id = ?", (job_id,))
+                return _job(row)
+            row = c.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
+                (job_id, endpoint_id),
+            ).fetchone()
+            return _job(row) if row else None
+
+        return await self._write(op)
+
+    async def purge_queue(self, endpoint_id: str) -> int:
+        def op(c: sqlite3.Connection) -> int:
+            return c.execute(
+                "DELETE FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'", (endpoint_id,)
+            ).rowcount
+
+        return await self._write(op)
+
+    async def job_counts(self, endpoint_id: str) -> JobCounts:
+        rows = self._read(
+            "SELECT status, low_priority, COUNT(*), SUM(retries) FROM jobs WHERE endpoint_id = ?"
+            " GROUP BY status, low_priority",
+            (endpoint_id,),
+        )
+        by_status: dict[str, int] = {}
+        normal_queued = 0
+        retried = 0
+        for status, low, count, retries in rows:
+            by_status[status] = by_status.get(status, 0) + count
+            retried += retries or 0
+            if status == "IN_QUEUE" and not low:
+                normal_queued = count
+        return JobCounts(
+            in_queue=by_status.get("IN_QUEUE", 0),
+            in_progress=by_status.get("IN_PROGRESS", 0),
+            completed=by_status.get("COMPLETED", 0),
+            failed=by_status.get("FAILED", 0),
+            cancelled=by_status.get("CANCELLED", 0),
+            timed_out=by_status.get("TIMED_OUT", 0),
+            retried=retried,
+            in_queue_normal=normal_queued,
+        )
+
+    async def append_stream_chunk(
+        self, job_id: str, worker_id: str, output_json: str, metrics_json: str | None
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            held = c.execute(
+                "SELECT 1 FROM jobs WHERE id = ? AND worker_id = ? AND status = 'IN_PROGRESS'",
+                (job_id, worker_id),
+            ).fetchone()
+            if not held:
+                return False
+            c.execute(
+                "INSERT INTO stream_chunks (job_id, seq, output, metrics) VALUES (?,"
+                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM stream_chunks WHERE job_id = ?), ?, ?)",
+                (job_id, job_id, output_json, metrics_json),
+            )
+            return True
+
+        return await self._write(op)
+
+    async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:
+        def op(c: sqlite3.Connection) -> list[StreamChunk]:
+            rows = c.execute(
+                "SELECT seq, output, metrics FROM stream_chunks WHERE job_id = ? AND seq >"
+                " (SELECT stream_cursor FROM jobs WHERE id = ?) ORDER BY seq",
+                (job_id, job_id),
+            ).fetchall()
+            if rows:
+                c.execute("UPDATE jobs SET stream_cursor = ? WHERE id = ?", (rows[-1][0], job_id))
+            return [StreamChunk(r[0], r[1], r[2]) for r in rows]
+
+        return await self._write(op)
+
+    async def take_stop_signals(self, worker_id: str) -> list[str]:
+        def op(c: sqlite3.Connection) -> list[str]:
+            rows = c.execute(
+                "UPDATE jobs SET stop_pending = 0 WHERE worker_id = ? AND stop_pending = 1"
+                " RETURNING id",
+                (worker_id,),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._write(op)
+
+    async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.executemany(
+                "UPDATE jobs SET lease_until = ? WHERE id = ? AND worker_id = ?"
+                " AND status = 'IN_PROGRESS'",
+                [(lease_until, job_id, worker_id) for job_id in job_ids],
+            )
+
+        await self._write(op)
+
+    async def release_jobs(
+        self, worker_id: str | None, now: float, max_attempts: int, reason: str
+    ) -> list[Job]:
+        if worker_id is None:
+            where, params = "status = 'IN_PROGRESS' AND lease_until < ?", (now,)
+        else:
+            where, params = "status = 'IN_PROGRESS' AND worker_id = ?", (worker_id,)  # type: ignore[assignment]
+
+        def op(c: sqlite3.Connection) -> list[Job]:
+            failed = c.execute(
+                f"UPDATE jobs SET status = 'FAILED', error = ?, finished_at = ?, lease_until = NULL"
+                f" WHERE {where} AND attempt >= ? RETURNING {_JOB_COLUMNS}",
+                (reason, now, *params, max_attempts),
+            ).fetchall()
+            requeued = c.execute(
+                f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
+                f" lease_until = NULL, output = NULL, retries = retries + 1"
+                f" WHERE {where} RETURNING {_JOB_COLUMNS}",
+                params,
+            ).fetchall()
+            if requeued:
+                c.executemany(
+                    "DELETE FROM stream_chunks WHERE job_id = ?", [(r[0],) for r in requeued]
+                )
+            return [_job(r) for r in failed + requeued]
+
+        return await self._write(op)
+
+    # -- workers --------------------------------------------------------------------------
+    async def save_worker(self, worker: Worker) -> None:
+        params = (
+            worker.id,
+            worker.endpoint_id,
+            worker.kind.value,
+            worker.state.value,
+            worker.version,
+            worker.started_at,
+            worker.last_seen,
+            worker.idle_since,
+            worker.pid,
+            worker.gpu,
+            int(worker.recycle),
+        )
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                f"INSERT OR REPLACE INTO workers ({_WORKER_COLUMNS})"
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+
+        await self._write(op)
+
+    async def get_worker(self, worker_id: str) -> Worker | None:
+        rows = self._read(f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker_id,))
+        return _worker(rows[0]) if rows else None
+
+    async def list_workers(self, endpoint_id: str | None) -> list[Worker]:
+        if endpoint_id is None:
+            rows = self._read(f"SELECT {_WORKER_COLUMNS} FROM workers ORDER BY started_at")
+        else:
+            rows = self._read(
+                f"SELECT {_WORKER_COLUMNS} FROM workers WHERE endpoint_id = ? ORDER BY started_at",
+                (endpoint_id,),
+            )
+        return [_worker(r) for r in rows]
+
+    async def delete_worker(self, worker_id: str) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+        await self._write(op)
+
+    async def jobs_of_worker(self, worker_id: str) -> list[str]:
+        rows = self._read(
+            "SELECT id FROM jobs WHERE worker_id = ? AND status = 'IN_PROGRESS' ORDER BY seq",
+            (worker_id,),
+        )
+        return [r[0] for r in rows]

@@ -1,0 +1,26 @@
+"""A plain runpod-SDK worker, unmodified from how it would run on the hosted cloud.
+
+Its input picks a behaviour: ``sleep`` seconds, ``progress`` updates, ``raise`` an exception,
+return an ``error``, or echo the input back.
+"""
+
+import time
+
+import runpod
+
+
+def handler(job):
+    job_input = job["input"]
+    for update in job_input.get("progress", []):
+        runpod.serverless.progress_update(job, update)
+        time.sleep(job_input.get("progress_pause", 0.5))
+    if "sleep" in job_input:
+        time.sleep(job_input["sleep"])
+    if "raise" in job_input:
+        raise ValueError(job_input["raise"])
+    if "error" in job_input:
+        return {"error": job_input["error"]}
+    return {"echo": job_input}
+
+
+runpod.serverless.start({"handler": handler})
