@@ -1,0 +1,31 @@
+"""Fixtures of the end-to-end suite: a real server, the real runpod SDK as its client."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from harness import Server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("skiff") / "data")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def runpod_client(server: Server) -> Any:
+    """The unmodified runpod SDK, pointed at this server the way a user would point it."""
+    os.environ["RUNPOD_ENDPOINT_BASE_URL"] = f"{server.url}/v2"
+    import runpod
+
+    runpod.api_key = server.key
+    runpod.endpoint_url_base = f"{server.url}/v2"
+    return runpod

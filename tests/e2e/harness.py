@@ -1,0 +1,123 @@
+"""End-to-end harness (the pieces; fixtures are in conftest.py): the real ``skiff serve`` as a subprocess on a free port, real
+runpod-SDK workers started by it, and the real runpod SDK as the client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+WORKERS = Path(__file__).parent / "workers"
+ADMIN_KEY = "sk_e2e_admin_key_0123456789"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """One ``skiff serve`` process and a client for its APIs."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.key = ADMIN_KEY
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"serve-{self.port}.log"
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
+        )
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            SKIFF_API_KEY=self.key,
+            SKIFF_SCALER_INTERVAL_SECONDS="0.2",
+            SKIFF_PING_INTERVAL_MS="1000",
+            SKIFF_WORKER_STOP_GRACE_SECONDS="2",
+            SKIFF_TAKE_HOLD_SECONDS="10",
+        )
+        return env
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "skiff",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"skiff serve exited: {self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("skiff serve did not become ready in 30 s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    # -- management helpers --------------------------------------------------------------
+    def create_template(self, script: str, **fields: Any) -> dict[str, Any]:
+        body = {
+            "name": fields.pop("name", f"tpl-{script}-{time.monotonic_ns()}"),
+            "imageName": "local/worker",
+            "dockerStartCmd": [sys.executable, str(WORKERS / script)],
+            **fields,
+        }
+        response = self.http.post("/v1/templates", json=body)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def create_endpoint(self, script: str = "echo_worker.py", **fields: Any) -> dict[str, Any]:
+        template = self.create_template(script)
+        body = {"templateId": template["id"], "computeType": "CPU", **fields}
+        response = self.http.post("/v1/endpoints", json=body)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def wait_for(self, predicate: Any, timeout: float = 60, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; server log:\n{self.tail_log()}")
+
+    def tail_log(self) -> str:
+        try:
+            return self.log_path.read_text()[-4000:]
+        except OSError:
+            return ""

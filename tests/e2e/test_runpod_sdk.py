@@ -1,0 +1,166 @@
+"""The unmodified runpod SDK as client, against unmodified runpod-SDK workers skiff starts."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from harness import Server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def echo(server: Server, runpod_client: Any) -> Any:
+    endpoint = server.create_endpoint("echo_worker.py", workersMax=2, idleTimeout=30)
+    return runpod_client.Endpoint(endpoint["id"])
+
+
+@pytest.fixture(scope="module")
+def streamer(server: Server, runpod_client: Any) -> Any:
+    endpoint = server.create_endpoint("stream_worker.py", workersMax=1, idleTimeout=30)
+    return runpod_client.Endpoint(endpoint["id"])
+
+
+@pytest.fixture(scope="module")
+def parked(server: Server, runpod_client: Any) -> Any:
+    """An endpoint with no workers at all: its jobs stay queued."""
+    endpoint = server.create_endpoint("echo_worker.py", workersMax=0)
+    return runpod_client.Endpoint(endpoint["id"])
+
+
+def test_run_sync_returns_the_handler_output(echo: Any) -> None:
+    assert echo.run_sync({"prompt": "hello"}, timeout=90) == {"echo": {"prompt": "hello"}}
+
+
+def test_run_then_output_returns_the_result(echo: Any) -> None:
+    job = echo.run({"input": {"n": 7}})
+    assert job.output(timeout=90) == {"echo": {"n": 7}}
+    assert job.status() == "COMPLETED"
+
+
+def test_status_reports_delay_and_execution_time(server: Server, echo: Any) -> None:
+    job = echo.run({"n": 1})
+    job.output(timeout=90)
+    body = server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()
+    assert body["status"] == "COMPLETED"
+    assert body["delayTime"] >= 0 and body["executionTime"] >= 0
+    assert body["output"] == {"echo": {"n": 1}}
+
+
+def test_stream_yields_every_chunk_once_in_order(streamer: Any) -> None:
+    job = streamer.run({"chunks": 6, "pause": 0.3})
+    chunks = list(job.stream())
+    assert chunks == [{"index": i, "text": f"chunk-{i}"} for i in range(6)]
+    assert job.status() == "COMPLETED"
+
+
+def test_failing_handler_marks_the_job_failed_with_its_error(server: Server, echo: Any) -> None:
+    job = echo.run({"raise": "boom"})
+    server.wait_for(lambda: job.status() == "FAILED", what="FAILED")
+    body = server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()
+    assert isinstance(body["error"], str) and "boom" in body["error"]
+
+
+def test_handler_returning_error_marks_the_job_failed(server: Server, echo: Any) -> None:
+    job = echo.run({"error": "bad input"})
+    server.wait_for(lambda: job.status() == "FAILED", what="FAILED")
+    body = server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()
+    assert body["error"] == "bad input"
+
+
+def test_progress_update_is_visible_while_the_job_runs(server: Server, echo: Any) -> None:
+    job = echo.run({"progress": ["25%", "50%"], "progress_pause": 1.0, "sleep": 2})
+    seen: list[Any] = []
+
+    def progressed() -> bool:
+        body = server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()
+        if body["status"] == "IN_PROGRESS" and "output" in body:
+            seen.append(body["output"])
+        return body["status"] == "COMPLETED"
+
+    server.wait_for(progressed, what="job to complete")
+    assert "25%" in seen or "50%" in seen
+    assert job.output() == {"echo": {"progress": ["25%", "50%"], "progress_pause": 1.0, "sleep": 2}}
+
+
+def test_cancel_of_a_queued_job_means_it_never_starts(server: Server, parked: Any) -> None:
+    job = parked.run({"never": True})
+    assert job.cancel() == {"id": job.job_id, "status": "CANCELLED"}
+    body = server.http.get(f"/v2/{parked.endpoint_id}/status/{job.job_id}").json()
+    assert body["status"] == "CANCELLED"
+    assert "workerId" not in body
+
+
+def test_cancel_of_a_running_job_stops_it(server: Server, echo: Any) -> None:
+    job = echo.run({"sleep": 30})
+    server.wait_for(lambda: job.status() == "IN_PROGRESS", what="IN_PROGRESS")
+    assert job.cancel()["status"] == "CANCELLED"
+    time.sleep(1)
+    assert server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()["status"] == (
+        "CANCELLED"
+    )
+
+
+def test_purge_queue_removes_only_queued_jobs(server: Server, parked: Any) -> None:
+    jobs = [parked.run({"i": i}) for i in range(3)]
+    assert parked.purge_queue() == {"removed": 3, "status": "completed"}
+    for job in jobs:
+        assert server.http.get(f"/v2/{parked.endpoint_id}/status/{job.job_id}").status_code == 404
+
+
+def test_health_counts_jobs_and_workers(server: Server, runpod_client: Any) -> None:
+    endpoint = runpod_client.Endpoint(
+        server.create_endpoint("echo_worker.py", workersMax=1, idleTimeout=30)["id"]
+    )
+    assert endpoint.run_sync({"a": 1}, timeout=90) == {"echo": {"a": 1}}
+    failed = endpoint.run({"raise": "x"})
+    server.wait_for(lambda: failed.status() == "FAILED", what="FAILED")
+    health = endpoint.health()
+    assert health["jobs"]["completed"] == 1
+    assert health["jobs"]["failed"] == 1
+    assert health["jobs"]["inQueue"] == 0 and health["jobs"]["inProgress"] == 0
+    assert health["workers"]["idle"] + health["workers"]["running"] == 1
+
+
+def test_queued_jobs_are_counted_in_health(parked: Any) -> None:
+    jobs = [parked.run({"i": i}) for i in range(2)]
+    assert parked.health()["jobs"]["inQueue"] == 2
+    for job in jobs:
+        job.cancel()
+    assert parked.health()["jobs"]["inQueue"] == 0
+
+
+def test_retry_requeues_a_failed_job_with_the_same_id(server: Server, echo: Any) -> None:
+    job = echo.run({"raise": "once"})
+    server.wait_for(lambda: job.status() == "FAILED", what="FAILED")
+    response = server.http.post(f"/v2/{echo.endpoint_id}/retry/{job.job_id}")
+    assert response.json() == {"id": job.job_id, "status": "IN_QUEUE"}
+    completed = server.http.post(f"/v2/{echo.endpoint_id}/retry/{job.job_id}")
+    assert completed.status_code in (200, 400)
+
+
+def test_retry_of_a_completed_job_is_refused(server: Server, echo: Any) -> None:
+    job = echo.run({"ok": 1})
+    job.output(timeout=90)
+    response = server.http.post(f"/v2/{echo.endpoint_id}/retry/{job.job_id}")
+    assert response.status_code == 400
+    assert "COMPLETED" in response.json()["error"]
+
+
+def test_runsync_with_a_short_wait_answers_a_non_final_status(server: Server, echo: Any) -> None:
+    response = server.http.post(
+        f"/v2/{echo.endpoint_id}/runsync", params={"wait": 1000}, json={"input": {"sleep": 4}}
+    )
+    body = response.json()
+    assert response.status_code == 200
+    assert body["id"].startswith("sync-")
+    assert body["status"] in ("IN_QUEUE", "IN_PROGRESS")
+    server.wait_for(
+        lambda: (
+            server.http.get(f"/v2/{echo.endpoint_id}/status/{body['id']}").json()["status"]
+            == "COMPLETED"
+        ),
+        what="sync job to finish",
+    )
