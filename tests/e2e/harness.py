@@ -1,5 +1,5 @@
-"""End-to-end harness (the pieces; fixtures are in conftest.py): the real ``skiff serve`` as a subprocess on a free port, real
-runpod-SDK workers started by it, and the real runpod SDK as the client."""
+"""End-to-end harness: the real ``skiff serve`` as a subprocess on a free port, real
+runpod-SDK workers started by it, and the real runpod SDK as the client (fixtures: conftest.py)."""
 
 from __future__ import annotations
 
