@@ -1,6 +1,5 @@
 """``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``)."""
 
-
 from typing import Any
 
 from fastapi import APIRouter

@@ -1,6 +1,5 @@
 """``/v1``: the management REST interface (registry auths, templates, endpoints)."""
 
-
 import datetime as dt
 from typing import Annotated, Any
 

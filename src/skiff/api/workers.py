@@ -4,7 +4,6 @@ Workers authenticate with a token scoped to their endpoint (``Authorization: <to
 runpod SDK sends ``RUNPOD_AI_API_KEY``). Every answer here is what the SDK 1.12.0 expects.
 """
 
-
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response

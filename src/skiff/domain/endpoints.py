@@ -128,9 +128,20 @@ def spec_from_create(data: EndpointCreate, default_name: str) -> EndpointSpec:
 
 
 def apply_endpoint_update(current: EndpointSpec, update: EndpointUpdate) -> EndpointSpec:
-    """The merged settings; validated as a whole so min/max are checked against each other."""
-    merged = current.model_dump() | update.model_dump(exclude_unset=True, exclude_none=True)
-    return EndpointSpec.model_validate(merged)
+    """The merged settings; validated as a whole so min/max are checked against each other.
+
+    ``null`` clears a field that may be empty (``networkVolumeId``) and leaves any other
+    unchanged, so a client that sends every field of a form back does no harm."""
+    changes = {
+        k: v
+        for k, v in update.model_dump(exclude_unset=True).items()
+        if v is not None or k in NULLABLE_FIELDS
+    }
+    return EndpointSpec.model_validate(current.model_dump() | changes)
+
+
+#: Settings an update may clear with ``null``.
+NULLABLE_FIELDS = frozenset({"networkVolumeId"})
 
 
 #: Endpoint fields whose change means running workers no longer match the endpoint.

@@ -170,7 +170,11 @@ def _parse_webhook(raw: Any) -> str | None:
         return None
     if not isinstance(raw, str):
         raise Invalid("webhook must be a URL string", field="webhook")
-    parts = urlsplit(raw)
+    try:
+        parts = urlsplit(raw)
+        _ = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        raise Invalid("webhook must be an absolute http(s) URL", field="webhook") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise Invalid("webhook must be an absolute http(s) URL", field="webhook")
     return raw

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from skiff.clock import Clock
 from skiff.domain.endpoints import (
     Endpoint,
@@ -65,8 +67,11 @@ class Endpoints:
             await self._check_template(user, data.templateId)
         try:
             spec = apply_endpoint_update(current.spec, data)
-        except ValueError as exc:
-            raise Invalid(str(exc).splitlines()[-1].strip(), field="workersMin") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "workersMin"
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise Invalid(f"{field}: {message}", field=field) from None
         updated = await self._store.update_endpoint(
             endpoint_id, spec, bump_version=rolls_workers(current.spec, spec)
         )

@@ -235,7 +235,7 @@ def _in(states: Iterable[JobStatus]) -> str:
 class SQLiteStore:
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._writer = _Writer(path)
+        self._writer: _Writer | None = None
         self._reader: sqlite3.Connection | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -246,11 +246,14 @@ class SQLiteStore:
             migrate(conn)
         finally:
             conn.close()
+        self._writer = _Writer(self._path)
         self._writer.start()
         self._reader = _connect(self._path)
 
     async def close(self) -> None:
-        self._writer.stop()
+        if self._writer is not None:
+            self._writer.stop()
+            self._writer = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -260,6 +263,7 @@ class SQLiteStore:
         return self._reader.execute(sql, params).fetchall()
 
     async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        assert self._writer is not None, "store is not open"
         result: T = await self._writer.submit(op)
         return result
 
@@ -734,7 +738,8 @@ class SQLiteStore:
             ).fetchall()
             requeued = c.execute(
                 f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
-                f" lease_until = NULL, output = NULL, retries = retries + 1"
+                f" lease_until = NULL, output = NULL, retries = retries + 1,"
+                f" stream_cursor = 0, stop_pending = 0"
                 f" WHERE {where} RETURNING {_JOB_COLUMNS}",
                 params,
             ).fetchall()

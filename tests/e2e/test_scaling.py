@@ -1,0 +1,75 @@
+"""The first scaler, end to end: start on demand, keep the minimum, stop idle workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harness import Server
+
+pytestmark = pytest.mark.e2e
+
+
+def _workers(server: Server, endpoint_id: str) -> list[dict[str, Any]]:
+    body = server.http.get(f"/v1/endpoints/{endpoint_id}", params={"includeWorkers": "true"})
+    return list(body.json()["workers"])
+
+
+def test_scales_from_zero_and_back_to_zero_after_the_idle_timeout(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMax=1, idleTimeout=1)
+    eid = endpoint["id"]
+    assert _workers(server, eid) == []
+    done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"x": 1}}).json()
+    assert done["status"] == "COMPLETED"
+    server.wait_for(lambda: _workers(server, eid) == [], timeout=30, what="scale to zero")
+
+
+def test_keeps_workers_min_running_without_jobs(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMin=2, workersMax=2, idleTimeout=1)
+    eid = endpoint["id"]
+    server.wait_for(
+        lambda: sum(w["state"] == "idle" for w in _workers(server, eid)) == 2,
+        what="two idle workers",
+    )
+    health = server.http.get(f"/v2/{eid}/health").json()
+    assert health["workers"]["idle"] == 2
+    server.http.patch(f"/v1/endpoints/{eid}", json={"workersMin": 0})
+    server.wait_for(lambda: _workers(server, eid) == [], timeout=30, what="scale to zero")
+
+
+def test_a_burst_never_gets_more_than_workers_max(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMax=2, idleTimeout=2)
+    eid = endpoint["id"]
+    ids = [
+        server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 0.5, "i": i}}).json()["id"]
+        for i in range(8)
+    ]
+    most = 0
+
+    def all_done() -> bool:
+        nonlocal most
+        most = max(most, len(_workers(server, eid)))
+        statuses = [server.http.get(f"/v2/{eid}/status/{j}").json()["status"] for j in ids]
+        return all(s == "COMPLETED" for s in statuses)
+
+    server.wait_for(all_done, timeout=90, what="the burst to finish")
+    assert 1 <= most <= 2
+
+
+def test_a_template_change_rolls_the_workers(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMin=1, workersMax=1, idleTimeout=30)
+    eid = endpoint["id"]
+    first = server.wait_for(
+        lambda: [w for w in _workers(server, eid) if w["state"] == "idle"], what="a worker"
+    )
+    server.http.patch(f"/v1/templates/{endpoint['templateId']}", json={"env": {"ROLL": "1"}})
+    server.wait_for(
+        lambda: [
+            w for w in _workers(server, eid) if w["version"] == 2 and w["id"] != first[0]["id"]
+        ],
+        what="a worker of the new version",
+    )
+    server.wait_for(
+        lambda: all(w["version"] == 2 for w in _workers(server, eid)),
+        what="the old worker to leave",
+    )

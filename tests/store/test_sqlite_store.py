@@ -1,0 +1,785 @@
+"""Contract tests of the SQLite store on a real database file."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.errors import Conflict
+from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, StreamChunk, User
+from skiff.store.sqlite import SQLiteStore
+
+EP = "ep-1"
+T0 = 1_700_000_000.0
+
+
+def make_job(job_id: str, endpoint_id: str = EP, **changes: Any) -> Job:
+    fields: dict[str, Any] = {
+        "id": job_id,
+        "endpoint_id": endpoint_id,
+        "status": JobStatus.IN_QUEUE,
+        "input_json": f'{{"n":"{job_id}"}}',
+        "execution_timeout_ms": 600_000,
+        "ttl_ms": 86_400_000,
+        "low_priority": False,
+        "webhook": None,
+        "s3_config_json": None,
+        "submitted_at": T0,
+    }
+    fields.update(changes)
+    return Job(**fields)
+
+
+def make_endpoint(endpoint_id: str = EP, template_id: str = "tpl-1") -> Endpoint:
+    return Endpoint(
+        id=endpoint_id,
+        userId="u-1",
+        version=1,
+        createdAt=T0,
+        spec=EndpointSpec(name=f"name-{endpoint_id}", templateId=template_id),
+    )
+
+
+def make_worker(worker_id: str, endpoint_id: str = EP) -> Worker:
+    return Worker(
+        id=worker_id,
+        endpoint_id=endpoint_id,
+        kind=WorkerKind.LOCAL,
+        state=WorkerState.IDLE,
+        version=1,
+        started_at=T0,
+        idle_since=T0,
+        pid=1234,
+        gpu="GPU-0",
+    )
+
+
+def make_template(template_id: str, name: str) -> Template:
+    return Template(id=template_id, name=name, imageName="example/worker:1")
+
+
+def make_user(user_id: str = "u-1", name: str = "alice") -> User:
+    return User(id=user_id, name=name, is_admin=False, created_at=T0)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "skiff.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    s = SQLiteStore(db_path)
+    await s.open()
+    yield s
+    await s.close()
+
+
+async def insert_jobs(store: SQLiteStore, *jobs: Job) -> None:
+    # One at a time: submission order (the seq column) must follow the argument order.
+    for job in jobs:
+        await store.insert_job(job)
+
+
+async def claim_one(store: SQLiteStore, job_id: str, worker_id: str = "w-1") -> Job:
+    await store.insert_job(make_job(job_id))
+    claimed = await store.claim_jobs(EP, worker_id, 1, now=T0 + 1, lease_until=T0 + 61)
+    assert [j.id for j in claimed] == [job_id]
+    return claimed[0]
+
+
+# -- jobs: insert and read ---------------------------------------------------------------
+
+
+async def test_inserted_job_is_read_back_with_every_field(store: SQLiteStore) -> None:
+    job = make_job(
+        "j-1",
+        low_priority=True,
+        webhook="https://example.com/hook",
+        s3_config_json='{"bucketName":"b"}',
+        execution_timeout_ms=7000,
+        ttl_ms=20_000,
+    )
+    await store.insert_job(job)
+    assert await store.get_job(EP, "j-1") == job
+
+
+async def test_get_job_of_another_endpoint_or_unknown_id_is_none(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    assert await store.get_job("ep-other", "j-1") is None
+    assert await store.get_job(EP, "j-missing") is None
+
+
+async def test_duplicate_job_id_is_refused(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    with pytest.raises(Exception, match="UNIQUE"):
+        await store.insert_job(make_job("j-1"))
+    assert (await store.job_counts(EP)).in_queue == 1
+
+
+# -- claim -----------------------------------------------------------------------------------
+
+
+async def test_claim_gives_normal_priority_before_low_priority(store: SQLiteStore) -> None:
+    await insert_jobs(
+        store,
+        make_job("low-1", low_priority=True),
+        make_job("normal-1"),
+        make_job("low-2", low_priority=True),
+        make_job("normal-2"),
+    )
+    claimed = await store.claim_jobs(EP, "w-1", 10, now=T0, lease_until=T0 + 60)
+    assert [j.id for j in claimed] == ["normal-1", "normal-2", "low-1", "low-2"]
+
+
+async def test_claim_hands_oldest_jobs_first(store: SQLiteStore) -> None:
+    await insert_jobs(store, *(make_job(f"j-{i}") for i in range(5)))
+    first = await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)
+    second = await store.claim_jobs(EP, "w-2", 2, now=T0, lease_until=T0 + 60)
+    assert [j.id for j in first] == ["j-0", "j-1"]
+    assert [j.id for j in second] == ["j-2", "j-3"]
+
+
+async def test_claim_skips_low_priority_only_while_normal_jobs_wait(store: SQLiteStore) -> None:
+    await insert_jobs(store, make_job("low", low_priority=True), make_job("normal"))
+    first = await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    second = await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    assert [j.id for j in first] == ["normal"]
+    assert [j.id for j in second] == ["low"]
+
+
+async def test_claim_never_hands_more_than_the_limit(store: SQLiteStore) -> None:
+    await insert_jobs(store, *(make_job(f"j-{i}") for i in range(5)))
+    claimed = await store.claim_jobs(EP, "w-1", 3, now=T0, lease_until=T0 + 60)
+    assert len(claimed) == 3
+    counts = await store.job_counts(EP)
+    assert (counts.in_queue, counts.in_progress) == (2, 3)
+
+
+async def test_claim_on_an_empty_queue_returns_nothing(store: SQLiteStore) -> None:
+    assert await store.claim_jobs(EP, "w-1", 5, now=T0, lease_until=T0 + 60) == []
+
+
+async def test_claim_only_takes_jobs_of_its_endpoint(store: SQLiteStore) -> None:
+    await insert_jobs(store, make_job("other", endpoint_id="ep-2"), make_job("mine"))
+    claimed = await store.claim_jobs(EP, "w-1", 5, now=T0, lease_until=T0 + 60)
+    assert [j.id for j in claimed] == ["mine"]
+    other = await store.get_job("ep-2", "other")
+    assert other is not None
+    assert other.status is JobStatus.IN_QUEUE
+
+
+async def test_claim_sets_status_worker_start_lease_and_attempt(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    [claimed] = await store.claim_jobs(EP, "w-7", 1, now=T0 + 5, lease_until=T0 + 65)
+    stored = await store.get_job(EP, "j-1")
+    for job in (claimed, stored):
+        assert job is not None
+        assert job.status is JobStatus.IN_PROGRESS
+        assert job.worker_id == "w-7"
+        assert job.started_at == T0 + 5
+        assert job.lease_until == T0 + 65
+        assert job.attempt == 1
+    assert await store.jobs_of_worker("w-7") == ["j-1"]
+
+
+async def test_concurrent_claims_never_hand_out_one_job_twice(store: SQLiteStore) -> None:
+    await asyncio.gather(*(store.insert_job(make_job(f"j-{i:03}")) for i in range(100)))
+    batches = await asyncio.gather(
+        *(store.claim_jobs(EP, f"w-{n}", 7, now=T0, lease_until=T0 + 60) for n in range(20))
+    )
+    claimed_ids = [job.id for batch in batches for job in batch]
+    assert len(claimed_ids) == len(set(claimed_ids))
+    assert set(claimed_ids) == {f"j-{i:03}" for i in range(100)}
+    assert all(len(batch) <= 7 for batch in batches)
+    for n, batch in enumerate(batches):
+        assert all(job.worker_id == f"w-{n}" for job in batch)
+    counts = await store.job_counts(EP)
+    assert (counts.in_queue, counts.in_progress) == (0, 100)
+
+
+# -- progress and finish ---------------------------------------------------------------------
+
+
+async def test_progress_is_recorded_only_for_the_holding_worker(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    assert await store.record_progress("j-1", "w-1", '{"step":1}') is True
+    assert await store.record_progress("j-1", "w-2", '{"step":99}') is False
+    job = await store.get_job(EP, "j-1")
+    assert job is not None
+    assert job.status is JobStatus.IN_PROGRESS
+    assert job.output_json == '{"step":1}'
+
+
+async def test_finish_moves_a_running_job_to_its_final_state(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    done = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '{"ok":1}', None, T0 + 9)
+    assert done is not None
+    assert done.status is JobStatus.COMPLETED
+    assert done.output_json == '{"ok":1}'
+    assert done.finished_at == T0 + 9
+    assert done.lease_until is None
+    assert await store.get_job(EP, "j-1") == done
+    assert await store.jobs_of_worker("w-1") == []
+
+
+async def test_finish_by_another_worker_returns_none_and_changes_nothing(
+    store: SQLiteStore,
+) -> None:
+    before = await claim_one(store, "j-1", "w-1")
+    assert await store.finish_job("j-1", "w-2", JobStatus.FAILED, None, "x", T0 + 9) is None
+    assert await store.get_job(EP, "j-1") == before
+
+
+async def test_finish_without_worker_id_is_allowed_for_the_platform(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    timed_out = await store.finish_job("j-1", None, JobStatus.TIMED_OUT, None, "late", T0 + 9)
+    assert timed_out is not None
+    assert timed_out.status is JobStatus.TIMED_OUT
+    assert timed_out.error == "late"
+
+
+async def test_finish_refuses_a_queued_job(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    assert await store.finish_job("j-1", None, JobStatus.COMPLETED, "1", None, T0) is None
+    job = await store.get_job(EP, "j-1")
+    assert job is not None
+    assert job.status is JobStatus.IN_QUEUE
+
+
+async def test_finish_refuses_an_already_final_job(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    first = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 2)
+    second = await store.finish_job("j-1", "w-1", JobStatus.FAILED, None, "again", T0 + 3)
+    assert first is not None
+    assert second is None
+    assert await store.get_job(EP, "j-1") == first
+
+
+async def test_finish_of_an_unknown_job_returns_none(store: SQLiteStore) -> None:
+    assert await store.finish_job("nope", None, JobStatus.COMPLETED, None, None, T0) is None
+
+
+# -- cancel and stop signals -----------------------------------------------------------------
+
+
+async def test_cancel_of_a_queued_job_needs_no_stop_signal(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    job = await store.cancel_job(EP, "j-1", T0 + 3)
+    assert job is not None
+    assert job.status is JobStatus.CANCELLED
+    assert job.stop_pending is False
+    assert job.finished_at == T0 + 3
+    assert await store.claim_jobs(EP, "w-1", 5, now=T0, lease_until=T0 + 60) == []
+
+
+async def test_cancel_of_a_running_job_flags_a_stop_signal_taken_once(
+    store: SQLiteStore,
+) -> None:
+    await claim_one(store, "j-1", "w-1")
+    job = await store.cancel_job(EP, "j-1", T0 + 3)
+    assert job is not None
+    assert job.status is JobStatus.CANCELLED
+    assert job.stop_pending is True
+    assert job.worker_id == "w-1"
+    assert job.lease_until is None
+    assert await store.take_stop_signals("w-2") == []
+    assert await store.take_stop_signals("w-1") == ["j-1"]
+    assert await store.take_stop_signals("w-1") == []
+    after = await store.get_job(EP, "j-1")
+    assert after is not None
+    assert after.stop_pending is False
+
+
+async def test_cancelled_running_job_can_no_longer_be_finished(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    await store.cancel_job(EP, "j-1", T0 + 3)
+    assert await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 4) is None
+    job = await store.get_job(EP, "j-1")
+    assert job is not None
+    assert job.status is JobStatus.CANCELLED
+
+
+async def test_cancel_of_a_completed_job_returns_it_unchanged(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    done = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 2)
+    assert await store.cancel_job(EP, "j-1", T0 + 5) == done
+
+
+async def test_cancel_of_an_unknown_job_or_other_endpoint_is_none(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("j-1"))
+    assert await store.cancel_job(EP, "nope", T0) is None
+    assert await store.cancel_job("ep-other", "j-1", T0) is None
+    job = await store.get_job(EP, "j-1")
+    assert job is not None
+    assert job.status is JobStatus.IN_QUEUE
+
+
+# -- retry -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("final", [JobStatus.FAILED, JobStatus.TIMED_OUT], ids=str)
+async def test_retry_requeues_and_clears_output_error_and_stream(
+    store: SQLiteStore, final: JobStatus
+) -> None:
+    await claim_one(store, "j-1", "w-1")
+    assert await store.append_stream_chunk("j-1", "w-1", '"old"', None)
+    await store.finish_job("j-1", "w-1", final, '"partial"', "boom", T0 + 2)
+    job = await store.retry_job(EP, "j-1")
+    assert job is not None
+    assert job.status is JobStatus.IN_QUEUE
+    assert job.output_json is None
+    assert job.error is None
+    assert job.worker_id is None
+    assert job.started_at is None
+    assert job.finished_at is None
+    assert job.retries == 1
+    assert job.attempt == 0
+    assert await store.read_new_stream_chunks("j-1") == []
+
+    [again] = await store.claim_jobs(EP, "w-2", 1, now=T0 + 10, lease_until=T0 + 70)
+    assert again.attempt == 1
+    assert await store.append_stream_chunk("j-1", "w-2", '"new"', None)
+    assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"new"', None)]
+
+
+@pytest.mark.parametrize("state", ["queued", "running", "completed", "cancelled"])
+async def test_retry_of_a_job_not_failed_or_timed_out_leaves_it_unchanged(
+    store: SQLiteStore, state: str
+) -> None:
+    if state == "queued":
+        await store.insert_job(make_job("j-1"))
+    else:
+        await claim_one(store, "j-1", "w-1")
+        if state == "completed":
+            await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 2)
+        elif state == "cancelled":
+            await store.cancel_job(EP, "j-1", T0 + 2)
+    before = await store.get_job(EP, "j-1")
+    assert await store.retry_job(EP, "j-1") == before
+
+
+async def test_retry_of_an_unknown_job_is_none(store: SQLiteStore) -> None:
+    assert await store.retry_job(EP, "nope") is None
+
+
+# -- purge and counts ------------------------------------------------------------------------
+
+
+async def test_purge_queue_removes_only_queued_jobs_of_the_endpoint(store: SQLiteStore) -> None:
+    await claim_one(store, "running", "w-1")
+    await insert_jobs(
+        store,
+        make_job("q-1"),
+        make_job("q-2"),
+        make_job("q-3", low_priority=True),
+        make_job("other", "ep-2"),
+    )
+    assert await store.purge_queue(EP) == 3
+    assert await store.get_job(EP, "q-1") is None
+    assert await store.get_job(EP, "q-3") is None
+    assert await store.get_job(EP, "running") is not None
+    assert await store.get_job("ep-2", "other") is not None
+    assert await store.purge_queue(EP) == 0
+
+
+async def test_job_counts_by_state_with_retries_and_normal_queue(store: SQLiteStore) -> None:
+    await insert_jobs(
+        store,
+        make_job("a"),
+        make_job("b"),
+        make_job("c"),
+        make_job("d"),
+        make_job("e"),
+        make_job("f"),
+    )
+    # a,b,c,d go to workers; e (normal) and f stay queued; add one low-priority queued job.
+    await store.claim_jobs(EP, "w-1", 4, now=T0, lease_until=T0 + 60)
+    await store.insert_job(make_job("low", low_priority=True))
+    await store.finish_job("a", "w-1", JobStatus.COMPLETED, "1", None, T0 + 1)
+    await store.finish_job("b", "w-1", JobStatus.FAILED, None, "x", T0 + 1)
+    await store.finish_job("c", "w-1", JobStatus.TIMED_OUT, None, None, T0 + 1)
+    await store.cancel_job(EP, "d", T0 + 1)
+    await store.retry_job(EP, "c")
+    await store.insert_job(make_job("elsewhere", "ep-2"))
+    counts = await store.job_counts(EP)
+    assert counts == JobCounts(
+        in_queue=4,
+        in_progress=0,
+        completed=1,
+        failed=1,
+        cancelled=1,
+        timed_out=0,
+        retried=1,
+        in_queue_normal=3,
+    )
+
+
+async def test_job_counts_of_an_empty_endpoint_are_zero(store: SQLiteStore) -> None:
+    assert await store.job_counts("ep-empty") == JobCounts()
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+async def test_stream_chunks_are_accepted_only_from_the_holding_worker(
+    store: SQLiteStore,
+) -> None:
+    await claim_one(store, "j-1", "w-1")
+    assert await store.append_stream_chunk("j-1", "w-2", '"intruder"', None) is False
+    assert await store.append_stream_chunk("nope", "w-1", '"x"', None) is False
+    assert await store.append_stream_chunk("j-1", "w-1", '"mine"', None) is True
+    assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"mine"', None)]
+
+
+async def test_stream_chunks_are_refused_once_the_job_is_final(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 1)
+    assert await store.append_stream_chunk("j-1", "w-1", '"late"', None) is False
+    assert await store.read_new_stream_chunks("j-1") == []
+
+
+async def test_new_stream_chunks_are_read_once_and_in_order(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    for i in range(3):
+        assert await store.append_stream_chunk("j-1", "w-1", f'"c{i}"', None)
+    first = await store.read_new_stream_chunks("j-1")
+    assert [(c.seq, c.output_json) for c in first] == [(1, '"c0"'), (2, '"c1"'), (3, '"c2"')]
+    assert await store.read_new_stream_chunks("j-1") == []
+    assert await store.append_stream_chunk("j-1", "w-1", '"c3"', '{"tokens":4}')
+    assert await store.read_new_stream_chunks("j-1") == [StreamChunk(4, '"c3"', '{"tokens":4}')]
+    assert await store.read_new_stream_chunks("j-1") == []
+
+
+async def test_stream_chunks_of_one_job_do_not_show_in_another(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    await claim_one(store, "j-2", "w-1")
+    await store.append_stream_chunk("j-1", "w-1", '"one"', None)
+    await store.append_stream_chunk("j-2", "w-1", '"two"', None)
+    assert await store.read_new_stream_chunks("j-2") == [StreamChunk(1, '"two"', None)]
+    assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"one"', None)]
+
+
+# -- leases and lost workers -----------------------------------------------------------------
+
+
+async def test_release_requeues_a_lost_workers_jobs(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-lost")
+    await claim_one(store, "j-2", "w-other")
+    await store.append_stream_chunk("j-1", "w-lost", '"partial"', None)
+    released = await store.release_jobs("w-lost", T0 + 10, max_attempts=3, reason="lost")
+    assert [j.id for j in released] == ["j-1"]
+    job = released[0]
+    assert job.status is JobStatus.IN_QUEUE
+    assert job.worker_id is None
+    assert job.started_at is None
+    assert job.lease_until is None
+    assert job.retries == 1
+    assert job.attempt == 1
+    assert await store.get_job(EP, "j-1") == job
+    other = await store.get_job(EP, "j-2")
+    assert other is not None
+    assert other.status is JobStatus.IN_PROGRESS
+    [again] = await store.claim_jobs(EP, "w-new", 1, now=T0 + 11, lease_until=T0 + 71)
+    assert again.id == "j-1"
+    assert again.attempt == 2
+
+
+async def test_release_fails_jobs_that_used_up_their_attempts(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    for attempt in (2, 3):
+        await store.release_jobs("w-1", T0 + attempt, max_attempts=3, reason="lost")
+        [job] = await store.claim_jobs(EP, "w-1", 1, now=T0 + attempt, lease_until=T0 + 100)
+        assert job.attempt == attempt
+    [failed] = await store.release_jobs("w-1", T0 + 50, max_attempts=3, reason="worker lost")
+    assert failed.status is JobStatus.FAILED
+    assert failed.error == "worker lost"
+    assert failed.finished_at == T0 + 50
+    assert failed.lease_until is None
+    assert await store.get_job(EP, "j-1") == failed
+    assert await store.claim_jobs(EP, "w-1", 1, now=T0 + 51, lease_until=T0 + 100) == []
+
+
+async def test_release_without_worker_touches_only_lapsed_leases(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("lapsed"))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 10)
+    await store.insert_job(make_job("fresh"))
+    await store.claim_jobs(EP, "w-2", 1, now=T0, lease_until=T0 + 100)
+    await store.insert_job(make_job("exactly-now"))
+    await store.claim_jobs(EP, "w-3", 1, now=T0, lease_until=T0 + 50)
+    released = await store.release_jobs(None, T0 + 50, max_attempts=3, reason="lease lapsed")
+    assert [j.id for j in released] == ["lapsed"]
+    assert released[0].status is JobStatus.IN_QUEUE
+    for job_id in ("fresh", "exactly-now"):
+        job = await store.get_job(EP, job_id)
+        assert job is not None
+        assert job.status is JobStatus.IN_PROGRESS
+
+
+async def test_release_with_nothing_to_release_returns_empty(store: SQLiteStore) -> None:
+    await store.insert_job(make_job("queued"))
+    assert await store.release_jobs("w-1", T0, 3, "lost") == []
+    assert await store.release_jobs(None, T0 + 10**6, 3, "lost") == []
+
+
+async def test_renew_leases_extends_only_the_holders_jobs(store: SQLiteStore) -> None:
+    await claim_one(store, "j-1", "w-1")
+    await claim_one(store, "j-2", "w-2")
+    await store.renew_leases("w-1", ["j-1", "j-2"], T0 + 500)
+    j1 = await store.get_job(EP, "j-1")
+    j2 = await store.get_job(EP, "j-2")
+    assert j1 is not None
+    assert j2 is not None
+    assert j1.lease_until == T0 + 500
+    assert j2.lease_until == T0 + 61
+    assert await store.release_jobs(None, T0 + 100, 3, "lapsed") == [await store.get_job(EP, "j-2")]
+
+
+async def test_stream_of_a_requeued_job_restarts_for_the_next_worker(
+    store: SQLiteStore,
+) -> None:
+    await claim_one(store, "j-1", "w-1")
+    for i in range(2):
+        await store.append_stream_chunk("j-1", "w-1", f'"old{i}"', None)
+    assert len(await store.read_new_stream_chunks("j-1")) == 2
+    await store.release_jobs("w-1", T0 + 10, max_attempts=3, reason="lost")
+    await store.claim_jobs(EP, "w-2", 1, now=T0 + 11, lease_until=T0 + 71)
+    await store.append_stream_chunk("j-1", "w-2", '"new0"', None)
+    assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"new0"', None)]
+
+
+# -- workers and endpoints -------------------------------------------------------------------
+
+
+async def test_workers_are_saved_replaced_listed_and_deleted(store: SQLiteStore) -> None:
+    w1 = make_worker("w-1")
+    await store.save_worker(w1)
+    await store.save_worker(make_worker("w-2", "ep-2"))
+    assert await store.get_worker("w-1") == w1
+    w1.state = WorkerState.RUNNING
+    w1.idle_since = None
+    w1.recycle = True
+    await store.save_worker(w1)
+    assert await store.get_worker("w-1") == w1
+    assert [w.id for w in await store.list_workers(EP)] == ["w-1"]
+    assert {w.id for w in await store.list_workers(None)} == {"w-1", "w-2"}
+    await store.delete_worker("w-1")
+    assert await store.get_worker("w-1") is None
+
+
+async def test_endpoint_update_bumps_version_only_when_asked(store: SQLiteStore) -> None:
+    endpoint = await store.create_endpoint(make_endpoint())
+    assert await store.get_endpoint(EP) == endpoint
+    spec = endpoint.spec.model_copy(update={"workersMax": 9})
+    same = await store.update_endpoint(EP, spec, bump_version=False)
+    assert same is not None
+    assert (same.version, same.spec.workersMax) == (1, 9)
+    rolled = await store.update_endpoint(
+        EP, spec.model_copy(update={"templateId": "tpl-2"}), bump_version=True
+    )
+    assert rolled is not None
+    assert rolled.version == 2
+    assert await store.endpoints_using_template("tpl-2") == [EP]
+    assert await store.endpoints_using_template("tpl-1") == []
+    assert await store.update_endpoint("nope", spec, bump_version=True) is None
+
+
+async def test_template_change_bumps_every_endpoint_using_it(store: SQLiteStore) -> None:
+    await store.create_endpoint(make_endpoint("ep-a", "tpl-1"))
+    await store.create_endpoint(make_endpoint("ep-b", "tpl-1"))
+    await store.create_endpoint(make_endpoint("ep-c", "tpl-2"))
+    assert sorted(await store.bump_endpoint_versions("tpl-1")) == ["ep-a", "ep-b"]
+    versions = {e.id: e.version for e in await store.list_endpoints(None)}
+    assert versions == {"ep-a": 2, "ep-b": 2, "ep-c": 1}
+
+
+async def test_list_endpoints_by_owner(store: SQLiteStore) -> None:
+    await store.create_endpoint(make_endpoint("ep-a"))
+    theirs = make_endpoint("ep-b").model_copy(update={"userId": "u-2"})
+    await store.create_endpoint(theirs)
+    assert [e.id for e in await store.list_endpoints("u-1")] == ["ep-a"]
+    assert [e.id for e in await store.list_endpoints("u-2")] == ["ep-b"]
+    assert len(await store.list_endpoints(None)) == 2
+
+
+async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: SQLiteStore) -> None:
+    await store.create_endpoint(make_endpoint(EP))
+    await store.create_endpoint(make_endpoint("ep-keep"))
+    await store.save_worker(make_worker("w-1", EP))
+    await store.save_worker(make_worker("w-keep", "ep-keep"))
+    await claim_one(store, "j-run", "w-1")
+    await store.append_stream_chunk("j-run", "w-1", '"chunk"', None)
+    await store.insert_job(make_job("j-queued"))
+    await store.insert_job(make_job("j-keep", "ep-keep"))
+
+    assert await store.delete_endpoint(EP) is True
+
+    assert await store.get_endpoint(EP) is None
+    assert await store.get_job(EP, "j-run") is None
+    assert await store.get_job(EP, "j-queued") is None
+    assert await store.job_counts(EP) == JobCounts()
+    assert await store.get_worker("w-1") is None
+    assert await store.jobs_of_worker("w-1") == []
+    assert await store.read_new_stream_chunks("j-run") == []
+    # A job later created with the same id starts a clean stream.
+    await store.insert_job(make_job("j-run"))
+    [job] = await store.claim_jobs(EP, "w-9", 1, now=T0, lease_until=T0 + 60)
+    await store.append_stream_chunk("j-run", "w-9", '"fresh"', None)
+    assert await store.read_new_stream_chunks("j-run") == [StreamChunk(1, '"fresh"', None)]
+    assert job.attempt == 1
+    # The other endpoint is untouched.
+    assert await store.get_endpoint("ep-keep") is not None
+    assert await store.get_job("ep-keep", "j-keep") is not None
+    assert await store.get_worker("w-keep") is not None
+    assert await store.delete_endpoint(EP) is False
+
+
+# -- users, keys, registry auths, templates --------------------------------------------------
+
+
+async def test_user_names_are_unique(store: SQLiteStore) -> None:
+    user = await store.create_user(make_user())
+    assert await store.get_user_by_name("alice") == user
+    with pytest.raises(Conflict):
+        await store.create_user(make_user("u-2", "alice"))
+    assert await store.get_user_by_name("bob") is None
+
+
+async def test_api_key_is_found_by_hash_and_revoked_once(store: SQLiteStore) -> None:
+    user = await store.create_user(make_user())
+    key = ApiKey("k-1", user.id, "sk_abcd…wxyz", "laptop", T0, None)
+    await store.add_api_key(key, "hash-1")
+    assert await store.find_api_key("hash-1") == (key, user)
+    assert await store.find_api_key("hash-unknown") is None
+    assert await store.revoke_api_key("k-1", T0 + 5) is True
+    assert await store.revoke_api_key("k-1", T0 + 9) is False
+    found = await store.find_api_key("hash-1")
+    assert found is not None
+    assert found[0].revoked_at == T0 + 5
+    assert [k.id for k, _u in await store.list_api_keys()] == ["k-1"]
+    assert await store.revoke_api_key("k-unknown", T0) is False
+
+
+async def test_api_key_hash_is_unique(store: SQLiteStore) -> None:
+    user = await store.create_user(make_user())
+    await store.add_api_key(ApiKey("k-1", user.id, "h", "", T0, None), "same-hash")
+    with pytest.raises(Conflict):
+        await store.add_api_key(ApiKey("k-2", user.id, "h", "", T0, None), "same-hash")
+
+
+async def test_registry_auth_names_are_unique_per_user(store: SQLiteStore) -> None:
+    auth = RegistryAuthRecord("ra-1", "u-1", "dockerhub", "me", "pw", T0)
+    await store.create_registry_auth(auth)
+    with pytest.raises(Conflict):
+        await store.create_registry_auth(
+            RegistryAuthRecord("ra-2", "u-1", "dockerhub", "me2", "pw2", T0)
+        )
+    theirs = RegistryAuthRecord("ra-3", "u-2", "dockerhub", "them", "pw3", T0)
+    await store.create_registry_auth(theirs)
+    assert await store.list_registry_auths("u-1") == [auth]
+    assert await store.get_registry_auth("u-1", "ra-1") == auth
+    assert await store.get_registry_auth("u-2", "ra-1") is None
+    assert await store.delete_registry_auth("u-2", "ra-1") is False
+    assert await store.delete_registry_auth("u-1", "ra-1") is True
+    assert await store.list_registry_auths("u-1") == []
+
+
+async def test_template_names_are_unique_per_user(store: SQLiteStore) -> None:
+    tpl = await store.create_template("u-1", make_template("t-1", "base"), T0)
+    with pytest.raises(Conflict):
+        await store.create_template("u-1", make_template("t-2", "base"), T0)
+    await store.create_template("u-2", make_template("t-3", "base"), T0)
+    assert await store.list_templates("u-1") == [tpl]
+    assert await store.get_template("u-2", "t-1") is None
+
+
+async def test_template_rename_to_a_taken_name_is_a_conflict(store: SQLiteStore) -> None:
+    await store.create_template("u-1", make_template("t-1", "one"), T0)
+    two = await store.create_template("u-1", make_template("t-2", "two"), T0 + 1)
+    with pytest.raises(Conflict):
+        await store.update_template("u-1", two.model_copy(update={"name": "one"}))
+    assert await store.get_template("u-1", "t-2") == two
+    renamed = two.model_copy(update={"name": "three", "imageName": "example/worker:2"})
+    await store.update_template("u-1", renamed)
+    assert await store.get_template("u-1", "t-2") == renamed
+    assert await store.delete_template("u-1", "t-2") is True
+    assert await store.delete_template("u-1", "t-2") is False
+
+
+# -- secrets and durability ------------------------------------------------------------------
+
+
+async def test_secret_is_stable_and_distinct_per_name(store: SQLiteStore) -> None:
+    first = await store.secret("worker-token")
+    assert len(first) == 32
+    assert await store.secret("worker-token") == first
+    assert await store.secret("other") != first
+
+
+async def test_concurrent_first_uses_of_a_secret_agree(store: SQLiteStore) -> None:
+    values = await asyncio.gather(*(store.secret("fresh") for _ in range(10)))
+    assert len(set(values)) == 1
+
+
+async def test_secret_survives_reopening_the_file(db_path: Path) -> None:
+    first_store = SQLiteStore(db_path)
+    await first_store.open()
+    try:
+        secret = await first_store.secret("worker-token")
+    finally:
+        await first_store.close()
+    second_store = SQLiteStore(db_path)
+    await second_store.open()
+    try:
+        assert await second_store.secret("worker-token") == secret
+    finally:
+        await second_store.close()
+
+
+async def test_data_survives_close_and_reopen(db_path: Path) -> None:
+    first_store = SQLiteStore(db_path)
+    await first_store.open()
+    try:
+        await first_store.create_user(make_user())
+        await first_store.create_endpoint(make_endpoint())
+        await insert_jobs(first_store, make_job("j-1"), make_job("j-2"))
+        await first_store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+        await first_store.append_stream_chunk("j-1", "w-1", '"c"', None)
+        await first_store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"out"', None, T0 + 1)
+        before = await first_store.get_job(EP, "j-1")
+    finally:
+        await first_store.close()
+
+    second_store = SQLiteStore(db_path)
+    await second_store.open()
+    try:
+        assert await second_store.get_user_by_name("alice") == make_user()
+        assert await second_store.get_endpoint(EP) == make_endpoint()
+        assert await second_store.get_job(EP, "j-1") == before
+        assert await second_store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"c"', None)]
+        [queued] = await second_store.claim_jobs(EP, "w-2", 5, now=T0, lease_until=T0 + 60)
+        assert queued.id == "j-2"
+    finally:
+        await second_store.close()
+
+
+async def test_open_applies_migrations_once(db_path: Path) -> None:
+    for _ in range(2):
+        s = SQLiteStore(db_path)
+        await s.open()
+        await s.close()
+    with sqlite3.connect(db_path) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert names == ["0001_init.sql"]
+    assert {"jobs", "endpoints", "workers", "stream_chunks", "meta"} <= tables

@@ -1,0 +1,227 @@
+"""The scaler's decision, as tables of situations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from skiff.domain.scaling import Limits, Load, decide
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+
+NOW = 10_000.0
+VERSION = 2
+
+
+def worker(
+    wid: str,
+    state: WorkerState = WorkerState.IDLE,
+    *,
+    idle_for: float | None = None,
+    version: int = VERSION,
+    kind: WorkerKind = WorkerKind.LOCAL,
+    recycle: bool = False,
+) -> Worker:
+    idle_since = None
+    if state is WorkerState.IDLE:
+        idle_since = NOW - (idle_for if idle_for is not None else 0.0)
+    return Worker(
+        id=wid,
+        endpoint_id="ep-1",
+        kind=kind,
+        state=state,
+        version=version,
+        started_at=NOW - 3600,
+        last_seen=NOW,
+        idle_since=idle_since,
+        recycle=recycle,
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    workers: list[Worker]
+    queued: int = 0
+    in_progress: int = 0
+    workers_min: int = 0
+    workers_max: int = 3
+    idle_timeout_s: float = 5.0
+    start: int = 0
+    stop: list[str] = field(default_factory=list)
+
+
+CASES = [
+    Case("nothing-queued-min-0-starts-none", workers=[]),
+    Case("queue-below-max-starts-one-per-job", workers=[], queued=2, start=2),
+    Case("queue-above-max-starts-max", workers=[], queued=5, start=3),
+    Case("min-2-without-load-starts-2", workers=[], workers_min=2, start=2),
+    Case("min-above-load-wins", workers=[], queued=1, workers_min=2, start=2),
+    Case("in-progress-counts-as-load", workers=[], in_progress=2, queued=2, start=3),
+    Case(
+        "initializing-workers-are-not-started-twice",
+        workers=[worker("w1", WorkerState.INITIALIZING), worker("w2", WorkerState.INITIALIZING)],
+        queued=2,
+        start=0,
+    ),
+    Case(
+        "initializing-workers-cap-further-starts",
+        workers=[worker("w1", WorkerState.INITIALIZING), worker("w2", WorkerState.INITIALIZING)],
+        queued=5,
+        start=1,
+    ),
+    Case(
+        "busy-workers-at-max-start-none",
+        workers=[worker(f"w{i}", WorkerState.RUNNING) for i in range(3)],
+        queued=10,
+        in_progress=3,
+        start=0,
+    ),
+    Case(
+        "idle-past-timeout-above-min-is-stopped",
+        workers=[worker("w1", idle_for=6)],
+        stop=["w1"],
+    ),
+    Case(
+        "idle-exactly-at-timeout-is-stopped",
+        workers=[worker("w1", idle_for=5)],
+        stop=["w1"],
+    ),
+    Case(
+        "idle-past-timeout-at-min-is-kept",
+        workers=[worker("w1", idle_for=600)],
+        workers_min=1,
+    ),
+    Case(
+        "only-the-surplus-above-min-is-stopped-oldest-idle-first",
+        workers=[worker("w1", idle_for=10), worker("w2", idle_for=60), worker("w3", idle_for=30)],
+        workers_min=1,
+        stop=["w2", "w3"],
+    ),
+    Case(
+        "idle-not-yet-past-timeout-is-kept",
+        workers=[worker("w1", idle_for=4.9)],
+    ),
+    Case(
+        "running-worker-is-never-stopped",
+        workers=[worker("w1", WorkerState.RUNNING)],
+    ),
+    Case(
+        "running-worker-is-kept-while-idle-one-goes",
+        workers=[worker("w1", WorkerState.RUNNING), worker("w2", idle_for=100)],
+        in_progress=1,
+        stop=["w2"],
+    ),
+    Case(
+        "initializing-worker-without-load-is-not-stopped",
+        workers=[worker("w1", WorkerState.INITIALIZING)],
+    ),
+    Case(
+        "idle-worker-is-kept-while-jobs-wait",
+        workers=[worker("w1", idle_for=600)],
+        queued=1,
+    ),
+    Case(
+        "outdated-idle-worker-is-stopped-and-replaced",
+        workers=[worker("w1", idle_for=0, version=VERSION - 1)],
+        workers_min=1,
+        start=1,
+        stop=["w1"],
+    ),
+    Case(
+        "outdated-idle-worker-is-stopped-without-replacement-when-not-needed",
+        workers=[worker("w1", idle_for=0, version=VERSION - 1)],
+        stop=["w1"],
+    ),
+    Case(
+        "outdated-running-worker-finishes-its-job",
+        workers=[worker("w1", WorkerState.RUNNING, version=VERSION - 1)],
+        in_progress=1,
+        start=1,
+    ),
+    Case(
+        "outdated-initializing-worker-is-stopped",
+        workers=[worker("w1", WorkerState.INITIALIZING, version=VERSION - 1)],
+        queued=1,
+        start=1,
+        stop=["w1"],
+    ),
+    Case(
+        "recycle-flagged-idle-worker-is-stopped-and-replaced",
+        workers=[worker("w1", idle_for=0, recycle=True)],
+        queued=1,
+        start=1,
+        stop=["w1"],
+    ),
+    Case(
+        "recycle-flagged-running-worker-is-kept",
+        workers=[worker("w1", WorkerState.RUNNING, recycle=True)],
+        in_progress=1,
+        workers_max=1,
+    ),
+    Case(
+        "stopping-workers-count-against-max",
+        workers=[worker("s1", WorkerState.STOPPING), worker("s2", WorkerState.STOPPING)],
+        queued=5,
+        start=1,
+    ),
+    Case(
+        "stopping-workers-at-max-block-every-start",
+        workers=[worker(f"s{i}", WorkerState.STOPPING) for i in range(3)],
+        queued=5,
+        start=0,
+    ),
+    Case(
+        "external-worker-counts-as-capacity",
+        workers=[worker("x1", kind=WorkerKind.EXTERNAL)],
+        queued=1,
+        start=0,
+    ),
+    Case(
+        "external-idle-worker-past-timeout-is-never-stopped",
+        workers=[worker("x1", idle_for=3600, kind=WorkerKind.EXTERNAL)],
+    ),
+    Case(
+        "external-outdated-worker-is-never-stopped",
+        workers=[worker("x1", idle_for=3600, version=VERSION - 1, kind=WorkerKind.EXTERNAL)],
+    ),
+    Case(
+        "unhealthy-and-throttled-workers-are-not-capacity",
+        workers=[worker("u1", WorkerState.UNHEALTHY), worker("t1", WorkerState.THROTTLED)],
+        queued=2,
+        start=2,
+    ),
+    Case(
+        "over-max-idle-workers-stop-before-timeout",
+        workers=[worker("w1", idle_for=1), worker("w2", idle_for=2), worker("w3", idle_for=3)],
+        workers_max=1,
+        queued=0,
+        stop=["w3", "w2", "w1"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_decide(case: Case) -> None:
+    decision = decide(
+        Limits(
+            workers_min=case.workers_min,
+            workers_max=case.workers_max,
+            idle_timeout_s=case.idle_timeout_s,
+            version=VERSION,
+        ),
+        Load(queued=case.queued, in_progress=case.in_progress),
+        case.workers,
+        NOW,
+    )
+    assert decision.start == case.start
+    assert decision.stop == case.stop
+
+
+@pytest.mark.parametrize("queued", [0, 1, 3, 50], ids=lambda q: f"queued-{q}")
+@pytest.mark.parametrize("live", [0, 1, 3], ids=lambda n: f"live-{n}")
+def test_decide_never_exceeds_workers_max(queued: int, live: int) -> None:
+    workers = [worker(f"w{i}", WorkerState.RUNNING) for i in range(live)]
+    decision = decide(Limits(0, 3, 5.0, VERSION), Load(queued, live), workers, NOW)
+    assert live + decision.start - len(decision.stop) <= 3
+    assert decision.start >= 0

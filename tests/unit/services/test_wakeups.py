@@ -1,0 +1,125 @@
+"""Wakeups: listeners registered before a notify are woken, and nothing is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from skiff.services.wakeups import Wakeups, wait
+
+
+async def test_listener_registered_before_notify_is_woken() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("job:1") as event:
+        assert not event.is_set()
+        wakeups.notify("job:1")
+        assert event.is_set()
+        assert await wait(event, 0.05) is True
+
+
+async def test_waiting_listener_is_woken_by_a_later_notify() -> None:
+    wakeups = Wakeups()
+
+    async def notify_soon() -> None:
+        await asyncio.sleep(0.01)
+        wakeups.notify("ep:a")
+
+    with wakeups.listen("ep:a") as event:
+        task = asyncio.create_task(notify_soon())
+        started = time.monotonic()
+        assert await wait(event, 2.0) is True
+        assert time.monotonic() - started < 1.0
+        await task
+
+
+async def test_every_listener_of_a_key_is_woken_by_one_notify() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("job:1") as first, wakeups.listen("job:1") as second:
+        assert first is second
+        assert wakeups.listening == 2
+        wakeups.notify("job:1")
+        assert first.is_set()
+        assert second.is_set()
+
+
+async def test_notify_wakes_only_its_own_key() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("job:1") as one, wakeups.listen("job:2") as two:
+        wakeups.notify("job:2")
+        assert two.is_set()
+        assert not one.is_set()
+        assert await wait(one, 0.01) is False
+
+
+async def test_notify_without_listener_is_harmless_and_not_remembered() -> None:
+    wakeups = Wakeups()
+    wakeups.notify("stop:w1")
+    assert wakeups.listening == 0
+    with wakeups.listen("stop:w1") as event:
+        assert not event.is_set()
+
+
+async def test_nothing_leaks_after_the_context_exits() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("a"), wakeups.listen("a"), wakeups.listen("b"):
+        assert wakeups.listening == 3
+    assert wakeups.listening == 0
+
+
+async def test_nothing_leaks_after_a_notified_context_exits() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("a"), wakeups.listen("a"):
+        wakeups.notify("a")
+    assert wakeups.listening == 0
+
+
+async def test_nothing_leaks_when_the_body_raises() -> None:
+    wakeups = Wakeups()
+    try:
+        with wakeups.listen("a"):
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert wakeups.listening == 0
+
+
+async def test_listener_after_a_notify_gets_a_fresh_event() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("k") as old:
+        wakeups.notify("k")
+        with wakeups.listen("k") as new:
+            assert new is not old
+            assert not new.is_set()
+            assert wakeups.listening == 1
+        assert wakeups.listening == 0
+    assert wakeups.listening == 0
+
+
+async def test_late_exit_of_an_old_listener_does_not_drop_a_new_one() -> None:
+    wakeups = Wakeups()
+    old_cm = wakeups.listen("k")
+    old_cm.__enter__()
+    wakeups.notify("k")
+    with wakeups.listen("k") as new:
+        old_cm.__exit__(None, None, None)
+        assert wakeups.listening == 1
+        wakeups.notify("k")
+        assert new.is_set()
+    assert wakeups.listening == 0
+
+
+async def test_wait_returns_false_on_timeout_quickly() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("job:x") as event:
+        started = time.monotonic()
+        assert await wait(event, 0.05) is False
+        elapsed = time.monotonic() - started
+    assert 0.04 <= elapsed < 0.5
+
+
+async def test_wait_with_no_time_left_only_checks_the_event() -> None:
+    event = asyncio.Event()
+    assert await wait(event, 0) is False
+    event.set()
+    assert await wait(event, 0) is True
+    assert await wait(event, -1.0) is True
