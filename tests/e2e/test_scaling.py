@@ -73,3 +73,13 @@ def test_a_template_change_rolls_the_workers(server: Server) -> None:
         lambda: all(w["version"] == 2 for w in _workers(server, eid)),
         what="the old worker to leave",
     )
+
+
+def test_refresh_worker_recycles_the_worker_after_its_job(server: Server) -> None:
+    endpoint = server.create_endpoint("refresh_worker.py", workersMax=1, idleTimeout=30)
+    eid = endpoint["id"]
+    first = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
+    second = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
+    assert first["status"] == second["status"] == "COMPLETED"
+    assert first["output"]["pid"] != second["output"]["pid"]
+    assert first["workerId"] != second["workerId"]

@@ -45,5 +45,10 @@ class Worker:
     recycle: bool = False
 
     @property
+    def takes_work(self) -> bool:
+        """False once it is told to stop or asked to be recycled."""
+        return self.state is not WorkerState.STOPPING and not self.recycle
+
+    @property
     def is_live(self) -> bool:
         return self.state in (WorkerState.INITIALIZING, WorkerState.IDLE, WorkerState.RUNNING)

@@ -51,13 +51,16 @@ class Dispatch:
         still_connected: StillConnected,
     ) -> list[Job]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if worker.state is WorkerState.STOPPING or worker.recycle:
+        if not worker.takes_work:
             await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
         while True:
             with self._wakeups.listen(f"ep:{endpoint.id}") as event:
+                # A worker told to stop while it waited must not take a job it cannot finish.
+                if not worker.takes_work:
+                    return []
                 if not await still_connected():
                     return []
                 now = self._clock.now()
@@ -126,6 +129,10 @@ class Dispatch:
             await self._store.renew_leases(
                 worker.id, renew, self._clock.now() + self._lease_seconds
             )
+
+    def wake_pollers(self, endpoint_id: str) -> None:
+        """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""
+        self._wakeups.notify(f"ep:{endpoint_id}")
 
     async def worker_lost(self, worker: Worker, reason: str) -> list[Job]:
         """Its jobs go back to the queue (or fail once they used up their attempts)."""

@@ -143,6 +143,7 @@ class Fleet:
         if worker.state is WorkerState.STOPPING:
             return
         worker.state = WorkerState.STOPPING
+        self._dispatch.wake_pollers(worker.endpoint_id)
         task = asyncio.create_task(self._stop(worker))
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
@@ -158,7 +159,8 @@ class Fleet:
         worker = self._workers.get(worker_id)
         if worker is None:
             return
-        expected = worker.state is WorkerState.STOPPING
+        # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
+        expected = worker.state is WorkerState.STOPPING or worker.recycle
         if not expected and self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS:
             self._note_failed_start(worker.endpoint_id)
             self.last_error[worker.endpoint_id] = (

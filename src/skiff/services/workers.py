@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from skiff.clock import Clock
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.errors import Conflict
 from skiff.store.base import Store
 
 
@@ -57,6 +58,8 @@ class Workers:
                 idle_since=now,
             )
             return await self.add(worker)
+        if worker.endpoint_id != endpoint_id:
+            raise Conflict(f"worker id {worker_id} is in use by another endpoint")
         worker.last_seen = now
         if worker.state is WorkerState.INITIALIZING:
             await self.set_state(worker, WorkerState.IDLE)
