@@ -88,6 +88,7 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         nonlocal ready
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        services.wakeups.bind(asyncio.get_running_loop())
         await store.open()
         issued = await services.auth.bootstrap_admin(settings.api_key)
         if issued is not None and on_first_key is not None:

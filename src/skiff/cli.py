@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 import click
@@ -95,9 +96,22 @@ def serve(
         access_log=False,
         log_level="info",
         timeout_graceful_shutdown=3,
+        # A synchronous handler blocks the SDK's event loop, leaving its pooled connection idle
+        # for as long as the job runs; closing it server-side makes the SDK's job-done POST
+        # fail on a dead socket and drop the result. Let the client close idle connections
+        # first (aiohttp does after 15 s).
+        timeout_keep_alive=3600,
     )
+    wakeups = app.state.services.wakeups
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Answer held long-polls now, so the graceful shutdown does not wait them out.
+            wakeups.close_threadsafe()
+            super().handle_exit(sig, frame)
+
     click.echo(f"skiff {__version__} on {settings.base_url()} (data in {settings.data_dir})")
-    uvicorn.Server(config).run()
+    Server(config).run()
 
 
 @main.command()

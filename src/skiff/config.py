@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     scaler_interval_seconds: float = Field(default=1.0, gt=0)
     #: SIGTERM -> SIGKILL grace when a worker is stopped.
     worker_stop_grace_seconds: float = Field(default=5.0, ge=0)
+    #: An external worker not heard from (take, ping, result) for this long is forgotten and its
+    #: jobs go back to the queue.
+    worker_silence_seconds: float = Field(default=60.0, gt=0)
     #: How long an API key lookup is cached; a revoked key stops working within this time.
     key_cache_seconds: float = Field(default=5.0, ge=0)
 

@@ -33,6 +33,10 @@ def build(services: Services) -> APIRouter:
             raise NotFound(f"endpoint {endpoint_id} not found")
         return endpoint
 
+    def holds_jobs(request: Request) -> bool | None:
+        flag = request.query_params.get("job_in_progress")
+        return None if flag not in ("0", "1") else flag == "1"
+
     def still_connected(request: Request):  # type: ignore[no-untyped-def]
         async def check() -> bool:
             return not await request.is_disconnected()
@@ -43,7 +47,9 @@ def build(services: Services) -> APIRouter:
     async def job_take(request: Request, worker_id: str) -> Response:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time."""
         endpoint = await endpoint_of(request)
-        jobs = await dispatch.take(endpoint, worker_id, 1, hold, still_connected(request))
+        jobs = await dispatch.take(
+            endpoint, worker_id, 1, hold, still_connected(request), holds_jobs(request)
+        )
         if not jobs:
             return Response(status_code=NO_CONTENT)
         return json_response(worker_payload(jobs[0]))
@@ -57,7 +63,9 @@ def build(services: Services) -> APIRouter:
         except ValueError:
             size = 1
         size = max(1, min(MAX_BATCH, size))
-        jobs = await dispatch.take(endpoint, worker_id, size, hold, still_connected(request))
+        jobs = await dispatch.take(
+            endpoint, worker_id, size, hold, still_connected(request), holds_jobs(request)
+        )
         if not jobs:
             return Response(status_code=NO_CONTENT)
         return json_response([worker_payload(j) for j in jobs])

@@ -20,6 +20,12 @@ class IssuedKey:
     user: User
 
 
+def _strip_scheme(header: str) -> str:
+    """``Bearer <key>`` (any case) or the bare key, as the job interface accepts both."""
+    scheme, _, rest = header.strip().partition(" ")
+    return rest.strip() if rest and scheme.lower() == "bearer" else header.strip()
+
+
 class Auth:
     def __init__(self, store: Store, clock: Clock, cache_seconds: float) -> None:
         self._store = store
@@ -32,7 +38,7 @@ class Auth:
     async def authenticate(self, raw: str | None) -> User:
         if not raw:
             raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-        key = raw.removeprefix("Bearer ").strip()
+        key = _strip_scheme(raw)
         digest = keys.hash_key(key)
         now = self._clock.now()
         cached = self._cache.get(digest)
@@ -59,7 +65,7 @@ class Auth:
     async def check_worker(self, endpoint_id: str, raw: str | None) -> None:
         if not raw:
             raise Unauthorized("missing worker token")
-        token = raw.removeprefix("Bearer ").strip()
+        token = _strip_scheme(raw)
         if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
             raise Unauthorized("invalid worker token for this endpoint")
 

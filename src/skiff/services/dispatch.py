@@ -14,7 +14,7 @@ from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
-from skiff.domain.workers import Worker, WorkerState
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.wakeups import Wakeups, wait
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -49,8 +49,14 @@ class Dispatch:
         limit: int,
         hold: float,
         still_connected: StillConnected,
+        holds_jobs: bool | None = None,
     ) -> list[Job]:
+        """``holds_jobs`` is the SDK's ``job_in_progress``: when the worker says it holds
+        nothing, any job still marked as its own was stopped or its result was lost; the
+        stopped ones are let go and the lost ones go back to the queue at once."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        if holds_jobs is False and self._workers.held(worker.id):
+            await self._let_go(worker)
         if not worker.takes_work:
             await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
             return []
@@ -73,7 +79,7 @@ class Dispatch:
                 if not self._workers.held(worker.id) and worker.state is WorkerState.RUNNING:
                     await self._workers.set_state(worker, WorkerState.IDLE)
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or self._wakeups.closing:
                     return []
                 await wait(event, remaining)
 
@@ -112,10 +118,11 @@ class Dispatch:
                     return []
                 ids = await self._store.take_stop_signals(worker.id)
                 if ids:
-                    await self._workers.jobs_released(worker, ids)
+                    # The worker stays busy until it next asks for work saying it holds
+                    # nothing: a synchronous handler runs on until it returns.
                     return ids
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or self._wakeups.closing:
                     return []
                 await wait(event, remaining)
 
@@ -129,6 +136,16 @@ class Dispatch:
             await self._store.renew_leases(
                 worker.id, renew, self._clock.now() + self._lease_seconds
             )
+
+    async def _let_go(self, worker: Worker) -> None:
+        released = await self._store.release_jobs(
+            worker.id,
+            self._clock.now(),
+            self._max_attempts,
+            "the worker dropped this job without reporting a result",
+        )
+        self._announce(released)
+        await self._workers.jobs_released(worker, list(self._workers.held(worker.id)))
 
     def wake_pollers(self, endpoint_id: str) -> None:
         """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""
@@ -157,6 +174,19 @@ class Dispatch:
                 await self._workers.jobs_released(worker, list(lapsed))
         self._announce(released)
         return released
+
+    async def forget_silent_workers(self, silence: float) -> list[Worker]:
+        """External workers are not ours to watch as processes: one that has not called in
+        (take, ping, result) for ``silence`` seconds is gone, and so is its claim on jobs."""
+        now = self._clock.now()
+        silent = [
+            w
+            for w in self._workers.all()
+            if w.kind is WorkerKind.EXTERNAL and now - (w.last_seen or w.started_at) > silence
+        ]
+        for worker in silent:
+            await self.worker_lost(worker, "the external worker stopped calling in")
+        return silent
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:

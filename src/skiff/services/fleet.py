@@ -100,12 +100,14 @@ class Fleet:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         if template is None:
             self.last_error[endpoint.id] = f"template {endpoint.spec.templateId} not found"
+            self._note_failed_start(endpoint.id)
             return None
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd]
         if not argv:
             self.last_error[endpoint.id] = (
                 "the template has no dockerEntrypoint or dockerStartCmd: nothing to run"
             )
+            self._note_failed_start(endpoint.id)
             return None
         worker_id = short_id()
         env = await self.environment(endpoint, worker_id, template.env | endpoint.spec.env)
@@ -132,8 +134,8 @@ class Fleet:
             worker.pid = await self._provider().start(launch)
         except OSError as exc:
             self.last_error[endpoint.id] = f"the worker command could not start: {exc}"
-            self._note_failed_start(endpoint.id)
             await self._workers.remove(worker_id)
+            self._note_failed_start(endpoint.id)
             return None
         await self._workers.save(worker)
         return worker
@@ -162,10 +164,10 @@ class Fleet:
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
         expected = worker.state is WorkerState.STOPPING or worker.recycle
         if not expected and self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS:
-            self._note_failed_start(worker.endpoint_id)
             self.last_error[worker.endpoint_id] = (
                 f"worker {worker_id} exited with code {code} right after it started; see its log"
             )
+            self._note_failed_start(worker.endpoint_id)
         elif not expected:
             self._backoff.pop(worker.endpoint_id, None)
         reason = "the worker was stopped" if expected else f"the worker exited with code {code}"
@@ -174,6 +176,13 @@ class Fleet:
     def _note_failed_start(self, endpoint_id: str) -> None:
         failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        log.warning(
+            "endpoint %s: %s (failed start %d; next try in %.0f s)",
+            endpoint_id,
+            self.last_error.get(endpoint_id, "a worker failed to start"),
+            failures,
+            delay,
+        )
         self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
 
     async def sweep_leftovers(self, leftovers: list[Worker]) -> None:

@@ -60,5 +60,5 @@ class Services:
             templates=Templates(store, clock, wakeups),
             registry_auths=RegistryAuths(store, clock),
             scaler=Scaler(store, clock, wakeups, workers, fleet, settings.scaler_interval_seconds),
-            reaper=Reaper(dispatch, interval=1.0),
+            reaper=Reaper(dispatch, interval=1.0, worker_silence=settings.worker_silence_seconds),
         )

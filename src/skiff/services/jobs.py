@@ -58,7 +58,7 @@ class Jobs:
             with self._wakeups.listen(f"job:{job_id}") as event:
                 job = await self.get(endpoint, job_id)
                 remaining = deadline - loop.time()
-                if job.status in FINAL_STATES or remaining <= 0:
+                if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
                     return job
                 await wait(event, remaining)
 

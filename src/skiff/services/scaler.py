@@ -35,7 +35,7 @@ class Scaler:
         self._interval = interval
 
     async def run(self) -> None:
-        while True:
+        while not self._wakeups.closing:
             with self._wakeups.listen(SCALER_KEY) as event:
                 try:
                     await self.reconcile_all()

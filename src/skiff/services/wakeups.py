@@ -16,6 +16,23 @@ from collections.abc import Iterator
 class Wakeups:
     def __init__(self) -> None:
         self._events: dict[str, tuple[asyncio.Event, int]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Set when the server is going down: every wait ends and no new one starts.
+        self.closing = False
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def close(self) -> None:
+        """End every wait now, so long-polls answer before the server stops listening."""
+        self.closing = True
+        for event, _count in self._events.values():
+            event.set()
+
+    def close_threadsafe(self) -> None:
+        """``close`` from a signal handler or another thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.close)
 
     @contextlib.contextmanager
     def listen(self, key: str) -> Iterator[asyncio.Event]:
@@ -23,6 +40,8 @@ class Wakeups:
         event, count = self._events.get(key, (None, 0))
         if event is None:
             event = asyncio.Event()
+            if self.closing:
+                event.set()
         self._events[key] = (event, count + 1)
         try:
             yield event
@@ -45,9 +64,13 @@ class Wakeups:
 
 
 async def wait(event: asyncio.Event, timeout: float) -> bool:
-    """True when notified, False when the time ran out."""
+    """True when notified, False when the time ran out. Always yields to the loop once, so a
+    loop that waits on an event that is already set cannot starve everything else."""
+    if event.is_set():
+        await asyncio.sleep(0)
+        return True
     if timeout <= 0:
-        return event.is_set()
+        return False
     try:
         async with asyncio.timeout(timeout):
             await event.wait()

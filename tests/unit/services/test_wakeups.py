@@ -123,3 +123,27 @@ async def test_wait_with_no_time_left_only_checks_the_event() -> None:
     event.set()
     assert await wait(event, 0) is True
     assert await wait(event, -1.0) is True
+
+
+async def test_close_ends_every_wait_and_later_listens_do_not_block() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen("k") as event:
+        wakeups.close()
+        assert await wait(event, 5) is True
+    with wakeups.listen("k") as event:
+        assert await wait(event, 5) is True
+
+
+async def test_waiting_on_a_set_event_still_lets_other_tasks_run() -> None:
+    ran = asyncio.Event()
+    event = asyncio.Event()
+    event.set()
+
+    async def other() -> None:
+        ran.set()
+
+    task = asyncio.create_task(other())
+    for _ in range(3):
+        await wait(event, 1)
+    assert ran.is_set()
+    await task

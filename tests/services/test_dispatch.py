@@ -1,0 +1,157 @@
+"""The worker side of the job interface on a real SQLite store, with the clock injected."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from skiff.clock import ManualClock
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import JobStatus
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.dispatch import Dispatch
+from skiff.services.jobs import Jobs
+from skiff.services.wakeups import Wakeups
+from skiff.services.workers import Workers
+from skiff.store.sqlite import SQLiteStore
+
+LEASE = 30.0
+
+
+async def connected() -> bool:
+    return True
+
+
+@dataclass
+class Rig:
+    store: SQLiteStore
+    clock: ManualClock
+    workers: Workers
+    dispatch: Dispatch
+    jobs: Jobs
+    endpoint: Endpoint
+
+    async def submit(self, body: bytes = b'{"input": {"x": 1}}') -> str:
+        return (await self.jobs.submit(self.endpoint, body, sync=False)).id
+
+    async def status(self, job_id: str) -> JobStatus:
+        return (await self.jobs.get(self.endpoint, job_id)).status
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    store = SQLiteStore(tmp_path / "skiff.db")
+    await store.open()
+    clock = ManualClock()
+    wakeups = Wakeups()
+    workers = Workers(store, clock)
+    dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=LEASE, max_attempts=2)
+    endpoint = Endpoint(
+        id="ep1",
+        userId="u1",
+        version=1,
+        createdAt=clock.now(),
+        spec=EndpointSpec(name="ep", templateId="t1"),
+    )
+    await store.create_endpoint(endpoint)
+    yield Rig(store, clock, workers, dispatch, Jobs(store, clock, wakeups), endpoint)
+    await store.close()
+
+
+async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: Rig) -> None:
+    job_id = await rig.submit()
+    taken = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    assert [j.id for j in taken] == [job_id]
+    worker = rig.workers.get("w1")
+    assert worker is not None and worker.state is WorkerState.RUNNING
+    assert worker.kind is WorkerKind.EXTERNAL
+    assert await rig.status(job_id) is JobStatus.IN_PROGRESS
+
+
+async def test_take_with_nothing_queued_answers_empty_after_the_hold(rig: Rig) -> None:
+    assert await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected) == []
+
+
+async def test_a_worker_saying_it_holds_nothing_gets_its_lost_job_requeued(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    # The reply carrying the job never reached the worker; it asks again holding nothing.
+    again = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    assert [j.id for j in again] == [job_id]
+    assert (await rig.jobs.get(rig.endpoint, job_id)).retries == 1
+
+
+async def test_a_stopped_job_keeps_its_worker_busy_until_it_lets_go(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    cancelled = await rig.jobs.cancel(rig.endpoint, job_id)
+    assert cancelled.status is JobStatus.CANCELLED
+    assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.1, connected) == [job_id]
+    worker = rig.workers.get("w1")
+    assert worker is not None and worker.state is WorkerState.RUNNING
+    assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.05, connected) == []
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, holds_jobs=False)
+    assert worker.state is WorkerState.IDLE
+    assert await rig.status(job_id) is JobStatus.CANCELLED
+
+
+async def test_a_late_result_for_a_cancelled_job_is_ignored(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected)
+    await rig.jobs.cancel(rig.endpoint, job_id)
+    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": "late"}')
+    job = await rig.jobs.get(rig.endpoint, job_id)
+    assert job.status is JobStatus.CANCELLED and job.output_json is None
+
+
+async def test_a_stopping_worker_takes_no_job(rig: Rig) -> None:
+    await rig.workers.add(
+        Worker(
+            id="w1",
+            endpoint_id="ep1",
+            kind=WorkerKind.LOCAL,
+            state=WorkerState.STOPPING,
+            version=1,
+            started_at=rig.clock.now(),
+        )
+    )
+    job_id = await rig.submit()
+    assert await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected) == []
+    assert await rig.status(job_id) is JobStatus.IN_QUEUE
+
+
+async def test_a_silent_external_worker_is_forgotten_and_its_job_requeued(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected)
+    rig.clock.advance(30)
+    assert await rig.dispatch.forget_silent_workers(60) == []
+    rig.clock.advance(31)
+    forgotten = await rig.dispatch.forget_silent_workers(60)
+    assert [w.id for w in forgotten] == ["w1"]
+    assert rig.workers.get("w1") is None
+    assert await rig.status(job_id) is JobStatus.IN_QUEUE
+
+
+async def test_pings_renew_leases_so_a_live_worker_keeps_its_job(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected)
+    rig.clock.advance(LEASE - 1)
+    await rig.dispatch.ping(rig.endpoint, "w1", [job_id])
+    rig.clock.advance(LEASE - 1)
+    assert await rig.dispatch.release_expired_leases() == []
+    assert await rig.status(job_id) is JobStatus.IN_PROGRESS
+
+
+async def test_a_lapsed_lease_requeues_then_fails_after_the_last_attempt(rig: Rig) -> None:
+    job_id = await rig.submit()
+    for attempt in (1, 2):
+        taken = await rig.dispatch.take(rig.endpoint, f"w{attempt}", 1, 0.1, connected)
+        assert [j.id for j in taken] == [job_id]
+        rig.clock.advance(LEASE + 1)
+        await rig.dispatch.release_expired_leases()
+    job = await rig.jobs.get(rig.endpoint, job_id)
+    assert job.status is JobStatus.FAILED
+    assert job.error is not None and "lease expired" in job.error
