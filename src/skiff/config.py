@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     #: An external worker not heard from (take, ping, result) for this long is forgotten and its
     #: jobs go back to the queue.
     worker_silence_seconds: float = Field(default=60.0, gt=0)
+    #: Let webhooks reach loopback, private and link-local addresses (refused by default).
+    webhook_allow_private: bool = False
+    #: How long one webhook delivery attempt may take.
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    #: A worker told to stop a job (cancel, timeout, ttl) that still holds it after this long
+    #: is ended and replaced.
+    stop_grace_seconds: float = Field(default=10.0, ge=0)
     #: How long an API key lookup is cached; a revoked key stops working within this time.
     key_cache_seconds: float = Field(default=5.0, ge=0)
 

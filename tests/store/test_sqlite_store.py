@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +109,13 @@ async def test_inserted_job_is_read_back_with_every_field(store: SQLiteStore) ->
         s3_config_json='{"bucketName":"b"}',
         execution_timeout_ms=7000,
         ttl_ms=20_000,
+        retention_ms=60_000,
     )
     await store.insert_job(job)
-    assert await store.get_job(EP, "j-1") == job
+    got = await store.get_job(EP, "j-1")
+    assert got is not None and got.seq > 0
+    # The store derives the expiry from submission and ttl.
+    assert got == replace(job, expires_at=T0 + 20, seq=got.seq)
 
 
 async def test_get_job_of_another_endpoint_or_unknown_id_is_none(store: SQLiteStore) -> None:
@@ -332,7 +337,7 @@ async def test_retry_requeues_and_clears_output_error_and_stream(
     store: SQLiteStore, final: JobStatus
 ) -> None:
     await claim_one(store, "j-1", "w-1")
-    assert await store.append_stream_chunk("j-1", "w-1", '"old"', None)
+    assert await store.append_stream_chunks("j-1", "w-1", [('"old"', None)])
     await store.finish_job("j-1", "w-1", final, '"partial"', "boom", T0 + 2)
     job = await store.retry_job(EP, "j-1")
     assert job is not None
@@ -348,7 +353,7 @@ async def test_retry_requeues_and_clears_output_error_and_stream(
 
     [again] = await store.claim_jobs(EP, "w-2", 1, now=T0 + 10, lease_until=T0 + 70)
     assert again.attempt == 1
-    assert await store.append_stream_chunk("j-1", "w-2", '"new"', None)
+    assert await store.append_stream_chunks("j-1", "w-2", [('"new"', None)])
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"new"', None)]
 
 
@@ -435,27 +440,27 @@ async def test_stream_chunks_are_accepted_only_from_the_holding_worker(
     store: SQLiteStore,
 ) -> None:
     await claim_one(store, "j-1", "w-1")
-    assert await store.append_stream_chunk("j-1", "w-2", '"intruder"', None) is False
-    assert await store.append_stream_chunk("nope", "w-1", '"x"', None) is False
-    assert await store.append_stream_chunk("j-1", "w-1", '"mine"', None) is True
+    assert await store.append_stream_chunks("j-1", "w-2", [('"intruder"', None)]) is False
+    assert await store.append_stream_chunks("nope", "w-1", [('"x"', None)]) is False
+    assert await store.append_stream_chunks("j-1", "w-1", [('"mine"', None)]) is True
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"mine"', None)]
 
 
 async def test_stream_chunks_are_refused_once_the_job_is_final(store: SQLiteStore) -> None:
     await claim_one(store, "j-1", "w-1")
     await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 1)
-    assert await store.append_stream_chunk("j-1", "w-1", '"late"', None) is False
+    assert await store.append_stream_chunks("j-1", "w-1", [('"late"', None)]) is False
     assert await store.read_new_stream_chunks("j-1") == []
 
 
 async def test_new_stream_chunks_are_read_once_and_in_order(store: SQLiteStore) -> None:
     await claim_one(store, "j-1", "w-1")
     for i in range(3):
-        assert await store.append_stream_chunk("j-1", "w-1", f'"c{i}"', None)
+        assert await store.append_stream_chunks("j-1", "w-1", [(f'"c{i}"', None)])
     first = await store.read_new_stream_chunks("j-1")
     assert [(c.seq, c.output_json) for c in first] == [(1, '"c0"'), (2, '"c1"'), (3, '"c2"')]
     assert await store.read_new_stream_chunks("j-1") == []
-    assert await store.append_stream_chunk("j-1", "w-1", '"c3"', '{"tokens":4}')
+    assert await store.append_stream_chunks("j-1", "w-1", [('"c3"', '{"tokens":4}')])
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(4, '"c3"', '{"tokens":4}')]
     assert await store.read_new_stream_chunks("j-1") == []
 
@@ -463,8 +468,8 @@ async def test_new_stream_chunks_are_read_once_and_in_order(store: SQLiteStore) 
 async def test_stream_chunks_of_one_job_do_not_show_in_another(store: SQLiteStore) -> None:
     await claim_one(store, "j-1", "w-1")
     await claim_one(store, "j-2", "w-1")
-    await store.append_stream_chunk("j-1", "w-1", '"one"', None)
-    await store.append_stream_chunk("j-2", "w-1", '"two"', None)
+    await store.append_stream_chunks("j-1", "w-1", [('"one"', None)])
+    await store.append_stream_chunks("j-2", "w-1", [('"two"', None)])
     assert await store.read_new_stream_chunks("j-2") == [StreamChunk(1, '"two"', None)]
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"one"', None)]
 
@@ -475,7 +480,7 @@ async def test_stream_chunks_of_one_job_do_not_show_in_another(store: SQLiteStor
 async def test_release_requeues_a_lost_workers_jobs(store: SQLiteStore) -> None:
     await claim_one(store, "j-1", "w-lost")
     await claim_one(store, "j-2", "w-other")
-    await store.append_stream_chunk("j-1", "w-lost", '"partial"', None)
+    await store.append_stream_chunks("j-1", "w-lost", [('"partial"', None)])
     released = await store.release_jobs("w-lost", T0 + 10, max_attempts=3, reason="lost")
     assert [j.id for j in released] == ["j-1"]
     job = released[0]
@@ -549,11 +554,11 @@ async def test_stream_of_a_requeued_job_restarts_for_the_next_worker(
 ) -> None:
     await claim_one(store, "j-1", "w-1")
     for i in range(2):
-        await store.append_stream_chunk("j-1", "w-1", f'"old{i}"', None)
+        await store.append_stream_chunks("j-1", "w-1", [(f'"old{i}"', None)])
     assert len(await store.read_new_stream_chunks("j-1")) == 2
     await store.release_jobs("w-1", T0 + 10, max_attempts=3, reason="lost")
     await store.claim_jobs(EP, "w-2", 1, now=T0 + 11, lease_until=T0 + 71)
-    await store.append_stream_chunk("j-1", "w-2", '"new0"', None)
+    await store.append_stream_chunks("j-1", "w-2", [('"new0"', None)])
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"new0"', None)]
 
 
@@ -617,7 +622,7 @@ async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: SQLite
     await store.save_worker(make_worker("w-1", EP))
     await store.save_worker(make_worker("w-keep", "ep-keep"))
     await claim_one(store, "j-run", "w-1")
-    await store.append_stream_chunk("j-run", "w-1", '"chunk"', None)
+    await store.append_stream_chunks("j-run", "w-1", [('"chunk"', None)])
     await store.insert_job(make_job("j-queued"))
     await store.insert_job(make_job("j-keep", "ep-keep"))
 
@@ -633,7 +638,7 @@ async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: SQLite
     # A job later created with the same id starts a clean stream.
     await store.insert_job(make_job("j-run"))
     [job] = await store.claim_jobs(EP, "w-9", 1, now=T0, lease_until=T0 + 60)
-    await store.append_stream_chunk("j-run", "w-9", '"fresh"', None)
+    await store.append_stream_chunks("j-run", "w-9", [('"fresh"', None)])
     assert await store.read_new_stream_chunks("j-run") == [StreamChunk(1, '"fresh"', None)]
     assert job.attempt == 1
     # The other endpoint is untouched.
@@ -753,7 +758,7 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
         await first_store.create_endpoint(make_endpoint())
         await insert_jobs(first_store, make_job("j-1"), make_job("j-2"))
         await first_store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
-        await first_store.append_stream_chunk("j-1", "w-1", '"c"', None)
+        await first_store.append_stream_chunks("j-1", "w-1", [('"c"', None)])
         await first_store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"out"', None, T0 + 1)
         before = await first_store.get_job(EP, "j-1")
     finally:
@@ -781,5 +786,13 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
-    assert names == ["0001_init.sql"]
-    assert {"jobs", "endpoints", "workers", "stream_chunks", "meta"} <= tables
+    assert names == ["0001_init.sql", "0002_lifetimes_webhooks.sql"]
+    assert {
+        "jobs",
+        "endpoints",
+        "workers",
+        "stream_chunks",
+        "meta",
+        "stop_signals",
+        "webhook_deliveries",
+    } <= tables

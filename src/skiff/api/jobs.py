@@ -9,7 +9,7 @@ from starlette.responses import Response
 from skiff.api.body import read_body
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, status_view
+from skiff.domain.jobs import FINAL_STATES, parse_status_ttl, request_view, status_view
 from skiff.errors import Invalid
 from skiff.services.hub import Services
 from skiff.services.jobs import chunk_view
@@ -71,6 +71,19 @@ def _wait_ms(request: Request) -> int:
     return value
 
 
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Invalid(f"{name} must be an integer", field=name) from None
+    if not low <= value <= high:
+        raise Invalid(f"{name} must be between {low} and {high}", field=name)
+    return value
+
+
 def build(services: Services) -> APIRouter:
     router = APIRouter(tags=["jobs"])
     jobs = services.jobs
@@ -93,7 +106,9 @@ def build(services: Services) -> APIRouter:
         A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
         endpoint = await endpoint_of(request)
         wait_ms = _wait_ms(request)
-        job = await jobs.submit(endpoint, await read_body(request, RUNSYNC_LIMIT), sync=True)
+        given = wait_ms if "wait" in request.query_params else None
+        body = await read_body(request, RUNSYNC_LIMIT)
+        job = await jobs.submit(endpoint, body, sync=True, wait_ms=given)
         job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
         if job.status in FINAL_STATES:
             return json_response(status_view(job, clock.now()))
@@ -101,9 +116,31 @@ def build(services: Services) -> APIRouter:
 
     @router.get("/{endpoint_id}/status/{job_id}", summary="A job's state and result")
     async def status(request: Request, job_id: str) -> Response:
+        """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
+        A job past its ttl or its retention window answers 404."""
         endpoint = await endpoint_of(request)
-        job = await jobs.get(endpoint, job_id)
+        raw_ttl = request.query_params.get("ttl")
+        if raw_ttl is not None:
+            job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
+        else:
+            job = await jobs.get(endpoint, job_id)
         return json_response(status_view(job, clock.now()))
+
+    @router.get("/{endpoint_id}/requests", summary="The endpoint's recent jobs")
+    async def requests(request: Request) -> Response:
+        """Newest first, `limit` (1-200, default 50) a page; pass `nextCursor` back as
+        `cursor` for the next page. No input or output: `/status` has those."""
+        endpoint = await endpoint_of(request)
+        limit = _int_param(request, "limit", 50, 1, 200)
+        cursor = request.query_params.get("cursor")
+        before = _int_param(request, "cursor", 0, 1, 2**62) if cursor is not None else None
+        page, next_cursor = await jobs.recent(endpoint, limit, before)
+        return json_response(
+            {
+                "requests": [request_view(j) for j in page],
+                "nextCursor": str(next_cursor) if next_cursor is not None else None,
+            }
+        )
 
     @router.get("/{endpoint_id}/stream/{job_id}", summary="Chunks a generator handler yielded")
     async def stream(request: Request, job_id: str) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -76,6 +77,38 @@ TTL_MIN_MS = 10_000
 SEVEN_DAYS_MS = 7 * 24 * 3600 * 1000
 
 
+#: How long a finished job's result stays readable.
+ASYNC_RETENTION_MS = 30 * 60 * 1000
+SYNC_RETENTION_MS = 60 * 1000
+SYNC_RETENTION_MAX_MS = 5 * 60 * 1000
+#: ``GET /status/{id}?ttl=`` may shorten a job's life below the policy minimum (the
+#: specification's own example is 6000 ms); it may not make it longer than 7 days.
+STATUS_TTL_MIN_MS = 1
+
+
+def retention_ms(sync: bool, wait_ms: int | None) -> int:
+    """30 minutes for ``/run``; for ``/runsync`` 1 minute, or as long as the ``wait`` the
+    client was ready to spend, up to 5 minutes."""
+    if not sync:
+        return ASYNC_RETENTION_MS
+    if wait_ms is None:
+        return SYNC_RETENTION_MS
+    return max(SYNC_RETENTION_MS, min(SYNC_RETENTION_MAX_MS, wait_ms))
+
+
+def parse_status_ttl(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise Invalid("ttl must be an integer number of milliseconds", field="ttl") from None
+    if not STATUS_TTL_MIN_MS <= value <= SEVEN_DAYS_MS:
+        raise Invalid(
+            f"ttl must be between {STATUS_TTL_MIN_MS} and {SEVEN_DAYS_MS} milliseconds",
+            field="ttl",
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     execution_timeout_ms: int
@@ -113,7 +146,25 @@ class Job:
     attempt: int = 0
     retries: int = 0
     lease_until: float | None = None
+    #: ``submitted_at + ttl``: past it the job is gone, whatever its state.
+    expires_at: float = float("inf")
+    #: How long a final result stays readable (30 min for /run, 1-5 min for /runsync).
+    retention_ms: int = 1_800_000
+    #: ``finished_at + retention``, once the job is final.
+    retain_until: float | None = None
+    #: ``started_at + executionTimeout`` while a worker runs it.
+    run_deadline: float | None = None
+    #: Submission order (a cursor for listings).
+    seq: int = 0
+    #: Not stored: set on the job a cancel returns when its worker must be told to stop.
     stop_pending: bool = False
+
+    def readable_at(self, now: float) -> bool:
+        """False once its ttl or its retention window has passed: it answers 404 from then on,
+        even before the reaper deletes the row."""
+        if now >= self.expires_at:
+            return False
+        return self.retain_until is None or now < self.retain_until
 
     @property
     def is_final(self) -> bool:
@@ -239,6 +290,28 @@ def status_view(job: Job, now: float) -> dict[str, Any]:
     if job.retries:
         view["retries"] = job.retries
     return view
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return (
+        dt.datetime.fromtimestamp(ts, dt.UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def request_view(job: Job) -> dict[str, Any]:
+    """A job as ``/requests`` lists it: identity, state and times, no input or output."""
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "submittedAt": _iso(job.submitted_at),
+        "startedAt": _iso(job.started_at),
+        "finishedAt": _iso(job.finished_at),
+        "retries": job.retries,
+    }
 
 
 def worker_payload(job: Job) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
+from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.wakeups import Wakeups, wait
 from skiff.services.workers import Workers
@@ -103,7 +104,8 @@ class Dispatch:
     async def stream(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
         output_json, metrics_json = parse_stream_chunk(body)
         await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if await self._store.append_stream_chunk(job_id, worker_id, output_json, metrics_json):
+        pieces = split_chunk(output_json, metrics_json)
+        if await self._store.append_stream_chunks(job_id, worker_id, pieces):
             self._wakeups.notify(f"job:{job_id}")
 
     async def stop_signals(
@@ -146,6 +148,12 @@ class Dispatch:
         )
         self._announce(released)
         await self._workers.jobs_released(worker, list(self._workers.held(worker.id)))
+
+    def request_stop(self, worker_id: str, job_id: str) -> None:
+        """A job this worker holds was cancelled, timed out or expired: wake its job-stop
+        long-poll (the signal itself is already stored) and start the let-go grace."""
+        self._workers.note_stop(worker_id, job_id)
+        self._wakeups.notify(f"stop:{worker_id}")
 
     def wake_pollers(self, endpoint_id: str) -> None:
         """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""

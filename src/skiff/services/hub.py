@@ -46,6 +46,8 @@ class Services:
             store, clock, wakeups, workers, settings.lease_seconds, settings.max_attempts
         )
         fleet = Fleet(settings, store, clock, workers, dispatch, auth)
+        jobs = Jobs(store, clock, wakeups)
+        jobs.on_stop = dispatch.request_stop
         return cls(
             settings=settings,
             clock=clock,
@@ -55,10 +57,20 @@ class Services:
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,
-            jobs=Jobs(store, clock, wakeups),
+            jobs=jobs,
             endpoints=Endpoints(store, clock, wakeups, workers, fleet),
             templates=Templates(store, clock, wakeups),
             registry_auths=RegistryAuths(store, clock),
             scaler=Scaler(store, clock, wakeups, workers, fleet, settings.scaler_interval_seconds),
-            reaper=Reaper(dispatch, interval=1.0, worker_silence=settings.worker_silence_seconds),
+            reaper=Reaper(
+                store,
+                clock,
+                wakeups,
+                workers,
+                dispatch,
+                fleet,
+                interval=1.0,
+                worker_silence=settings.worker_silence_seconds,
+                stop_grace=settings.stop_grace_seconds,
+            ),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ import orjson
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request
+from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request, retention_ms
 from skiff.domain.workers import WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.ids import job_id
@@ -29,9 +30,17 @@ class Jobs:
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
+        #: Told (worker id, job id) when a running job's worker must stop it.
+        self.on_stop: Callable[[str, str], None] = lambda _worker, _job: None
+        #: Refuses webhook URLs a delivery must not reach (raises ``Invalid``).
+        self.webhook_guard: Callable[[str], Awaitable[None]] | None = None
 
-    async def submit(self, endpoint: Endpoint, body: bytes, sync: bool) -> Job:
+    async def submit(
+        self, endpoint: Endpoint, body: bytes, sync: bool, wait_ms: int | None = None
+    ) -> Job:
         request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
+        if request.webhook is not None and self.webhook_guard is not None:
+            await self.webhook_guard(request.webhook)
         job = Job(
             id=job_id(sync),
             endpoint_id=endpoint.id,
@@ -43,7 +52,9 @@ class Jobs:
             webhook=request.webhook,
             s3_config_json=request.s3_config_json,
             submitted_at=self._clock.now(),
+            retention_ms=retention_ms(sync, wait_ms),
         )
+        job.expires_at = job.submitted_at + job.ttl_ms / 1000
         await self._store.insert_job(job)
         self._wakeups.notify(f"ep:{endpoint.id}")
         if not job.low_priority:
@@ -63,10 +74,28 @@ class Jobs:
                 await wait(event, remaining)
 
     async def get(self, endpoint: Endpoint, job_id: str) -> Job:
+        """A job that exists and whose ttl and retention window have not passed."""
         job = await self._store.get_job(endpoint.id, job_id)
-        if job is None:
-            raise NotFound(f"job {job_id} not found")
+        if job is None or not job.readable_at(self._clock.now()):
+            raise NotFound(f"job {job_id} not found (unknown, or its ttl or retention expired)")
         return job
+
+    async def set_ttl(self, endpoint: Endpoint, job_id: str, ttl_ms: int) -> Job:
+        await self.get(endpoint, job_id)
+        job = await self._store.set_job_ttl(endpoint.id, job_id, ttl_ms)
+        if job is None or not job.readable_at(self._clock.now()):
+            raise NotFound(f"job {job_id} not found (unknown, or its ttl or retention expired)")
+        return job
+
+    async def recent(
+        self, endpoint: Endpoint, limit: int, before_seq: int | None
+    ) -> tuple[list[Job], int | None]:
+        """A page of the endpoint's jobs, newest first, and the cursor of the next page."""
+        now = self._clock.now()
+        jobs = await self._store.list_jobs(endpoint.id, limit + 1, before_seq)
+        more = len(jobs) > limit
+        page = [j for j in jobs[:limit] if j.readable_at(now)]
+        return page, (jobs[limit - 1].seq if more else None)
 
     async def read_stream(self, endpoint: Endpoint, job_id: str) -> StreamRead:
         job = await self.get(endpoint, job_id)
@@ -78,13 +107,15 @@ class Jobs:
         return StreamRead(job=job, chunks=chunks)
 
     async def cancel(self, endpoint: Endpoint, job_id: str) -> Job:
+        await self.get(endpoint, job_id)
         job = await self._store.cancel_job(endpoint.id, job_id, self._clock.now())
         if job is None:
             raise NotFound(f"job {job_id} not found")
         if job.status is JobStatus.CANCELLED:
             self._wakeups.notify(f"job:{job_id}")
+            self._wakeups.notify("webhooks")
             if job.stop_pending and job.worker_id:
-                self._wakeups.notify(f"stop:{job.worker_id}")
+                self.on_stop(job.worker_id, job.id)
         return job
 
     async def retry(self, endpoint: Endpoint, job_id: str) -> Job:

@@ -1,24 +1,60 @@
-"""Periodic clean-up: jobs whose worker stopped answering go back to the queue, and external
-workers that stopped calling in are forgotten."""
+"""Periodic enforcement of every time rule, on the injected clock:
+
+- ``executionTimeout``: a running job past its deadline becomes TIMED_OUT and its worker is
+  told to stop it;
+- ``ttl`` and retention: a job past its ttl (whatever its state) or a finished job past its
+  retention window is deleted; a running one's worker is told to stop it first;
+- stop grace: a local worker that still holds a stopped job ``stop_grace`` seconds after it was
+  told is ended (the scaler replaces it);
+- leases: jobs whose worker stopped renewing them go back to the queue;
+- silence: external workers that stopped calling in are forgotten.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from skiff.clock import Clock
+from skiff.domain.jobs import JobStatus
+from skiff.domain.workers import WorkerKind
 from skiff.services.dispatch import Dispatch
+from skiff.services.fleet import Fleet
+from skiff.services.wakeups import Wakeups
+from skiff.services.workers import Workers
+from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
 
+#: Jobs deleted per pass at most, so one pass never holds the writer for long.
+EXPIRE_BATCH = 2000
+
 
 class Reaper:
-    def __init__(self, dispatch: Dispatch, interval: float, worker_silence: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        workers: Workers,
+        dispatch: Dispatch,
+        fleet: Fleet,
+        interval: float,
+        worker_silence: float,
+        stop_grace: float,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._wakeups = wakeups
+        self._workers = workers
         self._dispatch = dispatch
+        self._fleet = fleet
         self._interval = interval
         self._worker_silence = worker_silence
+        self._stop_grace = stop_grace
 
     async def run(self) -> None:
-        while True:
+        while not self._wakeups.closing:
             try:
                 await self.pass_once()
             except Exception:
@@ -26,5 +62,26 @@ class Reaper:
             await asyncio.sleep(self._interval)
 
     async def pass_once(self) -> None:
+        now = self._clock.now()
+        for job in await self._store.time_out_jobs(now):
+            self._wakeups.notify(f"job:{job.id}")
+            if job.worker_id is not None:
+                self._dispatch.request_stop(job.worker_id, job.id)
+        while True:
+            expired = await self._store.expire_jobs(now, EXPIRE_BATCH)
+            for job in expired:
+                self._wakeups.notify(f"job:{job.id}")
+                if job.status is JobStatus.IN_PROGRESS and job.worker_id is not None:
+                    self._dispatch.request_stop(job.worker_id, job.id)
+            if len(expired) < EXPIRE_BATCH:
+                break
+        for worker in self._workers.overdue_stops(self._stop_grace):
+            if worker.kind is WorkerKind.LOCAL:
+                log.warning(
+                    "worker %s did not let go of a stopped job within %.0f s; ending it",
+                    worker.id,
+                    self._stop_grace,
+                )
+                self._fleet.stop_worker(worker)
         await self._dispatch.release_expired_leases()
         await self._dispatch.forget_silent_workers(self._worker_silence)

@@ -15,6 +15,8 @@ class Workers:
         self._clock = clock
         self._workers: dict[str, Worker] = {}
         self._held: dict[str, set[str]] = {}
+        # worker id -> {job id: when the worker was told to stop it}
+        self._stops: dict[str, dict[str, float]] = {}
 
     async def load(self) -> list[Worker]:
         """Read the register at start; returns what was there (the caller reconciles it)."""
@@ -80,9 +82,32 @@ class Workers:
         if worker.state in (WorkerState.IDLE, WorkerState.INITIALIZING):
             await self.set_state(worker, WorkerState.RUNNING)
 
+    def note_stop(self, worker_id: str, job_id: str) -> None:
+        if job_id in self.held(worker_id):
+            self._stops.setdefault(worker_id, {}).setdefault(job_id, self._clock.now())
+
+    def overdue_stops(self, grace: float) -> list[Worker]:
+        """Workers told to stop a job more than ``grace`` seconds ago that still hold it."""
+        now = self._clock.now()
+        overdue = []
+        for worker_id, stops in self._stops.items():
+            held = self.held(worker_id)
+            worker = self._workers.get(worker_id)
+            if worker is not None and any(
+                job_id in held and now - since > grace for job_id, since in stops.items()
+            ):
+                overdue.append(worker)
+        return overdue
+
     async def jobs_released(self, worker: Worker, job_ids: list[str]) -> None:
         held = self.held(worker.id)
         held.difference_update(job_ids)
+        stops = self._stops.get(worker.id)
+        if stops is not None:
+            for job_id in job_ids:
+                stops.pop(job_id, None)
+            if not stops:
+                del self._stops[worker.id]
         if not held and worker.state is WorkerState.RUNNING:
             await self.set_state(worker, WorkerState.IDLE)
 
@@ -97,4 +122,5 @@ class Workers:
     async def remove(self, worker_id: str) -> None:
         self._workers.pop(worker_id, None)
         self._held.pop(worker_id, None)
+        self._stops.pop(worker_id, None)
         await self._store.delete_worker(worker_id)

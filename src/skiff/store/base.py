@@ -51,6 +51,26 @@ class StreamChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class WebhookDelivery:
+    id: str
+    job_id: str
+    endpoint_id: str
+    user_id: str
+    url: str
+    #: The JSON body to POST: the job's ``/status`` body plus ``input`` (never ``s3Config``).
+    payload: str
+    #: pending, delivered or failed.
+    status: str
+    attempts: int
+    next_attempt_at: float
+    last_error: str | None
+    created_at: float
+    finished_at: float | None
+    #: The owner's signing secret (``whsec_...``), or None if the owner has none yet.
+    secret: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobCounts:
     in_queue: int = 0
     in_progress: int = 0
@@ -138,7 +158,27 @@ class Store(Protocol):
     # -- jobs -----------------------------------------------------------------------
     async def insert_job(self, job: Job) -> None: ...
 
-    async def get_job(self, endpoint_id: str, job_id: str) -> Job | None: ...
+    async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        """The row, even if its ttl or retention has passed (the caller decides with its clock)."""
+        ...
+
+    async def list_jobs(self, endpoint_id: str, limit: int, before_seq: int | None) -> list[Job]:
+        """Newest first; ``before_seq`` continues a listing after its last job."""
+        ...
+
+    async def set_job_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> Job | None:
+        """A new ttl, counted from submission."""
+        ...
+
+    async def time_out_jobs(self, now: float) -> list[Job]:
+        """Running jobs past their execution deadline become TIMED_OUT; their workers get a
+        stop signal. Returns those jobs."""
+        ...
+
+    async def expire_jobs(self, now: float, limit: int) -> list[Job]:
+        """Delete jobs past their ttl (whatever their state; a running one's worker gets a stop
+        signal) or past their retention. Returns them as they were."""
+        ...
 
     async def claim_jobs(
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
@@ -177,16 +217,18 @@ class Store(Protocol):
 
     async def job_counts(self, endpoint_id: str) -> JobCounts: ...
 
-    async def append_stream_chunk(
-        self, job_id: str, worker_id: str, output_json: str, metrics_json: str | None
-    ) -> bool: ...
+    async def append_stream_chunks(
+        self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
+    ) -> bool:
+        """Append (output JSON, metrics JSON) chunks in order, if the worker holds the job."""
+        ...
 
     async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:
         """Chunks not returned before, in order; advances the job's read cursor."""
         ...
 
     async def take_stop_signals(self, worker_id: str) -> list[str]:
-        """Ids of jobs this worker must stop; each is returned once."""
+        """Ids of jobs this worker must stop (cancelled, timed out, expired); each once."""
         ...
 
     async def renew_leases(
@@ -198,6 +240,26 @@ class Store(Protocol):
     ) -> list[Job]:
         """Jobs held by a lost worker (or, with ``None``, any job whose lease lapsed) go back
         to the queue; those that used up their attempts are FAILED with ``reason``."""
+        ...
+
+    # -- webhooks -------------------------------------------------------------------------
+    async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
+        """The user's signing secret, made on first use; ``rotate`` replaces it."""
+        ...
+
+    async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]: ...
+
+    async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]: ...
+
+    async def record_webhook_attempt(
+        self,
+        delivery_id: str,
+        status: str,
+        error: str | None,
+        now: float,
+        next_attempt_at: float | None,
+    ) -> None:
+        """Count an attempt; ``status`` pending (with the next time), delivered or failed."""
         ...
 
     # -- workers --------------------------------------------------------------------

@@ -19,9 +19,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus, sources_of
+from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.templates import Template
+from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
 from skiff.store.base import (
@@ -30,6 +33,7 @@ from skiff.store.base import (
     RegistryAuthRecord,
     StreamChunk,
     User,
+    WebhookDelivery,
 )
 
 T = TypeVar("T")
@@ -169,7 +173,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 _JOB_COLUMNS = (
     "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
     "s3_config, submitted_at, started_at, finished_at, output, error, worker_id, attempt, "
-    "retries, lease_until, stop_pending"
+    "retries, lease_until, expires_at, retention_ms, retain_until, run_deadline, seq"
 )
 
 
@@ -193,7 +197,59 @@ def _job(row: tuple[Any, ...]) -> Job:
         attempt=row[15],
         retries=row[16],
         lease_until=row[17],
-        stop_pending=bool(row[18]),
+        expires_at=row[18] if row[18] is not None else float("inf"),
+        retention_ms=row[19],
+        retain_until=row[20],
+        run_deadline=row[21],
+        seq=row[22],
+    )
+
+
+#: ``retain_until`` of a job that just became final, in SQL (with ``?`` for now).
+_RETAIN = "? + retention_ms / 1000.0"
+
+
+def _after_final(
+    c: sqlite3.Connection, jobs: list[Job], user_of: dict[str, str] | None = None
+) -> None:
+    """In the transaction that made jobs final: store their webhook deliveries, so a crash
+    right after can lose none (the sender attempts them later)."""
+    for job in jobs:
+        if job.webhook is None or job.finished_at is None:
+            continue
+        if user_of is not None and job.endpoint_id in user_of:
+            user_id = user_of[job.endpoint_id]
+        else:
+            row = c.execute(
+                "SELECT user_id FROM endpoints WHERE id = ?", (job.endpoint_id,)
+            ).fetchone()
+            if row is None:
+                continue
+            user_id = row[0]
+        payload = status_view(job, job.finished_at)
+        payload["input"] = orjson.Fragment(job.input_json)
+        payload["webhook"] = job.webhook
+        c.execute(
+            "INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,"
+            " next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                secrets.token_hex(12),
+                job.id,
+                job.endpoint_id,
+                user_id,
+                job.webhook,
+                orjson.dumps(payload).decode(),
+                job.finished_at,
+                job.finished_at,
+            ),
+        )
+
+
+def _signal_stop(c: sqlite3.Connection, jobs: list[tuple[str | None, str]], reason: str) -> None:
+    """Queue job-stop signals for (worker id, job id) pairs; the row may be gone by then."""
+    c.executemany(
+        "INSERT OR IGNORE INTO stop_signals (worker_id, job_id, reason) VALUES (?, ?, ?)",
+        [(worker, job_id, reason) for worker, job_id in jobs if worker is not None],
     )
 
 
@@ -521,13 +577,15 @@ class SQLiteStore:
             job.webhook,
             job.s3_config_json,
             job.submitted_at,
+            job.submitted_at + job.ttl_ms / 1000.0,
+            job.retention_ms,
         )
 
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms,"
-                " low_priority, webhook, s3_config, submitted_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " low_priority, webhook, s3_config, submitted_at, expires_at, retention_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 params,
             )
 
@@ -540,19 +598,45 @@ class SQLiteStore:
         )
         return _job(rows[0]) if rows else None
 
+    async def list_jobs(self, endpoint_id: str, limit: int, before_seq: int | None) -> list[Job]:
+        if before_seq is None:
+            rows = self._read(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ?",
+                (endpoint_id, limit),
+            )
+        else:
+            rows = self._read(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE endpoint_id = ? AND seq < ?"
+                f" ORDER BY seq DESC LIMIT ?",
+                (endpoint_id, before_seq, limit),
+            )
+        return [_job(r) for r in rows]
+
+    async def set_job_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> Job | None:
+        def op(c: sqlite3.Connection) -> Job | None:
+            row = c.execute(
+                f"UPDATE jobs SET ttl_ms = ?, expires_at = submitted_at + ? / 1000.0"
+                f" WHERE id = ? AND endpoint_id = ? RETURNING {_JOB_COLUMNS}",
+                (ttl_ms, ttl_ms, job_id, endpoint_id),
+            ).fetchone()
+            return _job(row) if row else None
+
+        return await self._write(op)
+
     async def claim_jobs(
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
             rows = c.execute(
                 f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = ?, started_at = ?,"
-                f" lease_until = ?, attempt = attempt + 1"
+                f" lease_until = ?, attempt = attempt + 1,"
+                f" run_deadline = ? + execution_timeout_ms / 1000.0"
                 f" WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
-                f" ORDER BY low_priority, seq LIMIT ?)"
-                f" RETURNING {_JOB_COLUMNS}, seq",
-                (worker_id, now, lease_until, endpoint_id, limit),
+                f" AND expires_at > ? ORDER BY low_priority, seq LIMIT ?)"
+                f" RETURNING {_JOB_COLUMNS}",
+                (worker_id, now, lease_until, now, endpoint_id, now, limit),
             ).fetchall()
-            rows.sort(key=lambda r: (r[6], r[-1]))
+            rows.sort(key=lambda r: (r[6], r[22]))
             return [_job(r) for r in rows]
 
         return await self._write(op)
@@ -580,9 +664,10 @@ class SQLiteStore:
         guard = _in(sources_of(status) & {JobStatus.IN_PROGRESS})
         sql = (
             f"UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?,"
-            f" lease_until = NULL WHERE id = ? AND status IN {guard}"
+            f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
+            f" WHERE id = ? AND status IN {guard}"
         )
-        params: tuple[Any, ...] = (status.value, output_json, error, now, job_id)
+        params: tuple[Any, ...] = (status.value, output_json, error, now, now, job_id)
         if worker_id is not None:
             sql += " AND worker_id = ?"
             params += (worker_id,)
@@ -590,27 +675,40 @@ class SQLiteStore:
 
         def op(c: sqlite3.Connection) -> Job | None:
             row = c.execute(sql, params).fetchone()
-            return _job(row) if row else None
+            if row is None:
+                return None
+            job = _job(row)
+            _after_final(c, [job])
+            return job
 
         return await self._write(op)
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
-            row = c.execute(
-                f"UPDATE jobs SET status = 'CANCELLED', finished_at = ?, lease_until = NULL,"
-                f" stop_pending = (status = 'IN_PROGRESS')"
-                f" WHERE id = ? AND endpoint_id = ?"
-                f" AND status IN {_in(sources_of(JobStatus.CANCELLED))}"
-                f" RETURNING {_JOB_COLUMNS}",
-                (now, job_id, endpoint_id),
-            ).fetchone()
-            if row:
-                return _job(row)
-            row = c.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
+            before = c.execute(
+                "SELECT status, worker_id FROM jobs WHERE id = ? AND endpoint_id = ?",
                 (job_id, endpoint_id),
             ).fetchone()
-            return _job(row) if row else None
+            if before is None:
+                return None
+            row = c.execute(
+                f"UPDATE jobs SET status = 'CANCELLED', finished_at = ?, retain_until = {_RETAIN},"
+                f" lease_until = NULL, run_deadline = NULL"
+                f" WHERE id = ? AND status IN {_in(sources_of(JobStatus.CANCELLED))}"
+                f" RETURNING {_JOB_COLUMNS}",
+                (now, now, job_id),
+            ).fetchone()
+            if row is None:
+                row = c.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
+                ).fetchone()
+                return _job(row)
+            job = _job(row)
+            if before[0] == JobStatus.IN_PROGRESS.value:
+                _signal_stop(c, [(before[1], job_id)], "cancelled")
+                job.stop_pending = True
+            _after_final(c, [job])
+            return job
 
         return await self._write(op)
 
@@ -619,7 +717,8 @@ class SQLiteStore:
             row = c.execute(
                 f"UPDATE jobs SET status = 'IN_QUEUE', output = NULL, error = NULL,"
                 f" started_at = NULL, finished_at = NULL, worker_id = NULL, lease_until = NULL,"
-                f" stop_pending = 0, stream_cursor = 0, retries = retries + 1, attempt = 0"
+                f" retain_until = NULL, run_deadline = NULL,"
+                f" stream_cursor = 0, retries = retries + 1, attempt = 0"
                 f" WHERE id = ? AND endpoint_id = ?"
                 f" AND status IN {_in(sources_of(JobStatus.IN_QUEUE) - {JobStatus.IN_PROGRESS})}"
                 f" RETURNING {_JOB_COLUMNS}",
@@ -641,6 +740,39 @@ class SQLiteStore:
             return c.execute(
                 "DELETE FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'", (endpoint_id,)
             ).rowcount
+
+        return await self._write(op)
+
+    async def time_out_jobs(self, now: float) -> list[Job]:
+        def op(c: sqlite3.Connection) -> list[Job]:
+            rows = c.execute(
+                f"UPDATE jobs SET status = 'TIMED_OUT', finished_at = ?,"
+                f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL,"
+                f" error = 'execution timeout exceeded (policy.executionTimeout: '"
+                f" || execution_timeout_ms || ' ms)'"
+                f" WHERE status = 'IN_PROGRESS' AND run_deadline <= ? RETURNING {_JOB_COLUMNS}",
+                (now, now, now),
+            ).fetchall()
+            jobs = [_job(r) for r in rows]
+            _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out")
+            _after_final(c, jobs)
+            return jobs
+
+        return await self._write(op)
+
+    async def expire_jobs(self, now: float, limit: int) -> list[Job]:
+        def op(c: sqlite3.Connection) -> list[Job]:
+            rows = c.execute(
+                f"DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE expires_at <= ?"
+                f" UNION SELECT seq FROM jobs WHERE retain_until <= ? LIMIT ?)"
+                f" RETURNING {_JOB_COLUMNS}",
+                (now, now, limit),
+            ).fetchall()
+            jobs = [_job(r) for r in rows]
+            running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
+            _signal_stop(c, running, "ttl expired")
+            c.executemany("DELETE FROM stream_chunks WHERE job_id = ?", [(j.id,) for j in jobs])
+            return jobs
 
         return await self._write(op)
 
@@ -669,8 +801,8 @@ class SQLiteStore:
             in_queue_normal=normal_queued,
         )
 
-    async def append_stream_chunk(
-        self, job_id: str, worker_id: str, output_json: str, metrics_json: str | None
+    async def append_stream_chunks(
+        self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
     ) -> bool:
         def op(c: sqlite3.Connection) -> bool:
             held = c.execute(
@@ -679,10 +811,12 @@ class SQLiteStore:
             ).fetchone()
             if not held:
                 return False
-            c.execute(
-                "INSERT INTO stream_chunks (job_id, seq, output, metrics) VALUES (?,"
-                " (SELECT COALESCE(MAX(seq), 0) + 1 FROM stream_chunks WHERE job_id = ?), ?, ?)",
-                (job_id, job_id, output_json, metrics_json),
+            last = c.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM stream_chunks WHERE job_id = ?", (job_id,)
+            ).fetchone()[0]
+            c.executemany(
+                "INSERT INTO stream_chunks (job_id, seq, output, metrics) VALUES (?, ?, ?, ?)",
+                [(job_id, last + i, out, met) for i, (out, met) in enumerate(chunks, start=1)],
             )
             return True
 
@@ -704,9 +838,7 @@ class SQLiteStore:
     async def take_stop_signals(self, worker_id: str) -> list[str]:
         def op(c: sqlite3.Connection) -> list[str]:
             rows = c.execute(
-                "UPDATE jobs SET stop_pending = 0 WHERE worker_id = ? AND stop_pending = 1"
-                " RETURNING id",
-                (worker_id,),
+                "DELETE FROM stop_signals WHERE worker_id = ? RETURNING job_id", (worker_id,)
             ).fetchall()
             return [r[0] for r in rows]
 
@@ -725,31 +857,93 @@ class SQLiteStore:
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:
+        where: str
+        params: tuple[Any, ...]
         if worker_id is None:
             where, params = "status = 'IN_PROGRESS' AND lease_until < ?", (now,)
         else:
-            where, params = "status = 'IN_PROGRESS' AND worker_id = ?", (worker_id,)  # type: ignore[assignment]
+            where, params = "status = 'IN_PROGRESS' AND worker_id = ?", (worker_id,)
 
         def op(c: sqlite3.Connection) -> list[Job]:
-            failed = c.execute(
-                f"UPDATE jobs SET status = 'FAILED', error = ?, finished_at = ?, lease_until = NULL"
-                f" WHERE {where} AND attempt >= ? RETURNING {_JOB_COLUMNS}",
-                (reason, now, *params, max_attempts),
-            ).fetchall()
-            requeued = c.execute(
-                f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
-                f" lease_until = NULL, output = NULL, retries = retries + 1,"
-                f" stream_cursor = 0, stop_pending = 0"
-                f" WHERE {where} RETURNING {_JOB_COLUMNS}",
-                params,
-            ).fetchall()
-            if requeued:
-                c.executemany(
-                    "DELETE FROM stream_chunks WHERE job_id = ?", [(r[0],) for r in requeued]
-                )
-            return [_job(r) for r in failed + requeued]
+            failed = [
+                _job(r)
+                for r in c.execute(
+                    f"UPDATE jobs SET status = 'FAILED', error = ?, finished_at = ?,"
+                    f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
+                    f" WHERE {where} AND attempt >= ? RETURNING {_JOB_COLUMNS}",
+                    (reason, now, now, *params, max_attempts),
+                ).fetchall()
+            ]
+            requeued = [
+                _job(r)
+                for r in c.execute(
+                    f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
+                    f" lease_until = NULL, run_deadline = NULL, output = NULL,"
+                    f" retries = retries + 1, stream_cursor = 0"
+                    f" WHERE {where} RETURNING {_JOB_COLUMNS}",
+                    params,
+                ).fetchall()
+            ]
+            c.executemany("DELETE FROM stream_chunks WHERE job_id = ?", [(j.id,) for j in requeued])
+            _after_final(c, failed)
+            return failed + requeued
 
         return await self._write(op)
+
+    # -- webhooks -------------------------------------------------------------------------
+    async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
+        def op(c: sqlite3.Connection) -> str:
+            row = c.execute("SELECT webhook_secret FROM users WHERE id = ?", (user_id,)).fetchone()
+            if row is None:
+                raise KeyError(user_id)
+            if row[0] and not rotate:
+                return str(row[0])
+            secret = new_webhook_secret()
+            c.execute("UPDATE users SET webhook_secret = ? WHERE id = ?", (secret, user_id))
+            return secret
+
+        return await self._write(op)
+
+    _DELIVERY_COLUMNS = (
+        "d.id, d.job_id, d.endpoint_id, d.user_id, d.url, d.payload, d.status, d.attempts,"
+        " d.next_attempt_at, d.last_error, d.created_at, d.finished_at, u.webhook_secret"
+    )
+
+    async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]:
+        rows = self._read(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
+            f" LEFT JOIN users u ON u.id = d.user_id"
+            f" WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
+            f" ORDER BY d.next_attempt_at LIMIT ?",
+            (now, limit),
+        )
+        return [WebhookDelivery(*r) for r in rows]
+
+    async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]:
+        rows = self._read(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
+            f" LEFT JOIN users u ON u.id = d.user_id WHERE d.job_id = ? ORDER BY d.created_at",
+            (job_id,),
+        )
+        return [WebhookDelivery(*r) for r in rows]
+
+    async def record_webhook_attempt(
+        self,
+        delivery_id: str,
+        status: str,
+        error: str | None,
+        now: float,
+        next_attempt_at: float | None,
+    ) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE webhook_deliveries SET attempts = attempts + 1, status = ?,"
+                " last_error = ?, next_attempt_at = COALESCE(?, next_attempt_at),"
+                " finished_at = CASE WHEN ? = 'pending' THEN NULL ELSE ? END WHERE id = ?",
+                (status, error, next_attempt_at, status, now, delivery_id),
+            )
+
+        await self._write(op)
 
     # -- workers --------------------------------------------------------------------------
     async def save_worker(self, worker: Worker) -> None:

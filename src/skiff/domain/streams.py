@@ -1,0 +1,71 @@
+"""Stream chunks are at most 1 MB each; a larger one from a worker is split, reversibly.
+
+- A chunk whose output is a **string** becomes several string chunks whose concatenation is
+  the original string (what a client that streams text does anyway).
+- Any other output becomes several chunks of the form
+  ``{"skiffPart": {"part": i, "parts": n, "json": "<piece>"}}`` (``part`` counts from 1);
+  joining the ``json`` pieces in order and parsing the result gives the original output.
+
+The chunk's ``metrics`` (if any) ride on the last piece.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+MAX_CHUNK_BYTES = 1024 * 1024
+#: Room for ``{"skiffPart":{"part":...,"parts":...,"json":...}}`` around a piece.
+_ENVELOPE_BYTES = 96
+
+
+def _char_cost(ch: str) -> int:
+    """An upper bound of the bytes ``ch`` takes inside a JSON string."""
+    code = ord(ch)
+    if code < 0x20:
+        return 6
+    if ch in ('"', "\\"):
+        return 2
+    if code < 0x80:
+        return 1
+    return len(ch.encode("utf-8", "surrogatepass"))
+
+
+def split_text(text: str, budget: int) -> list[str]:
+    """Pieces of ``text`` whose JSON string encodings (quotes included) fit in ``budget``."""
+    pieces = []
+    start = 0
+    used = 2
+    for i, ch in enumerate(text):
+        cost = _char_cost(ch)
+        if used + cost > budget:
+            pieces.append(text[start:i])
+            start, used = i, 2
+        used += cost
+    pieces.append(text[start:])
+    return pieces
+
+
+def split_chunk(output_json: str, metrics_json: str | None) -> list[tuple[str, str | None]]:
+    """(output JSON, metrics JSON) pieces, each output at most 1 MB serialized."""
+    if len(output_json) <= MAX_CHUNK_BYTES and len(output_json.encode()) <= MAX_CHUNK_BYTES:
+        return [(output_json, metrics_json)]
+    value = orjson.loads(output_json)
+    if isinstance(value, str):
+        outputs = [orjson.dumps(p).decode() for p in split_text(value, MAX_CHUNK_BYTES)]
+    else:
+        parts = split_text(output_json, MAX_CHUNK_BYTES - _ENVELOPE_BYTES)
+        outputs = [
+            orjson.dumps({"skiffPart": {"part": i, "parts": len(parts), "json": piece}}).decode()
+            for i, piece in enumerate(parts, start=1)
+        ]
+    return [(out, metrics_json if i == len(outputs) - 1 else None) for i, out in enumerate(outputs)]
+
+
+def join_parts(outputs: list[object]) -> object:
+    """The inverse for enveloped parts: the original output from its ``skiffPart`` chunks."""
+    pieces = []
+    for item in outputs:
+        if not isinstance(item, dict) or "skiffPart" not in item:
+            raise ValueError("not a skiffPart chunk")
+        pieces.append(item["skiffPart"]["json"])
+    return orjson.loads("".join(pieces))
