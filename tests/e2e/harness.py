@@ -46,6 +46,8 @@ class Server:
             SKIFF_PING_INTERVAL_MS="1000",
             SKIFF_WORKER_STOP_GRACE_SECONDS="2",
             SKIFF_TAKE_HOLD_SECONDS="10",
+            SKIFF_STOP_GRACE_SECONDS="2",
+            SKIFF_WEBHOOK_ALLOW_PRIVATE="true",
         )
         return env
 

@@ -20,6 +20,8 @@ def handler(job):
         raise ValueError(job_input["raise"])
     if "error" in job_input:
         return {"error": job_input["error"]}
+    if job_input.get("show_s3"):
+        return {"s3Config": job.get("s3Config")}
     return {"echo": job_input}
 
 
