@@ -23,7 +23,7 @@ from starlette.routing import Mount, Route
 from skiff.api import errors, management
 from skiff.api import jobs as jobs_api
 from skiff.api import workers as workers_api
-from skiff.api.openapi3 import downgrade_to_3_0
+from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import json_response
 from skiff.clock import Clock, SystemClock
 from skiff.config import Settings
@@ -65,7 +65,9 @@ def _build_v2(services: Services) -> FastAPI:
         if app.openapi_schema is None:
             schema = original()
             schema["servers"] = [{"url": "/v2"}]
-            app.openapi_schema = downgrade_to_3_0(schema)
+            app.openapi_schema = downgrade_to_3_0(
+                document_errors(schema, "error", ("400", "401", "404", "413", "429"))
+            )
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -98,6 +100,7 @@ def create_app(
         loops = [
             asyncio.create_task(services.scaler.run(), name="scaler"),
             asyncio.create_task(services.reaper.run(), name="reaper"),
+            asyncio.create_task(services.webhooks.run(), name="webhooks"),
         ]
         ready = True
         try:
@@ -107,6 +110,7 @@ def create_app(
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await services.webhooks.aclose()
             await services.fleet.shutdown()
             await store.close()
 
@@ -115,7 +119,13 @@ def create_app(
             return json_response({"status": "starting"}, 503)
         return json_response({"status": "ok"})
 
+    async def not_found(request: Request, _exc: Exception) -> Response:
+        # Paths no route matches (odd bytes included) still answer in the interface's shape.
+        key = "message" if request.url.path.startswith("/v1") else "error"
+        return json_response({key: f"no such path: {request.url.path}"}, 404)
+
     app = Starlette(
+        exception_handlers={404: not_found},
         routes=[
             Route("/healthz", healthz),
             Mount("/v1", app=management.build(services)),

@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     stop_grace_seconds: float = Field(default=10.0, ge=0)
     #: How long an API key lookup is cached; a revoked key stops working within this time.
     key_cache_seconds: float = Field(default=5.0, ge=0)
+    #: Per-user, per-endpoint, per-operation request and concurrency limits on the job interface.
+    #: ``SKIFF_RATE_LIMITS=off`` (or false / 0) turns them all off.
+    rate_limits: bool = True
+    #: Dynamic rate limits: an operation's request limit per 10 s is
+    #: max(its base limit, running workers x this).
+    rate_requests_per_worker: int = Field(default=50, ge=0)
 
     def sqlite_path(self) -> Path:
         if self.database_url and self.database_url.startswith("sqlite:///"):

@@ -6,7 +6,8 @@ SkiffError
 ├── Conflict            409: a unique name already taken, a resource still in use
 ├── Unauthorized        401: missing or unknown key
 ├── Forbidden           403: a valid key without access
-└── PayloadTooLarge     413: a body over the limit of its route
+├── PayloadTooLarge     413: a body over the limit of its route
+└── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
 """
 
 from __future__ import annotations
@@ -46,3 +47,14 @@ class Forbidden(SkiffError):
 
 class PayloadTooLarge(SkiffError):
     status_code = 413
+
+
+class TooManyRequests(SkiffError):
+    """Over a rate limit; ``retry_after`` (whole seconds, at least 1) becomes ``Retry-After``."""
+
+    status_code = 429
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        # A client told to retry after 0 s would retry at once and be refused again.
+        self.retry_after = max(1, retry_after)

@@ -4,11 +4,14 @@ secrets and big stream chunks, driven by the real runpod SDK."""
 from __future__ import annotations
 
 import concurrent.futures
+import http.server
+import threading
 import time
 from typing import Any
 
 import orjson
 import pytest
+import standardwebhooks
 from harness import Server
 
 pytestmark = pytest.mark.e2e
@@ -126,3 +129,45 @@ def test_health_counts_are_exact_under_concurrent_submissions(server: Server) ->
         "removed": 200,
         "status": "completed",
     }
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).received.append((dict(self.headers.items()), body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def test_a_finished_job_calls_its_webhook_signed_with_the_users_secret(
+    server: Server, echo: Any
+) -> None:
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
+        s3 = {"accessId": "a", "accessSecret": "TOPSECRET", "bucketName": "b", "endpointUrl": "e"}
+        job = echo.run({"input": {"hook": 1}, "webhook": url, "s3Config": s3})
+        assert job.output(timeout=90) == {"echo": {"hook": 1}}
+        server.wait_for(lambda: _Receiver.received, timeout=30, what="the webhook call")
+        headers, body = _Receiver.received[0]
+        secret = server.http.get("/v1/webhooksecret").json()["secret"]
+        payload = standardwebhooks.Webhook(secret).verify(body, headers)
+        assert payload["id"] == job.job_id and payload["status"] == "COMPLETED"
+        assert payload["output"] == {"echo": {"hook": 1}} and payload["input"] == {"hook": 1}
+        assert b"TOPSECRET" not in body
+    finally:
+        receiver.shutdown()
+
+
+def test_over_the_rate_limit_is_429_with_retry_after(server: Server) -> None:
+    eid = server.create_endpoint("echo_worker.py", workersMax=0)["id"]
+    codes = [server.http.post(f"/v2/{eid}/purge-queue") for _ in range(3)]
+    assert [c.status_code for c in codes] == [200, 200, 429]
+    assert int(codes[2].headers["Retry-After"]) >= 1
+    assert "purge-queue" in codes[2].json()["error"]

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api.responses import json_response
-from skiff.errors import Invalid, SkiffError
+from skiff.errors import Invalid, SkiffError, TooManyRequests
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ def install(app: Any, key: str) -> None:
         assert isinstance(exc, SkiffError)
         field = exc.field if isinstance(exc, Invalid) else None
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        if isinstance(exc, TooManyRequests):
+            headers = {"Retry-After": str(exc.retry_after)}
         response = json_response(error_body(key, exc.message, field), exc.status_code)
         if headers:
             response.headers.update(headers)

@@ -1,11 +1,14 @@
 """``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``)."""
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from skiff.api import jobs_openapi as oa
 from skiff.api.body import read_body
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
@@ -19,43 +22,6 @@ RUNSYNC_LIMIT = 20 * 1024 * 1024
 WAIT_DEFAULT_MS = 90_000
 WAIT_MIN_MS = 1_000
 WAIT_MAX_MS = 300_000
-
-_JOB_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "required": ["input"],
-                    "properties": {
-                        "input": {"type": "object", "description": "Handed to the handler"},
-                        "webhook": {"type": "string", "format": "uri"},
-                        "policy": {
-                            "type": "object",
-                            "properties": {
-                                "executionTimeout": {
-                                    "type": "integer",
-                                    "minimum": 5000,
-                                    "maximum": 604800000,
-                                },
-                                "ttl": {"type": "integer", "minimum": 10000, "maximum": 604800000},
-                                "lowPriority": {"type": "boolean"},
-                            },
-                        },
-                        "s3Config": {
-                            "type": "object",
-                            "properties": {
-                                k: {"type": "string"}
-                                for k in ("accessId", "accessSecret", "bucketName", "endpointUrl")
-                            },
-                        },
-                    },
-                }
-            }
-        },
-    }
-}
 
 
 def _wait_ms(request: Request) -> int:
@@ -89,95 +55,140 @@ def build(services: Services) -> APIRouter:
     jobs = services.jobs
     clock = services.clock
 
-    async def endpoint_of(request: Request) -> Endpoint:
+    @contextlib.asynccontextmanager
+    async def admitted(request: Request, operation: str) -> AsyncIterator[Endpoint]:
+        """The caller's endpoint, inside its rate limits for this operation (429 beyond)."""
         user = await services.auth.authenticate(request.headers.get("authorization"))
-        return await services.endpoints.get(user, request.path_params["endpoint_id"])
+        endpoint = await services.endpoints.get(user, request.path_params["endpoint_id"])
+        running = sum(1 for w in services.workers.of_endpoint(endpoint.id) if w.is_live)
+        async with services.rate_limits.admit(user.id, endpoint.id, operation, running):
+            yield endpoint
 
-    @router.post("/{endpoint_id}/run", openapi_extra=_JOB_BODY, summary="Submit a job (async)")
+    @router.post(
+        "/{endpoint_id}/run",
+        openapi_extra=oa.JOB_BODY,
+        responses=oa.RUN_RESPONSES,
+        summary="Submit a job (async)",
+    )
     async def run(request: Request) -> Response:
         """Queue a job; answers `{id, status: "IN_QUEUE"}`. Bodies over 10 MB answer 413."""
-        endpoint = await endpoint_of(request)
-        job = await jobs.submit(endpoint, await read_body(request, RUN_LIMIT), sync=False)
-        return json_response({"id": job.id, "status": job.status.value})
+        async with admitted(request, "run") as endpoint:
+            job = await jobs.submit(endpoint, await read_body(request, RUN_LIMIT), sync=False)
+            return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post("/{endpoint_id}/runsync", openapi_extra=_JOB_BODY, summary="Submit a job and wait")
+    @router.post(
+        "/{endpoint_id}/runsync",
+        openapi_extra=oa.RUNSYNC_EXTRA,
+        responses=oa.RUNSYNC_RESPONSES,
+        summary="Submit a job and wait",
+    )
     async def runsync(request: Request) -> Response:
         """Queue a job and wait up to `wait` ms (1000..300000, default 90000) for it to finish.
         A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
-        endpoint = await endpoint_of(request)
-        wait_ms = _wait_ms(request)
-        given = wait_ms if "wait" in request.query_params else None
-        body = await read_body(request, RUNSYNC_LIMIT)
-        job = await jobs.submit(endpoint, body, sync=True, wait_ms=given)
-        job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
-        if job.status in FINAL_STATES:
-            return json_response(status_view(job, clock.now()))
-        return json_response({"id": job.id, "status": job.status.value})
+        async with admitted(request, "runsync") as endpoint:
+            wait_ms = _wait_ms(request)
+            given = wait_ms if "wait" in request.query_params else None
+            body = await read_body(request, RUNSYNC_LIMIT)
+            job = await jobs.submit(endpoint, body, sync=True, wait_ms=given)
+            job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
+            if job.status in FINAL_STATES:
+                return json_response(status_view(job, clock.now()))
+            return json_response({"id": job.id, "status": job.status.value})
 
-    @router.get("/{endpoint_id}/status/{job_id}", summary="A job's state and result")
+    @router.get(
+        "/{endpoint_id}/status/{job_id}",
+        openapi_extra=oa.STATUS_EXTRA,
+        responses=oa.STATUS_RESPONSES,
+        summary="A job's state and result",
+    )
     async def status(request: Request, job_id: str) -> Response:
         """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
         A job past its ttl or its retention window answers 404."""
-        endpoint = await endpoint_of(request)
-        raw_ttl = request.query_params.get("ttl")
-        if raw_ttl is not None:
-            job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
-        else:
-            job = await jobs.get(endpoint, job_id)
-        return json_response(status_view(job, clock.now()))
+        async with admitted(request, "status") as endpoint:
+            raw_ttl = request.query_params.get("ttl")
+            if raw_ttl is not None:
+                job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
+            else:
+                job = await jobs.get(endpoint, job_id)
+            return json_response(status_view(job, clock.now()))
 
-    @router.get("/{endpoint_id}/requests", summary="The endpoint's recent jobs")
+    @router.get(
+        "/{endpoint_id}/requests",
+        openapi_extra=oa.REQUESTS_EXTRA,
+        responses=oa.REQUESTS_RESPONSES,
+        summary="The endpoint's recent jobs",
+    )
     async def requests(request: Request) -> Response:
         """Newest first, `limit` (1-200, default 50) a page; pass `nextCursor` back as
         `cursor` for the next page. No input or output: `/status` has those."""
-        endpoint = await endpoint_of(request)
-        limit = _int_param(request, "limit", 50, 1, 200)
-        cursor = request.query_params.get("cursor")
-        before = _int_param(request, "cursor", 0, 1, 2**62) if cursor is not None else None
-        page, next_cursor = await jobs.recent(endpoint, limit, before)
-        return json_response(
-            {
-                "requests": [request_view(j) for j in page],
-                "nextCursor": str(next_cursor) if next_cursor is not None else None,
-            }
-        )
+        async with admitted(request, "requests") as endpoint:
+            limit = _int_param(request, "limit", 50, 1, 200)
+            cursor = request.query_params.get("cursor")
+            before = _int_param(request, "cursor", 0, 1, 2**62) if cursor is not None else None
+            page, next_cursor = await jobs.recent(endpoint, limit, before)
+            return json_response(
+                {
+                    "requests": [request_view(j) for j in page],
+                    "nextCursor": str(next_cursor) if next_cursor is not None else None,
+                }
+            )
 
-    @router.get("/{endpoint_id}/stream/{job_id}", summary="Chunks a generator handler yielded")
+    @router.get(
+        "/{endpoint_id}/stream/{job_id}",
+        responses=oa.STREAM_RESPONSES,
+        summary="Chunks a generator handler yielded",
+    )
     async def stream(request: Request, job_id: str) -> Response:
         """Only the chunks not returned before, in order: `{id, status, stream: [{output}]}`."""
-        endpoint = await endpoint_of(request)
-        read = await jobs.read_stream(endpoint, job_id)
-        body: dict[str, Any] = {
-            "id": read.job.id,
-            "status": read.job.status.value,
-            "stream": [chunk_view(c) for c in read.chunks],
-        }
-        if read.job.error is not None and read.job.status in FINAL_STATES:
-            body["error"] = read.job.error
-        return json_response(body)
+        async with admitted(request, "stream") as endpoint:
+            read = await jobs.read_stream(endpoint, job_id)
+            body: dict[str, Any] = {
+                "id": read.job.id,
+                "status": read.job.status.value,
+                "stream": [chunk_view(c) for c in read.chunks],
+            }
+            if read.job.error is not None and read.job.status in FINAL_STATES:
+                body["error"] = read.job.error
+            return json_response(body)
 
-    @router.post("/{endpoint_id}/cancel/{job_id}", summary="Cancel a queued or running job")
+    @router.post(
+        "/{endpoint_id}/cancel/{job_id}",
+        responses=oa.ID_STATUS_RESPONSES,
+        summary="Cancel a queued or running job",
+    )
     async def cancel(request: Request, job_id: str) -> Response:
         """Answers at once. A job that already finished keeps (and answers) its final state."""
-        endpoint = await endpoint_of(request)
-        job = await jobs.cancel(endpoint, job_id)
-        return json_response({"id": job.id, "status": job.status.value})
+        async with admitted(request, "cancel") as endpoint:
+            job = await jobs.cancel(endpoint, job_id)
+            return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post("/{endpoint_id}/retry/{job_id}", summary="Requeue a FAILED or TIMED_OUT job")
+    @router.post(
+        "/{endpoint_id}/retry/{job_id}",
+        responses=oa.ID_STATUS_RESPONSES,
+        summary="Requeue a FAILED or TIMED_OUT job",
+    )
     async def retry(request: Request, job_id: str) -> Response:
-        endpoint = await endpoint_of(request)
-        job = await jobs.retry(endpoint, job_id)
-        return json_response({"id": job.id, "status": job.status.value})
+        async with admitted(request, "retry") as endpoint:
+            job = await jobs.retry(endpoint, job_id)
+            return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post("/{endpoint_id}/purge-queue", summary="Remove every queued job")
+    @router.post(
+        "/{endpoint_id}/purge-queue",
+        responses=oa.PURGE_RESPONSES,
+        summary="Remove every queued job",
+    )
     async def purge_queue(request: Request) -> Response:
-        endpoint = await endpoint_of(request)
-        removed = await jobs.purge_queue(endpoint)
-        return json_response({"removed": removed, "status": "completed"})
+        async with admitted(request, "purge-queue") as endpoint:
+            removed = await jobs.purge_queue(endpoint)
+            return json_response({"removed": removed, "status": "completed"})
 
-    @router.get("/{endpoint_id}/health", summary="Job and worker counts")
+    @router.get(
+        "/{endpoint_id}/health",
+        responses=oa.HEALTH_RESPONSES,
+        summary="Job and worker counts",
+    )
     async def health(request: Request) -> Response:
-        endpoint = await endpoint_of(request)
-        return json_response(await jobs.health(endpoint))
+        async with admitted(request, "health") as endpoint:
+            return json_response(await jobs.health(endpoint))
 
     return router

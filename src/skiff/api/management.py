@@ -1,4 +1,5 @@
-"""``/v1``: the management REST interface (registry auths, templates, endpoints)."""
+"""``/v1``: the management REST interface (registry auths, templates, endpoints, the webhook
+signing secret)."""
 
 import datetime as dt
 from typing import Annotated, Any
@@ -10,7 +11,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from skiff.api import errors
-from skiff.api.openapi3 import downgrade_to_3_0
+from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
@@ -28,6 +29,12 @@ class WorkerOut(BaseModel):
     gpu: str | None = None
     pid: int | None = None
     jobs: list[str] = Field(default_factory=list, description="ids of the jobs it holds")
+
+
+class WebhookSecretOut(BaseModel):
+    secret: str = Field(
+        description="Standard Webhooks signing secret: `whsec_` + base64 of 32 random bytes"
+    )
 
 
 class EndpointOut(EndpointSpec):
@@ -59,8 +66,9 @@ def build(services: Services) -> FastAPI:
         title="skiff management API",
         version="0.1.0",
         description=(
-            "Management REST interface of skiff: container registry auths, templates and "
-            "serverless endpoints. Authenticate with `Authorization: Bearer <API key>`. "
+            "Management REST interface of skiff: container registry auths, templates, "
+            "serverless endpoints and the webhook signing secret. "
+            "Authenticate with `Authorization: Bearer <API key>`. "
             'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
         ),
         openapi_url="/openapi.json",
@@ -83,7 +91,9 @@ def build(services: Services) -> FastAPI:
                 "bearerAuth": {"type": "http", "scheme": "bearer"}
             }
             schema["security"] = [{"bearerAuth": []}]
-            app.openapi_schema = downgrade_to_3_0(schema)
+            app.openapi_schema = downgrade_to_3_0(
+                document_errors(schema, "message", ("400", "401", "404", "409"))
+            )
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -238,6 +248,31 @@ def build(services: Services) -> FastAPI:
         await services.endpoints.delete(user, endpoint_id)
         return Response(status_code=204)
 
-    for router in (auths, templates, endpoints):
+    # -- webhook signing secret ---------------------------------------------------------
+    webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])
+
+    @webhooks.get("", response_model=WebhookSecretOut)
+    async def get_webhook_secret(user: UserDep) -> WebhookSecretOut:
+        """Your webhook signing secret, made on first use.
+
+        Every job webhook of your endpoints is signed the Standard Webhooks way
+        (https://www.standardwebhooks.com): headers `webhook-id` (the delivery id, the same on
+        every attempt: deduplicate on it), `webhook-timestamp` (Unix seconds) and
+        `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`. A receiver
+        verifies the raw body with any Standard Webhooks library, e.g. in Python
+        `standardwebhooks.Webhook(secret).verify(body, headers)`, and answers 200; any other
+        answer is tried again, 3 attempts in all, 10 s apart."""
+        return WebhookSecretOut(secret=await services.webhooks.secret(user.id))
+
+    @webhooks.post("/rotate", response_model=WebhookSecretOut)
+    async def rotate_webhook_secret(user: UserDep) -> WebhookSecretOut:
+        """Replace your webhook signing secret; the old one stops working at once.
+
+        Every attempt from now on is signed with the new secret, retries of deliveries made
+        before included, so update your receivers with it (verify as described under
+        `GET /webhooksecret`)."""
+        return WebhookSecretOut(secret=await services.webhooks.rotate_secret(user.id))
+
+    for router in (auths, templates, endpoints, webhooks):
         app.include_router(router)
     return app

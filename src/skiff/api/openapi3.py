@@ -42,3 +42,43 @@ def downgrade_to_3_0(schema: dict[str, Any]) -> dict[str, Any]:
     fixed: dict[str, Any] = _fix(schema)
     fixed["openapi"] = "3.0.3"
     return fixed
+
+
+#: Statuses every operation may answer with an error body, and what they mean.
+_ERRORS = {
+    "400": "Bad request: a field is invalid (`field` names it) or the body is not JSON",
+    "401": "Missing or invalid key",
+    "404": "Not found, or not yours",
+    "409": "Conflict: a name already taken, or a resource still in use",
+    "413": "The body is larger than this operation accepts",
+    "429": "Rate limit exceeded; retry after the `Retry-After` header's seconds",
+}
+
+
+def document_errors(schema: dict[str, Any], key: str, statuses: tuple[str, ...]) -> dict[str, Any]:
+    """Describe the one error body of an interface (``{key: message, field?}``) on every
+    operation, in place of FastAPI's 422 (skiff answers validation errors with 400)."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["Error"] = {
+        "type": "object",
+        "required": [key],
+        "properties": {
+            key: {"type": "string", "description": "What went wrong, for a person"},
+            "field": {"type": "string", "description": "The field at fault, when one is"},
+        },
+    }
+    components.pop("HTTPValidationError", None)
+    components.pop("ValidationError", None)
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status in statuses:
+                entry = responses.setdefault(status, {"description": _ERRORS[status]})
+                entry["content"] = body
+                if status == "429":
+                    entry["headers"] = {
+                        "Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}
+                    }
+    return schema

@@ -11,11 +11,13 @@ from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
 from skiff.services.jobs import Jobs
+from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
 from skiff.services.scaler import Scaler
 from skiff.services.templates import Templates
 from skiff.services.wakeups import Wakeups
+from skiff.services.webhooks import WebhookSender, check_webhook_url
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -36,6 +38,8 @@ class Services:
     registry_auths: RegistryAuths
     scaler: Scaler
     reaper: Reaper
+    webhooks: WebhookSender
+    rate_limits: RateLimits
 
     @classmethod
     def build(cls, settings: Settings, store: Store, clock: Clock) -> Services:
@@ -48,6 +52,11 @@ class Services:
         fleet = Fleet(settings, store, clock, workers, dispatch, auth)
         jobs = Jobs(store, clock, wakeups)
         jobs.on_stop = dispatch.request_stop
+
+        async def webhook_guard(url: str) -> None:
+            await check_webhook_url(url, settings.webhook_allow_private)
+
+        jobs.webhook_guard = webhook_guard
         return cls(
             settings=settings,
             clock=clock,
@@ -72,5 +81,12 @@ class Services:
                 interval=1.0,
                 worker_silence=settings.worker_silence_seconds,
                 stop_grace=settings.stop_grace_seconds,
+            ),
+            rate_limits=RateLimits(settings.rate_limits, settings.rate_requests_per_worker),
+            webhooks=WebhookSender(
+                store,
+                clock,
+                allow_private=settings.webhook_allow_private,
+                timeout=settings.webhook_timeout_seconds,
             ),
         )

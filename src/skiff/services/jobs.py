@@ -113,7 +113,6 @@ class Jobs:
             raise NotFound(f"job {job_id} not found")
         if job.status is JobStatus.CANCELLED:
             self._wakeups.notify(f"job:{job_id}")
-            self._wakeups.notify("webhooks")
             if job.stop_pending and job.worker_id:
                 self.on_stop(job.worker_id, job.id)
         return job

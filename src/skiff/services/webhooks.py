@@ -1,0 +1,345 @@
+"""Job-completion webhooks: which URLs a delivery may reach, and the sender that POSTs the
+deliveries the store keeps.
+
+A delivery row is written in the same transaction that makes a job final (``store/sqlite.py``),
+so a restart loses none; the sender picks up every due one, signs it with the owner's secret
+(Standard Webhooks: ``webhook-id``, ``webhook-timestamp``, ``webhook-signature: v1,<base64>``)
+and POSTs it. A 200 ends a delivery; anything else is tried again, 3 attempts in all, 10 s
+apart (``domain/webhooks.py``). Delivery is at least once: a receiver deduplicates on
+``webhook-id``, which is the delivery id and stays the same across attempts.
+
+Unless the operator allows private addresses, a webhook may only reach public ones. The host
+is resolved when the URL is checked and again at every attempt, and the request then goes to
+the address that was checked (``Host`` and TLS SNI keep the name), so a name that is re-pointed
+at an inside address between the check and the connection cannot get a request through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+from standardwebhooks import Webhook
+
+from skiff.clock import Clock
+from skiff.domain.webhooks import is_public_address, next_attempt
+from skiff.errors import Invalid
+from skiff.store.base import Store, WebhookDelivery
+
+log = logging.getLogger(__name__)
+
+#: Resolves ``(host, port)`` to IP address strings; ``getaddrinfo`` by default.
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+USER_AGENT = "skiff-webhooks/0.1"
+#: How long a name lookup may take before the host counts as unresolvable.
+DNS_TIMEOUT_SECONDS = 5.0
+#: Deliveries attempted at the same time within one pass.
+CONCURRENCY = 16
+#: How long the sender idles between passes unless woken.
+IDLE_SECONDS = 0.5
+ALLOW_HINT = "an operator can allow it with SKIFF_WEBHOOK_ALLOW_PRIVATE=true"
+#: Last errors are stored; keep them short.
+MAX_ERROR_CHARS = 500
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to, in the order the system prefers them."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses: list[str] = []
+    for _family, _type, _proto, _canonname, sockaddr in infos:
+        address = str(sockaddr[0])
+        if address not in addresses:
+            addresses.append(address)
+    return addresses
+
+
+def _kind(address: str) -> str:
+    """What makes an address non-public, for the message."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for kind, flag in (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("unspecified", ip.is_unspecified),
+        ("multicast", ip.is_multicast),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+    ):
+        if flag:
+            return kind
+    return "non-public"
+
+
+def _literal_ip(host: str) -> str | None:
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+    return host
+
+
+def _parse(url: str) -> httpx.URL:
+    """The URL as httpx will send it (one parser for checking and sending, so they cannot
+    disagree about the host)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        raise Invalid("webhook must be an absolute http(s) URL", field="webhook") from None
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        raise Invalid("webhook must be an absolute http(s) URL", field="webhook")
+    return parsed
+
+
+async def _public_addresses(parsed: httpx.URL, resolve: Resolver | None) -> list[str]:
+    """The addresses the URL's host stands for, all public, or ``Invalid`` saying why not."""
+    host = parsed.raw_host.decode("ascii")
+    literal = _literal_ip(host)
+    if literal is not None:
+        if not is_public_address(literal):
+            raise Invalid(
+                f"webhook host {parsed.host} is a {_kind(literal)} address; {ALLOW_HINT}",
+                field="webhook",
+            )
+        return [literal]
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(DNS_TIMEOUT_SECONDS):
+            addresses = await (resolve or system_resolve)(host, port)
+    except TimeoutError:
+        raise Invalid(
+            f"webhook host {parsed.host} cannot be resolved: the lookup took longer than"
+            f" {DNS_TIMEOUT_SECONDS:g} s",
+            field="webhook",
+        ) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise Invalid(
+            f"webhook host {parsed.host} cannot be resolved ({reason}); check the name",
+            field="webhook",
+        ) from None
+    if not addresses:
+        raise Invalid(
+            f"webhook host {parsed.host} cannot be resolved (no addresses); check the name",
+            field="webhook",
+        )
+    for address in addresses:
+        if not is_public_address(address):
+            raise Invalid(
+                f"webhook host {parsed.host} resolves to {address}, a {_kind(address)} address;"
+                f" {ALLOW_HINT}",
+                field="webhook",
+            )
+    return addresses
+
+
+async def check_webhook_url(url: str, allow_private: bool, resolve: Resolver | None = None) -> None:
+    """Refuse (``Invalid``, field ``webhook``) a URL that is not absolute http(s), or, unless
+    ``allow_private``, whose host is a non-public IP, resolves to any non-public address, or
+    does not resolve at all. With ``allow_private`` no lookup is made."""
+    parsed = _parse(url)
+    if not allow_private:
+        await _public_addresses(parsed, resolve)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _describe(exc: BaseException) -> str:
+    """``last_error`` for an attempt that got no HTTP answer."""
+    if isinstance(exc, Invalid):
+        return exc.message
+    if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+        return "timed out"
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.ConnectError):
+        return f"could not connect: {detail}"
+    return f"{type(exc).__name__}: {detail}"
+
+
+class WebhookSender:
+    """Attempts due deliveries: ``run`` forever in the server, ``pass_once`` in tests."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        client: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None = None,
+        allow_private: bool = False,
+        timeout: float = 10.0,
+        batch: int = 50,
+        resolve: Resolver | None = None,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
+        """``client`` is an ``httpx.AsyncClient`` (used as given, closed by its owner) or a
+        factory for one; by default the sender makes its own (no redirects, no proxies from
+        the environment, no kept-alive connections) and ``aclose`` closes it."""
+        self._store = store
+        self._clock = clock
+        self._client: httpx.AsyncClient | None = None
+        self._factory: Callable[[], httpx.AsyncClient] | None = None
+        if isinstance(client, httpx.AsyncClient):
+            self._client = client
+            self._owns_client = False
+        else:
+            self._factory = client
+            self._owns_client = True
+        self._allow_private = allow_private
+        self._timeout = timeout
+        self._batch = batch
+        self._resolve = resolve
+        self._concurrency = concurrency
+        #: Made by ``run`` (asyncio objects belong to the loop that runs them).
+        self._wake: asyncio.Event | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            if self._factory is not None:
+                self._client = self._factory()
+            else:
+                self._client = httpx.AsyncClient(
+                    follow_redirects=False,
+                    trust_env=False,
+                    timeout=self._timeout,
+                    limits=httpx.Limits(max_keepalive_connections=0),
+                )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if the sender made it."""
+        if self._owns_client and self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def wake(self) -> None:
+        """Start the next pass now (a job just finished) instead of after the idle period."""
+        if self._wake is not None:
+            self._wake.set()
+
+    notify = wake
+
+    async def run(self) -> None:
+        """Attempt due deliveries until cancelled; idle ``IDLE_SECONDS`` between passes."""
+        self._wake = wake = asyncio.Event()
+        while True:
+            attempted = 0
+            try:
+                attempted = await self.pass_once()
+            except Exception:
+                log.exception("the webhook pass failed; trying again")
+            if attempted >= self._batch:
+                await asyncio.sleep(0)
+                continue
+            try:
+                async with asyncio.timeout(IDLE_SECONDS):
+                    await wake.wait()
+            except TimeoutError:
+                pass
+            wake.clear()
+
+    async def pass_once(self) -> int:
+        """Attempt every delivery due now (up to ``batch``); returns how many were attempted."""
+        due = await self._store.due_webhook_deliveries(self._clock.now(), self._batch)
+        if due:
+            limit = asyncio.Semaphore(self._concurrency)
+            await asyncio.gather(*(self._attempt_guarded(limit, d) for d in due))
+        return len(due)
+
+    async def _attempt_guarded(self, limit: asyncio.Semaphore, delivery: WebhookDelivery) -> None:
+        async with limit:
+            try:
+                await self.attempt(delivery)
+            except Exception:
+                log.exception("webhook delivery %s could not be recorded", delivery.id)
+
+    async def attempt(self, delivery: WebhookDelivery) -> None:
+        """One attempt at one delivery, recorded in the store; raises only if recording fails."""
+        error: str | None
+        try:
+            async with asyncio.timeout(self._timeout):
+                status = await self._post(delivery)
+        except Exception as exc:
+            error = _short(_describe(exc))
+        else:
+            if status == 200:
+                await self._store.record_webhook_attempt(
+                    delivery.id, "delivered", None, self._clock.now(), None
+                )
+                return
+            error = f"HTTP {status}"
+            if status in (301, 302, 303, 307, 308):
+                error += " (redirects are not followed)"
+        now = self._clock.now()
+        retry_at = next_attempt(delivery.attempts + 1, now)
+        if retry_at is None:
+            log.warning(
+                "webhook delivery %s for job %s failed after %d attempts: %s",
+                delivery.id,
+                delivery.job_id,
+                delivery.attempts + 1,
+                error,
+            )
+            await self._store.record_webhook_attempt(delivery.id, "failed", error, now, None)
+        else:
+            await self._store.record_webhook_attempt(delivery.id, "pending", error, now, retry_at)
+
+    async def _post(self, delivery: WebhookDelivery) -> int:
+        """POST the signed payload; the receiver's status code (its body is not read)."""
+        parsed = _parse(delivery.url)
+        addresses = [] if self._allow_private else await _public_addresses(parsed, self._resolve)
+        secret = delivery.secret
+        if secret is None:
+            try:
+                secret = await self._store.webhook_secret(delivery.user_id)
+            except KeyError:
+                raise Invalid("the endpoint's owner no longer exists", field="webhook") from None
+        timestamp = int(self._clock.now())
+        signature = Webhook(secret).sign(
+            delivery.id, dt.datetime.fromtimestamp(timestamp, dt.UTC), delivery.payload
+        )
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "webhook-id": delivery.id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature,
+        }
+        body = delivery.payload.encode()
+        client = self._http()
+        targets: list[tuple[httpx.URL, dict[str, Any]]] = [(parsed, {})]
+        if addresses:
+            # Connect to an address that was just checked; the name stays in Host and TLS SNI.
+            headers["Host"] = parsed.netloc.decode("ascii")
+            sni = {"sni_hostname": parsed.raw_host.decode("ascii")}
+            targets = [(parsed.copy_with(host=address), sni) for address in addresses]
+        last: httpx.TransportError | None = None
+        for url, extensions in targets:
+            request = client.build_request(
+                "POST", url, content=body, headers=headers, extensions=extensions
+            )
+            try:
+                response = await client.send(request, stream=True, follow_redirects=False)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                last = exc  # nothing was sent: the next address may answer
+                continue
+            await response.aclose()
+            return response.status_code
+        assert last is not None
+        raise last
+
+    # -- the owner's signing secret -------------------------------------------------------
+    async def secret(self, user_id: str) -> str:
+        """The user's signing secret (``whsec_...``), made on first use."""
+        return await self._store.webhook_secret(user_id)
+
+    async def rotate_secret(self, user_id: str) -> str:
+        """A new signing secret; attempts from now on (retries included) are signed with it."""
+        return await self._store.webhook_secret(user_id, rotate=True)
