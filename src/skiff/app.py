@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 
 from skiff.api import errors, management
 from skiff.api import jobs as jobs_api
+from skiff.api import openai as openai_api
 from skiff.api import workers as workers_api
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import json_response
@@ -58,6 +59,7 @@ def _build_v2(services: Services) -> FastAPI:
     )
     errors.install(app, "error")
     app.include_router(jobs_api.build(services))
+    app.include_router(openai_api.build(services))
     app.include_router(workers_api.build(services))
     original = app.openapi
 

@@ -1,13 +1,13 @@
 """``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``)."""
 
-import contextlib
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
+from skiff.api import access
 from skiff.api import jobs_openapi as oa
 from skiff.api.body import read_body
 from skiff.api.responses import json_response
@@ -55,14 +55,8 @@ def build(services: Services) -> APIRouter:
     jobs = services.jobs
     clock = services.clock
 
-    @contextlib.asynccontextmanager
-    async def admitted(request: Request, operation: str) -> AsyncIterator[Endpoint]:
-        """The caller's endpoint, inside its rate limits for this operation (429 beyond)."""
-        user = await services.auth.authenticate(request.headers.get("authorization"))
-        endpoint = await services.endpoints.get(user, request.path_params["endpoint_id"])
-        running = sum(1 for w in services.workers.of_endpoint(endpoint.id) if w.is_live)
-        async with services.rate_limits.admit(user.id, endpoint.id, operation, running):
-            yield endpoint
+    def admitted(request: Request, operation: str) -> AbstractAsyncContextManager[Endpoint]:
+        return access.admitted(services, request, operation)
 
     @router.post(
         "/{endpoint_id}/run",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,19 @@ class Jobs:
                 if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
                     return job
                 await wait(event, remaining)
+
+    async def follow_stream(self, endpoint: Endpoint, job_id: str) -> AsyncIterator[StreamRead]:
+        """Every new batch of chunks as it arrives, ending with the job's final state."""
+        while True:
+            with self._wakeups.listen(f"job:{job_id}") as event:
+                read = await self.read_stream(endpoint, job_id)
+                if read.chunks:
+                    yield read
+                    continue
+                if read.job.status in FINAL_STATES or self._wakeups.closing:
+                    yield read
+                    return
+                await wait(event, 5.0)
 
     async def get(self, endpoint: Endpoint, job_id: str) -> Job:
         """A job that exists and whose ttl and retention window have not passed."""

@@ -1,0 +1,19 @@
+"""Who may call a job route, and within which limits: one place for every ``/v2`` client route."""
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+
+from skiff.domain.endpoints import Endpoint
+from skiff.services.hub import Services
+
+
+@contextlib.asynccontextmanager
+async def admitted(services: Services, request: Request, operation: str) -> AsyncIterator[Endpoint]:
+    """The caller's endpoint, inside its rate limits for this operation (429 beyond)."""
+    user = await services.auth.authenticate(request.headers.get("authorization"))
+    endpoint = await services.endpoints.get(user, request.path_params["endpoint_id"])
+    running = sum(1 for w in services.workers.of_endpoint(endpoint.id) if w.is_live)
+    async with services.rate_limits.admit(user.id, endpoint.id, operation, running):
+        yield endpoint
