@@ -171,3 +171,34 @@ def test_over_the_rate_limit_is_429_with_retry_after(server: Server) -> None:
     assert [c.status_code for c in codes] == [200, 200, 429]
     assert int(codes[2].headers["Retry-After"]) >= 1
     assert "purge-queue" in codes[2].json()["error"]
+
+
+@pytest.mark.parametrize("wait", ["999", "300001", "soon"])
+def test_runsync_wait_outside_its_range_is_400(server: Server, echo: Any, wait: str) -> None:
+    response = server.http.post(
+        f"/v2/{echo.endpoint_id}/runsync", params={"wait": wait}, json={"input": {}}
+    )
+    assert response.status_code == 400
+    assert response.json()["field"] == "wait"
+
+
+def test_cancel_of_a_running_job_replaces_a_worker_that_does_not_let_go(
+    server: Server, echo: Any
+) -> None:
+    job = echo.run({"sleep": 60})
+    server.wait_for(lambda: job.status() == "IN_PROGRESS", what="IN_PROGRESS")
+    assert job.cancel() == {"id": job.job_id, "status": "CANCELLED"}
+    # One worker at most: the next job runs only once the stuck one was ended and replaced.
+    assert echo.run_sync({"next": 1}, timeout=90) == {"echo": {"next": 1}}
+    assert job.status() == "CANCELLED"
+
+
+def test_purge_queue_leaves_running_jobs_alone(server: Server, echo: Any) -> None:
+    running = echo.run({"sleep": 3})
+    server.wait_for(lambda: running.status() == "IN_PROGRESS", what="IN_PROGRESS")
+    queued = [echo.run({"queued": i}) for i in range(2)]
+    assert echo.purge_queue() == {"removed": 2, "status": "completed"}
+    assert running.output(timeout=90) == {"echo": {"sleep": 3}}
+    for job in queued:
+        status = server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}")
+        assert status.status_code == 404
