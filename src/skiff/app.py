@@ -1,6 +1,7 @@
 """The composition root: settings -> store, services, provider, background loops, ASGI app.
 
 /healthz          liveness (no auth)
+/metrics          Prometheus metrics (no auth)
 /v1/...           management REST          (api/management.py)
 /v2/...           job interface + workers  (api/jobs.py, api/workers.py)
 """
@@ -31,6 +32,7 @@ from skiff.config import Settings
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
+from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from skiff.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
@@ -97,7 +99,13 @@ def create_app(
         issued = await services.auth.bootstrap_admin(settings.api_key)
         if issued is not None and on_first_key is not None:
             on_first_key(issued)
-        services.fleet.attach(LocalProvider(services.fleet.on_exit))
+        services.fleet.attach(
+            LocalProvider(
+                services.fleet.on_exit,
+                log_max_bytes=settings.log_max_bytes,
+                log_backups=settings.log_backups,
+            )
+        )
         await services.fleet.sweep_leftovers(await services.workers.load())
         loops = [
             asyncio.create_task(services.scaler.run(), name="scaler"),
@@ -121,6 +129,18 @@ def create_app(
             return json_response({"status": "starting"}, 503)
         return json_response({"status": "ok"})
 
+    async def metrics(_request: Request) -> Response:
+        """Prometheus metrics in the text exposition format.
+
+        Unauthenticated, like /healthz, so a scraper needs no API key. It names every
+        endpoint id with its job and worker counts, so operators should keep it reachable from
+        their own network (or monitoring host) only.
+        """
+        if not ready:
+            # The store is not open yet (or closed already): nothing to read.
+            return json_response({"status": "starting"}, 503)
+        return Response(await services.metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
     async def not_found(request: Request, _exc: Exception) -> Response:
         # Paths no route matches (odd bytes included) still answer in the interface's shape.
         key = "message" if request.url.path.startswith("/v1") else "error"
@@ -130,6 +150,7 @@ def create_app(
         exception_handlers={404: not_found},
         routes=[
             Route("/healthz", healthz),
+            Route("/metrics", metrics),
             Mount("/v1", app=management.build(services)),
             Mount("/v2", app=_build_v2(services)),
         ],

@@ -1,4 +1,4 @@
-"""The ``skiff`` command: serve, manage keys, print a worker's environment."""
+"""The ``skiff`` command: serve, manage keys, print a worker's environment, read workers' logs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
+import httpx
+import orjson
 
 from skiff import __version__
 from skiff.clock import SystemClock
@@ -85,7 +88,10 @@ def serve(
         )
         sys.stdout.flush()
 
-    app = create_app(settings, on_first_key=announce)
+    try:
+        app = create_app(settings, on_first_key=announce)
+    except ValueError as exc:  # a setting that cannot work, e.g. a malformed SKIFF_GPUS
+        raise click.ClickException(str(exc)) from None
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -210,3 +216,104 @@ def worker_token(
     ):
         click.echo(f"export {name}='{value}'")
     click.echo("# also set RUNPOD_POD_ID to a unique name for each worker", err=True)
+
+
+def _print_log_line(item: dict[str, Any]) -> None:
+    time_text = item.get("time") or "-"
+    click.echo(f"{time_text} {item.get('worker', '-')} {item.get('line', '')}")
+
+
+def _api_error(response: httpx.Response) -> click.ClickException:
+    try:
+        message = str(response.json().get("message", response.text))
+    except ValueError:
+        message = response.text
+    return click.ClickException(f"{response.status_code}: {message}")
+
+
+@main.command()
+@click.argument("endpoint_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@click.option("--worker", default=None, help="Only this worker's lines.")
+@click.option(
+    "--since", default=None, help="Only lines from this time on (ISO-8601 or epoch seconds)."
+)
+@click.option(
+    "--tail", type=click.IntRange(1, 10000), default=1000, show_default=True, help="Last N lines."
+)
+@click.option(
+    "--url",
+    envvar="SKIFF_PUBLIC_URL",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    help="The server's address. [env SKIFF_PUBLIC_URL]",
+)
+@click.option("--key", envvar="SKIFF_API_KEY", default=None, help="API key. [env SKIFF_API_KEY]")
+def logs(
+    endpoint_id: str,
+    follow: bool,
+    worker: str | None,
+    since: str | None,
+    tail: int,
+    url: str,
+    key: str | None,
+) -> None:
+    """Print the output of ENDPOINT_ID's workers: TIME WORKER LINE, oldest first."""
+    if not key:
+        raise click.ClickException("no API key: pass --key or set SKIFF_API_KEY")
+    params: dict[str, str | int] = {"tail": tail}
+    if worker is not None:
+        params["worker"] = worker
+    if since is not None:
+        params["since"] = since
+    path = f"{url.rstrip('/')}/v1/endpoints/{quote(endpoint_id, safe='')}/logs"
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        if not follow:
+            response = httpx.get(path, params=params, headers=headers, timeout=60)
+            if response.status_code != 200:
+                raise _api_error(response)
+            for item in response.json()["lines"]:
+                _print_log_line(item)
+            return
+        params["follow"] = "true"
+        # No read timeout: a quiet log sends nothing but a keep-alive now and then.
+        timeout = httpx.Timeout(30, read=None)
+        with httpx.stream("GET", path, params=params, headers=headers, timeout=timeout) as stream:
+            if stream.status_code != 200:
+                stream.read()
+                raise _api_error(stream)
+            for text in stream.iter_lines():
+                if text.strip():
+                    _print_log_line(orjson.loads(text))
+                    sys.stdout.flush()
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"cannot reach {url}: {exc}") from None
+    except KeyboardInterrupt:
+        # Ctrl-C is how a follow ends: no traceback.
+        sys.exit(130)
+
+
+@main.command()
+@_data_dir_option
+def gpus(data_dir: Path | None, database_url: str | None) -> None:
+    """List this host's GPUs (NVML, or SKIFF_GPUS) and the worker holding each."""
+    from skiff.providers.gpus import inventory
+
+    settings = _settings(data_dir=data_dir, database_url=database_url)
+    try:
+        fleet = inventory(settings.gpus)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not fleet:
+        click.echo("no GPUs: NVML found none and SKIFF_GPUS is not set")
+        return
+    workers = _with_store(settings, lambda store: store.list_workers(None))
+    holder: dict[int, str] = {}
+    for worker in workers:
+        if worker.gpu_ids and worker.state.value != "throttled":
+            for index in worker.gpu_ids.split(","):
+                holder[int(index)] = f"{worker.endpoint_id}/{worker.id} ({worker.state.value})"
+    click.echo(f"{'GPU':<4} {'TYPE':<32} HELD BY")
+    for gpu in fleet:
+        click.echo(f"{gpu.index:<4} {gpu.name:<32} {holder.get(gpu.index, '-')}")

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     #: A worker told to stop a job (cancel, timeout, ttl) that still holds it after this long
     #: is ended and replaced.
     stop_grace_seconds: float = Field(default=10.0, ge=0)
+    #: A declared GPU fleet, ``"NVIDIA GeForce RTX 4090:2,NVIDIA H100 80GB HBM3:1"`` (type:count);
+    #: when unset the inventory comes from NVML (none on hosts without NVIDIA GPUs).
+    gpus: str | None = None
     #: How long an API key lookup is cached; a revoked key stops working within this time.
     key_cache_seconds: float = Field(default=5.0, ge=0)
     #: Per-user, per-endpoint, per-operation request and concurrency limits on the job interface.
@@ -51,6 +54,10 @@ class Settings(BaseSettings):
     #: Dynamic rate limits: an operation's request limit per 10 s is
     #: max(its base limit, running workers x this).
     rate_requests_per_worker: int = Field(default=50, ge=0)
+    #: A worker's log file is rotated when it would pass this many bytes.
+    log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
+    log_backups: int = Field(default=2, ge=0)
 
     def sqlite_path(self) -> Path:
         if self.database_url and self.database_url.startswith("sqlite:///"):

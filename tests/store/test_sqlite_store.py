@@ -426,6 +426,7 @@ async def test_job_counts_by_state_with_retries_and_normal_queue(store: SQLiteSt
         timed_out=0,
         retried=1,
         in_queue_normal=3,
+        oldest_queued_at=T0,
     )
 
 
@@ -786,7 +787,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
-    assert names == ["0001_init.sql", "0002_lifetimes_webhooks.sql"]
+    assert names == ["0001_init.sql", "0002_lifetimes_webhooks.sql", "0003_worker_gpus.sql"]
     assert {
         "jobs",
         "endpoints",

@@ -1,21 +1,29 @@
 """``/v1``: the management REST interface (registry auths, templates, endpoints, the webhook
 signing secret)."""
 
+import asyncio
 import datetime as dt
+import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from skiff.api import errors
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
+from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
+from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
+from skiff.errors import Invalid, NotFound
 from skiff.services.hub import Services
+from skiff.services.logs import LogFollower, WorkerLogs
 from skiff.store.base import User
 
 
@@ -26,7 +34,8 @@ class WorkerOut(BaseModel):
     version: int
     startedAt: float
     lastSeen: float | None = None
-    gpu: str | None = None
+    gpu: str | None = Field(default=None, description="The GPU type it holds")
+    gpuIds: str | None = Field(default=None, description="Its CUDA_VISIBLE_DEVICES, e.g. 0,1")
     pid: int | None = None
     jobs: list[str] = Field(default_factory=list, description="ids of the jobs it holds")
 
@@ -37,6 +46,47 @@ class WebhookSecretOut(BaseModel):
     )
 
 
+class WorkerFailureOut(BaseModel):
+    error: str
+    failedStarts: int = Field(description="Failed starts in a row; each doubles the back-off")
+    at: str
+    nextStartAt: str = Field(description="When the scaler tries again")
+    lastLogLines: list[str] = Field(description="The end of the failed worker's log")
+
+
+class LogLineOut(BaseModel):
+    worker: str = Field(description="The worker id")
+    time: str | None = Field(
+        description="When skiff read the line from the worker (ISO-8601, UTC, milliseconds); "
+        "null for lines written before skiff stamped them"
+    )
+    line: str = Field(description="The line as the worker printed it, without its newline")
+
+
+class LogsOut(BaseModel):
+    lines: list[LogLineOut] = Field(description="Oldest first")
+
+
+#: How often a followed log is read for new lines.
+FOLLOW_POLL_SECONDS = 0.5
+#: A quiet followed log sends an empty line this often, so proxies keep the connection open.
+FOLLOW_KEEPALIVE_SECONDS = 15.0
+#: How many polls between two checks that the followed endpoint still exists.
+FOLLOW_EXISTS_EVERY = 4
+
+
+def _log_line(line: LogLine) -> dict[str, Any]:
+    return {
+        "worker": line.worker,
+        "time": iso(line.time) if line.time is not None else None,
+        "line": line.line,
+    }
+
+
+def _ndjson(lines: list[LogLine]) -> bytes:
+    return b"".join(orjson.dumps(_log_line(line)) + b"\n" for line in lines)
+
+
 class EndpointOut(EndpointSpec):
     id: str
     userId: str
@@ -44,6 +94,9 @@ class EndpointOut(EndpointSpec):
     createdAt: str
     template: Template | None = None
     workers: list[WorkerOut] | None = None
+    lastWorkerFailure: WorkerFailureOut | None = Field(
+        default=None, description="Why its workers fail to start, while they do (unhealthy)"
+    )
 
 
 def _iso(ts: float) -> str:
@@ -57,6 +110,8 @@ BAD: dict[int | str, dict[str, Any]] = {
 
 
 def build(services: Services) -> FastAPI:
+    worker_logs = WorkerLogs(services.settings.data_dir)
+
     async def current_user(request: Request) -> User:
         return await services.auth.authenticate(request.headers.get("authorization"))
 
@@ -177,6 +232,15 @@ def build(services: Services) -> FastAPI:
         )
         if include_template:
             out.template = await services.templates.get(user, endpoint.spec.templateId)
+        failure = services.fleet.failures.get(endpoint.id)
+        if failure is not None:
+            out.lastWorkerFailure = WorkerFailureOut(
+                error=failure.error,
+                failedStarts=failure.failed_starts,
+                at=_iso(failure.at),
+                nextStartAt=_iso(failure.next_start_at),
+                lastLogLines=failure.last_log_lines,
+            )
         if include_workers:
             out.workers = [WorkerOut(**w) for w in services.endpoints.workers_view(endpoint.id)]
         return out
@@ -247,6 +311,101 @@ def build(services: Services) -> FastAPI:
         """Stops its workers and removes it with its jobs and logs, permanently."""
         await services.endpoints.delete(user, endpoint_id)
         return Response(status_code=204)
+
+    @endpoints.get(
+        "/{endpoint_id}/logs",
+        response_model=LogsOut,
+        responses={
+            **BAD,
+            **NOT_FOUND,
+            200: {
+                "description": "The lines (with `follow`: a stream of them, one JSON object "
+                "per line)",
+                "content": {
+                    "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/LogLineOut"}}
+                },
+            },
+        },
+    )
+    async def endpoint_logs(
+        endpoint_id: str,
+        user: UserDep,
+        worker: Annotated[
+            str | None, Query(description="Only this worker's lines (its id)")
+        ] = None,
+        since: Annotated[
+            str | None,
+            Query(
+                description="Only lines from this time on: ISO-8601 (UTC if it names no zone) "
+                "or epoch seconds"
+            ),
+        ] = None,
+        tail: Annotated[
+            int, Query(ge=1, le=10000, description="At most this many last lines")
+        ] = 1000,
+        follow: Annotated[
+            bool,
+            Query(
+                description="Keep the response open and send new lines as they are written, as "
+                "`application/x-ndjson`: the last `tail` lines first, then one JSON object per "
+                "new line (an empty line now and then while there are none). It ends when the "
+                "client disconnects or the endpoint is deleted."
+            ),
+        ] = False,
+    ) -> Response:
+        """The output (stdout and stderr) of the endpoint's local workers, merged by time, or of
+        one worker. Each worker's log is kept on disk, capped at `SKIFF_LOG_MAX_BYTES` per file
+        with `SKIFF_LOG_BACKUPS` rotated files, and removed with the endpoint."""
+        await services.endpoints.get(user, endpoint_id)
+        try:
+            since_ts = parse_time(since) if since is not None else None
+        except ValueError:
+            raise Invalid(
+                "since: expected an ISO-8601 time or epoch seconds", field="since"
+            ) from None
+        if worker is not None and not worker_logs.has_log(endpoint_id, worker):
+            raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
+        if not follow:
+            lines = await asyncio.to_thread(worker_logs.read, endpoint_id, worker, since_ts, tail)
+            return json_response({"lines": [_log_line(line) for line in lines]})
+        follower = await asyncio.to_thread(worker_logs.follow, endpoint_id, worker)
+        return StreamingResponse(
+            follow_logs(follower, endpoint_id, since_ts, tail),
+            media_type="application/x-ndjson",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def follow_logs(
+        follower: LogFollower, endpoint_id: str, since: float | None, tail: int
+    ) -> AsyncIterator[bytes]:
+        # Starlette cancels this when the client disconnects; the files close either way.
+        try:
+            backlog = await asyncio.to_thread(follower.backlog, since, tail)
+            # Always send something at once, so a client sees the stream is open.
+            yield _ndjson(backlog) if backlog else b"\n"
+            last_sent = time.monotonic()
+            polls = 0
+            while not services.wakeups.closing:
+                await asyncio.sleep(FOLLOW_POLL_SECONDS)
+                polls += 1
+                # Read once more after the endpoint is gone: its workers' last lines.
+                gone = (
+                    polls % FOLLOW_EXISTS_EVERY == 0
+                    and await services.store.get_endpoint(endpoint_id) is None
+                )
+                lines = await asyncio.to_thread(follower.poll)
+                if since is not None:
+                    lines = [x for x in lines if x.time is not None and x.time >= since]
+                if lines:
+                    yield _ndjson(lines)
+                    last_sent = time.monotonic()
+                elif time.monotonic() - last_sent >= FOLLOW_KEEPALIVE_SECONDS:
+                    yield b"\n"
+                    last_sent = time.monotonic()
+                if gone:
+                    break
+        finally:
+            follower.close()
 
     # -- webhook signing secret ---------------------------------------------------------
     webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])

@@ -1,9 +1,22 @@
-"""How many workers an endpoint wants: a pure decision, tested on tables of situations."""
+"""How many workers an endpoint wants: a pure decision, tested on tables of situations.
+
+- ``REQUEST_COUNT``: aim at ``ceil((inQueue + inProgress) / scalerValue)`` workers.
+- ``QUEUE_DELAY``: add a worker when the oldest waiting job has waited longer than
+  ``scalerValue`` seconds (one at a time: not while another is still starting). With no worker
+  at all, a waiting job starts one at once: nobody should wait out the delay on a cold start.
+- Always between ``workersMin`` and ``workersMax``; ``lowPriority`` jobs are not in the load.
+- A worker idle for ``idleTimeout`` seconds is stopped, never below ``workersMin``.
+- Workers of an older version (or that asked to be recycled) leave once they hold no job.
+- Throttled and unhealthy workers (wanted, but without a process yet) count as workers, so
+  waiting for a GPU never makes the scaler ask for more.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from skiff.domain.endpoints import ScalerType
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 
 
@@ -12,6 +25,8 @@ class Load:
     #: Normal-priority jobs waiting. Low-priority ones never raise the worker count.
     queued: int
     in_progress: int
+    #: How long the oldest normal-priority job has waited, in seconds.
+    oldest_wait_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +35,8 @@ class Limits:
     workers_max: int
     idle_timeout_s: float
     version: int
+    scaler_type: ScalerType = ScalerType.QUEUE_DELAY
+    scaler_value: int = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,35 +45,54 @@ class Decision:
     stop: list[str] = field(default_factory=list)
 
 
+def _target(limits: Limits, load: Load, current: list[Worker]) -> int:
+    """How many workers the load asks for, before the min/max clamp."""
+    if limits.scaler_type is ScalerType.REQUEST_COUNT:
+        return math.ceil((load.queued + load.in_progress) / max(1, limits.scaler_value))
+    count = len(current)
+    if load.queued == 0:
+        return 0
+    if count == 0:
+        return 1
+    starting = any(w.state is WorkerState.INITIALIZING or w.is_pending for w in current)
+    if load.oldest_wait_s > limits.scaler_value and not starting:
+        return count + 1
+    return count
+
+
 def decide(limits: Limits, load: Load, workers: list[Worker], now: float) -> Decision:
-    """Start workers when jobs wait (up to the maximum), keep the minimum, stop idle ones.
+    """Start workers when the load asks for them (up to the maximum, counting those still
+    on their way out), keep the minimum, stop idle and outdated ones.
 
     Only local workers are started or stopped; external ones count as capacity.
-    A worker of an older version is stopped once it is idle, so a rolled endpoint's
-    workers are replaced without cutting a job short.
     """
-    live = [w for w in workers if w.is_live]
-    managed = [w for w in live if w.kind is WorkerKind.LOCAL]
     stop: list[str] = []
-
-    # Outdated or recycled workers leave as soon as they hold no job.
-    for w in managed:
-        if (w.version != limits.version or w.recycle) and w.state is not WorkerState.RUNNING:
+    counted = [w for w in workers if w.is_live or w.is_pending]
+    for w in counted:
+        outdated = w.version != limits.version or w.recycle
+        if w.kind is WorkerKind.LOCAL and outdated and w.state is not WorkerState.RUNNING:
             stop.append(w.id)
-    current = [w for w in live if w.id not in stop]
-    current_count = len(current)
-
-    needed = load.in_progress + load.queued
-    wanted = max(limits.workers_min, min(limits.workers_max, needed))
-    # Outdated workers still running a job count against the maximum.
+    current = [w for w in counted if w.id not in stop]
     outgoing = sum(1 for w in current if w.version != limits.version or w.recycle)
-    start = max(0, min(wanted, limits.workers_max) - (current_count - outgoing))
-    # Workers on their way out still hold a process (and maybe a GPU) until they are gone.
-    stopping = sum(1 for w in workers if w.state is WorkerState.STOPPING)
-    start = min(start, max(0, limits.workers_max - current_count - stopping))
+    stopping = sum(1 for w in workers if w.state is WorkerState.STOPPING) + len(stop)
 
-    surplus = current_count - max(limits.workers_min, wanted)
+    target = _target(limits, load, current)
+    wanted = max(limits.workers_min, min(limits.workers_max, target))
+    start = max(0, wanted - (len(current) - outgoing))
+    # Never past the maximum, not even for a moment: workers on their way out still hold a
+    # process (and maybe a GPU) until they are gone.
+    start = min(start, max(0, limits.workers_max - len(current) - stopping))
+
+    if limits.scaler_type is ScalerType.REQUEST_COUNT:
+        floor = wanted
+    else:
+        # While jobs wait, idle workers are about to take them: do not shrink.
+        floor = max(limits.workers_min, len(current) if load.queued else 0)
+    floor = min(floor, limits.workers_max)
+    surplus = len(current) - floor
     if surplus > 0:
+        over_max = len(current) > limits.workers_max
+        pending = [w for w in current if w.kind is WorkerKind.LOCAL and w.is_pending]
         idle = sorted(
             (
                 w
@@ -64,12 +100,9 @@ def decide(limits: Limits, load: Load, workers: list[Worker], now: float) -> Dec
                 if w.kind is WorkerKind.LOCAL
                 and w.state is WorkerState.IDLE
                 and w.idle_since is not None
-                and (
-                    now - w.idle_since >= limits.idle_timeout_s
-                    or current_count > limits.workers_max
-                )
+                and (now - w.idle_since >= limits.idle_timeout_s or over_max)
             ),
             key=lambda w: w.idle_since or 0.0,
         )
-        stop.extend(w.id for w in idle[:surplus])
+        stop.extend(w.id for w in [*pending, *idle][:surplus])
     return Decision(start=start, stop=stop)

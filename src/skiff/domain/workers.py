@@ -40,7 +40,9 @@ class Worker:
     #: When it last had no job (None while it holds one).
     idle_since: float | None = None
     pid: int | None = None
+    #: The GPU type it holds, and the indices (``CUDA_VISIBLE_DEVICES``), e.g. "0,1".
     gpu: str | None = None
+    gpu_ids: str | None = None
     #: The handler asked for a fresh worker (``refresh_worker``): stop it after its job.
     recycle: bool = False
 
@@ -52,3 +54,8 @@ class Worker:
     @property
     def is_live(self) -> bool:
         return self.state in (WorkerState.INITIALIZING, WorkerState.IDLE, WorkerState.RUNNING)
+
+    @property
+    def is_pending(self) -> bool:
+        """Wanted but without a process: waiting for a GPU, or backed off after failed starts."""
+        return self.state in (WorkerState.THROTTLED, WorkerState.UNHEALTHY)

@@ -16,6 +16,7 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.metrics import Metrics
 from skiff.services.wakeups import Wakeups, wait
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -42,6 +43,9 @@ class Dispatch:
         self._workers = workers
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
+        #: Told of take outcomes and finished jobs; set after construction (``hub.py``) so
+        #: the constructor stays as tests call it.
+        self.metrics: Metrics | None = None
 
     async def take(
         self,
@@ -55,6 +59,20 @@ class Dispatch:
         """``holds_jobs`` is the SDK's ``job_in_progress``: when the worker says it holds
         nothing, any job still marked as its own was stopped or its result was lost; the
         stopped ones are let go and the lost ones go back to the queue at once."""
+        jobs = await self._take(endpoint, worker_id, limit, hold, still_connected, holds_jobs)
+        if self.metrics is not None:
+            self.metrics.take_poll(endpoint.id, bool(jobs))
+        return jobs
+
+    async def _take(
+        self,
+        endpoint: Endpoint,
+        worker_id: str,
+        limit: int,
+        hold: float,
+        still_connected: StillConnected,
+        holds_jobs: bool | None,
+    ) -> list[Job]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         if holds_jobs is False and self._workers.held(worker.id):
             await self._let_go(worker)
@@ -99,6 +117,8 @@ class Dispatch:
         )
         if finished is not None:
             self._wakeups.notify(f"job:{job_id}")
+            if self.metrics is not None:
+                self.metrics.job_finished(finished)
         await self._workers.jobs_released(worker, [job_id])
 
     async def stream(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
@@ -201,3 +221,6 @@ class Dispatch:
             self._wakeups.notify(f"job:{job.id}")
             if job.status is JobStatus.IN_QUEUE:
                 self._wakeups.notify(f"ep:{job.endpoint_id}")
+            elif self.metrics is not None:
+                # A lost worker's job that used up its attempts ends FAILED here.
+                self.metrics.job_finished(job)

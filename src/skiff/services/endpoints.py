@@ -101,6 +101,7 @@ class Endpoints:
                 "startedAt": w.started_at,
                 "lastSeen": w.last_seen,
                 "gpu": w.gpu,
+                "gpuIds": w.gpu_ids,
                 "pid": w.pid,
                 "jobs": sorted(self._workers.held(w.id)),
             }

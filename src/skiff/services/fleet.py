@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.clock import Clock
@@ -17,6 +18,8 @@ from skiff.ids import short_id
 from skiff.providers.base import Launch, WorkerProvider
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
+from skiff.services.gpus import GpuPool
+from skiff.services.logs import WorkerLogs
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -25,6 +28,17 @@ log = logging.getLogger(__name__)
 #: A worker that exits sooner than this after its start counts as a failed start.
 QUICK_EXIT_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 60.0
+#: How much of a crashed worker's log the endpoint's status shows.
+LOG_LINES_SHOWN = 20
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFailure:
+    error: str
+    failed_starts: int
+    at: float
+    next_start_at: float
+    last_log_lines: list[str]
 
 
 class Fleet:
@@ -36,6 +50,7 @@ class Fleet:
         workers: Workers,
         dispatch: Dispatch,
         auth: Auth,
+        gpus: GpuPool,
     ) -> None:
         self._settings = settings
         self._store = store
@@ -47,7 +62,10 @@ class Fleet:
         # endpoint id -> (consecutive failed starts, not before)
         self._backoff: dict[str, tuple[int, float]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
-        self.last_error: dict[str, str] = {}
+        #: The latest failed start of each endpoint, shown in its status.
+        self.failures: dict[str, WorkerFailure] = {}
+        self._gpus = gpus
+        self._logs = WorkerLogs(settings.data_dir)
 
     def attach(self, provider: WorkerProvider) -> None:
         self.provider = provider
@@ -65,15 +83,13 @@ class Fleet:
     def home(self, worker_id: str) -> Path:
         return self._settings.data_dir / "workers" / worker_id / "home"
 
-    def may_start(self, endpoint_id: str) -> bool:
-        failures = self._backoff.get(endpoint_id)
-        return failures is None or self._clock.now() >= failures[1]
-
     async def environment(
-        self, endpoint: Endpoint, worker_id: str, env: dict[str, str]
+        self, endpoint: Endpoint, worker: Worker, env: dict[str, str]
     ) -> dict[str, str]:
         """The worker's environment: the server's own minus its secrets, then the template's
-        and the endpoint's variables, then the worker protocol's, which always win."""
+        and the endpoint's variables, then the worker protocol's and its GPU pinning, which
+        always win."""
+        worker_id = worker.id
         base = self._settings.base_url()
         ep = endpoint.id
         query = "?gpu=" + ("cpu" if endpoint.spec.computeType is ComputeType.CPU else "gpu")
@@ -94,59 +110,91 @@ class Fleet:
         }
         if endpoint.spec.computeType is ComputeType.CPU:
             protocol["CUDA_VISIBLE_DEVICES"] = ""
+        else:
+            protocol["CUDA_VISIBLE_DEVICES"] = worker.gpu_ids or ""
+            protocol["NVIDIA_VISIBLE_DEVICES"] = worker.gpu_ids or "none"
         return {"PYTHONUNBUFFERED": "1"} | inherited | env | protocol
 
     async def start_worker(self, endpoint: Endpoint) -> Worker | None:
-        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
-        if template is None:
-            self.last_error[endpoint.id] = f"template {endpoint.spec.templateId} not found"
-            self._note_failed_start(endpoint.id)
-            return None
-        argv = [*template.dockerEntrypoint, *template.dockerStartCmd]
-        if not argv:
-            self.last_error[endpoint.id] = (
-                "the template has no dockerEntrypoint or dockerStartCmd: nothing to run"
-            )
-            self._note_failed_start(endpoint.id)
-            return None
-        worker_id = short_id()
-        env = await self.environment(endpoint, worker_id, template.env | endpoint.spec.env)
-        now = self._clock.now()
+        """A new worker for the endpoint: started at once, or ``throttled`` (recorded, without a
+        process) when no GPU of the wanted types is free. None when it cannot start at all."""
         worker = await self._workers.add(
             Worker(
-                id=worker_id,
+                id=short_id(),
                 endpoint_id=endpoint.id,
                 kind=WorkerKind.LOCAL,
-                state=WorkerState.INITIALIZING,
+                state=WorkerState.THROTTLED,
                 version=endpoint.version,
-                started_at=now,
+                started_at=self._clock.now(),
             )
         )
+        return await self._launch(endpoint, worker)
+
+    async def retry_pending(self, endpoint: Endpoint) -> None:
+        """Give throttled workers a GPU that freed up, and replace unhealthy ones once their
+        back-off has passed."""
+        for worker in self._workers.of_endpoint(endpoint.id):
+            if worker.state is WorkerState.THROTTLED and worker.version == endpoint.version:
+                if await self._launch(endpoint, worker) is None:
+                    return
+            elif worker.state is WorkerState.UNHEALTHY and self.may_start(endpoint.id):
+                await self._workers.remove(worker.id)
+                if await self.start_worker(endpoint) is None:
+                    return
+
+    async def _launch(self, endpoint: Endpoint, worker: Worker) -> Worker | None:
+        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
+        argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
+        if not argv:
+            self._fail(
+                endpoint.id,
+                f"template {endpoint.spec.templateId} not found"
+                if template is None
+                else "the template has no dockerEntrypoint or dockerStartCmd: nothing to run",
+            )
+            await self._workers.remove(worker.id)
+            return None
+        assert template is not None
+        env = template.env | endpoint.spec.env
+        if endpoint.spec.computeType is ComputeType.GPU:
+            gpus = self._gpus.allocate(worker.id, endpoint.spec.gpuTypeIds, endpoint.spec.gpuCount)
+            if gpus is None:
+                # Wanted, but every listed type is full: it starts as soon as a GPU frees up.
+                await self._workers.set_state(worker, WorkerState.THROTTLED)
+                return worker
+            worker.gpu = gpus[0].name
+            worker.gpu_ids = ",".join(str(g.index) for g in gpus)
         launch = Launch(
-            worker_id=worker_id,
+            worker_id=worker.id,
             endpoint_id=endpoint.id,
             argv=argv,
-            env=env,
-            log_path=self.log_path(endpoint.id, worker_id),
-            home=self.home(worker_id),
+            env=await self.environment(endpoint, worker, env),
+            log_path=self.log_path(endpoint.id, worker.id),
+            home=self.home(worker.id),
         )
+        worker.started_at = self._clock.now()
+        worker.state = WorkerState.INITIALIZING
         try:
             worker.pid = await self._provider().start(launch)
         except OSError as exc:
-            self.last_error[endpoint.id] = f"the worker command could not start: {exc}"
-            await self._workers.remove(worker_id)
-            self._note_failed_start(endpoint.id)
+            self._gpus.release(worker.id)
+            await self._workers.remove(worker.id)
+            self._fail(endpoint.id, f"the worker command could not start: {exc}")
             return None
         await self._workers.save(worker)
         return worker
 
     def stop_worker(self, worker: Worker) -> None:
-        """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL."""
+        """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
+        without a process (throttled, unhealthy) is simply dropped."""
         if worker.state is WorkerState.STOPPING:
             return
+        pending = worker.is_pending
         worker.state = WorkerState.STOPPING
         self._dispatch.wake_pollers(worker.endpoint_id)
-        task = asyncio.create_task(self._stop(worker))
+        task = asyncio.create_task(
+            self._workers.remove(worker.id) if pending else self._stop(worker)
+        )
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
@@ -158,32 +206,61 @@ class Fleet:
             await self._dispatch.worker_lost(worker, "the worker was stopped")
 
     async def on_exit(self, worker_id: str, code: int) -> None:
+        # Its GPUs are free only now that its process is gone.
+        self._gpus.release(worker_id)
         worker = self._workers.get(worker_id)
         if worker is None:
             return
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
         expected = worker.state is WorkerState.STOPPING or worker.recycle
-        if not expected and self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS:
-            self.last_error[worker.endpoint_id] = (
-                f"worker {worker_id} exited with code {code} right after it started; see its log"
-            )
-            self._note_failed_start(worker.endpoint_id)
-        elif not expected:
-            self._backoff.pop(worker.endpoint_id, None)
-        reason = "the worker was stopped" if expected else f"the worker exited with code {code}"
+        quick = self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS
+        reason = "the worker was stopped" if expected else f"the worker was lost (exit code {code})"
         await self._dispatch.worker_lost(worker, reason)
+        if expected:
+            return
+        if quick and await self._store.get_endpoint(worker.endpoint_id) is not None:
+            self._fail(
+                worker.endpoint_id,
+                f"worker {worker_id} exited with code {code} right after it started",
+                worker_id,
+            )
+            # Kept as an unhealthy record (no process) so /health and the worker list show it;
+            # the scaler replaces it once the back-off has passed.
+            worker.state = WorkerState.UNHEALTHY
+            worker.pid = None
+            await self._workers.add(worker)
+        else:
+            self._backoff.pop(worker.endpoint_id, None)
 
-    def _note_failed_start(self, endpoint_id: str) -> None:
+    def healthy(self, endpoint_id: str) -> None:
+        """A worker of the endpoint came up: forget its failed starts."""
+        self._backoff.pop(endpoint_id, None)
+        self.failures.pop(endpoint_id, None)
+
+    def may_start(self, endpoint_id: str) -> bool:
+        failures = self._backoff.get(endpoint_id)
+        return failures is None or self._clock.now() >= failures[1]
+
+    def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
         failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
+        self.failures[endpoint_id] = WorkerFailure(
+            error=error,
+            failed_starts=failures,
+            at=self._clock.now(),
+            next_start_at=self._clock.now() + delay,
+            last_log_lines=(
+                self._logs.last_lines(endpoint_id, worker_id, LOG_LINES_SHOWN) if worker_id else []
+            ),
+        )
         log.warning(
             "endpoint %s: %s (failed start %d; next try in %.0f s)",
             endpoint_id,
-            self.last_error.get(endpoint_id, "a worker failed to start"),
+            error,
             failures,
             delay,
         )
-        self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
 
     async def sweep_leftovers(self, leftovers: list[Worker]) -> None:
         """At start: workers recorded by an earlier run are gone or orphaned. End any process
@@ -209,7 +286,7 @@ class Fleet:
         for worker in workers:
             await self._workers.remove(worker.id)
         self._backoff.pop(endpoint_id, None)
-        self.last_error.pop(endpoint_id, None)
+        self.failures.pop(endpoint_id, None)
 
     def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)

@@ -6,11 +6,14 @@ from dataclasses import dataclass
 
 from skiff.clock import Clock
 from skiff.config import Settings
+from skiff.providers.gpus import inventory
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
+from skiff.services.gpus import GpuPool
 from skiff.services.jobs import Jobs
+from skiff.services.metrics import Metrics
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -32,6 +35,7 @@ class Services:
     workers: Workers
     dispatch: Dispatch
     fleet: Fleet
+    gpus: GpuPool
     jobs: Jobs
     endpoints: Endpoints
     templates: Templates
@@ -40,6 +44,7 @@ class Services:
     reaper: Reaper
     webhooks: WebhookSender
     rate_limits: RateLimits
+    metrics: Metrics
 
     @classmethod
     def build(cls, settings: Settings, store: Store, clock: Clock) -> Services:
@@ -49,9 +54,17 @@ class Services:
         dispatch = Dispatch(
             store, clock, wakeups, workers, settings.lease_seconds, settings.max_attempts
         )
-        fleet = Fleet(settings, store, clock, workers, dispatch, auth)
+
+        async def oldest_queued_at(endpoint_id: str) -> float | None:
+            return (await store.job_counts(endpoint_id)).oldest_queued_at
+
+        metrics = Metrics(store, clock, workers, oldest_queued_at=oldest_queued_at)
+        dispatch.metrics = metrics
+        gpus = GpuPool(inventory(settings.gpus))
+        fleet = Fleet(settings, store, clock, workers, dispatch, auth, gpus)
         jobs = Jobs(store, clock, wakeups)
         jobs.on_stop = dispatch.request_stop
+        jobs.on_finished = metrics.job_finished
 
         async def webhook_guard(url: str) -> None:
             await check_webhook_url(url, settings.webhook_allow_private)
@@ -66,6 +79,7 @@ class Services:
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,
+            gpus=gpus,
             jobs=jobs,
             endpoints=Endpoints(store, clock, wakeups, workers, fleet),
             templates=Templates(store, clock, wakeups),
@@ -83,6 +97,7 @@ class Services:
                 stop_grace=settings.stop_grace_seconds,
             ),
             rate_limits=RateLimits(settings.rate_limits, settings.rate_requests_per_worker),
+            metrics=metrics,
             webhooks=WebhookSender(
                 store,
                 clock,

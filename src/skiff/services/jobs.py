@@ -30,6 +30,8 @@ class Jobs:
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
+        #: Told of every job this service makes final (a cancel), for the metrics.
+        self.on_finished: Callable[[Job], None] = lambda _job: None
         #: Told (worker id, job id) when a running job's worker must stop it.
         self.on_stop: Callable[[str, str], None] = lambda _worker, _job: None
         #: Refuses webhook URLs a delivery must not reach (raises ``Invalid``).
@@ -121,9 +123,12 @@ class Jobs:
 
     async def cancel(self, endpoint: Endpoint, job_id: str) -> Job:
         await self.get(endpoint, job_id)
-        job = await self._store.cancel_job(endpoint.id, job_id, self._clock.now())
+        now = self._clock.now()
+        job = await self._store.cancel_job(endpoint.id, job_id, now)
         if job is None:
             raise NotFound(f"job {job_id} not found")
+        if job.status is JobStatus.CANCELLED and job.finished_at == now:
+            self.on_finished(job)
         if job.status is JobStatus.CANCELLED:
             self._wakeups.notify(f"job:{job_id}")
             if job.stop_pending and job.worker_id:

@@ -64,6 +64,8 @@ class Reaper:
     async def pass_once(self) -> None:
         now = self._clock.now()
         for job in await self._store.time_out_jobs(now):
+            if self._dispatch.metrics is not None:
+                self._dispatch.metrics.job_finished(job)
             self._wakeups.notify(f"job:{job.id}")
             if job.worker_id is not None:
                 self._dispatch.request_stop(job.worker_id, job.id)

@@ -7,6 +7,7 @@ import logging
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.scaling import Limits, Load, decide
+from skiff.domain.workers import WorkerState
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wakeups, wait
 from skiff.services.workers import Workers
@@ -50,24 +51,36 @@ class Scaler:
     async def reconcile(self, endpoint: Endpoint) -> None:
         counts = await self._store.job_counts(endpoint.id)
         spec = endpoint.spec
+        now = self._clock.now()
+        workers = self._workers.of_endpoint(endpoint.id)
+        if any(w.state in (WorkerState.IDLE, WorkerState.RUNNING) for w in workers):
+            self._fleet.healthy(endpoint.id)
+        oldest = counts.oldest_queued_at
         decision = decide(
             Limits(
                 workers_min=spec.workersMin,
                 workers_max=spec.workersMax,
                 idle_timeout_s=spec.idleTimeout,
                 version=endpoint.version,
+                scaler_type=spec.scalerType,
+                scaler_value=spec.scalerValue,
             ),
-            Load(queued=counts.in_queue_normal, in_progress=counts.in_progress),
-            self._workers.of_endpoint(endpoint.id),
-            self._clock.now(),
+            Load(
+                queued=counts.in_queue_normal,
+                in_progress=counts.in_progress,
+                oldest_wait_s=max(0.0, now - oldest) if oldest is not None else 0.0,
+            ),
+            workers,
+            now,
         )
         for worker_id in decision.stop:
             worker = self._workers.get(worker_id)
             if worker is not None:
                 self._fleet.stop_worker(worker)
+        if await self._store.get_endpoint(endpoint.id) is None:
+            return  # deleted while this pass ran
+        await self._fleet.retry_pending(endpoint)
         if decision.start and self._fleet.may_start(endpoint.id):
-            if await self._store.get_endpoint(endpoint.id) is None:
-                return  # deleted while this pass ran
             for _ in range(decision.start):
                 if await self._fleet.start_worker(endpoint) is None:
                     break

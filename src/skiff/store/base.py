@@ -81,6 +81,8 @@ class JobCounts:
     retried: int = 0
     #: Normal-priority jobs waiting: the ones that may raise the worker count.
     in_queue_normal: int = 0
+    #: When the oldest normal-priority job waiting was submitted (None when none waits).
+    oldest_queued_at: float | None = None
 
 
 class Store(Protocol):

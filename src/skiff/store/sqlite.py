@@ -264,7 +264,8 @@ def _endpoint(row: tuple[Any, ...]) -> Endpoint:
 
 
 _WORKER_COLUMNS = (
-    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle"
+    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle,"
+    " gpu_ids"
 )
 
 
@@ -281,6 +282,7 @@ def _worker(row: tuple[Any, ...]) -> Worker:
         pid=row[8],
         gpu=row[9],
         recycle=bool(row[10]),
+        gpu_ids=row[11],
     )
 
 
@@ -790,7 +792,17 @@ class SQLiteStore:
             retried += retries or 0
             if status == "IN_QUEUE" and not low:
                 normal_queued = count
+        oldest = (
+            self._read(
+                "SELECT submitted_at FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
+                " AND low_priority = 0 ORDER BY seq LIMIT 1",
+                (endpoint_id,),
+            )
+            if normal_queued
+            else []
+        )
         return JobCounts(
+            oldest_queued_at=oldest[0][0] if oldest else None,
             in_queue=by_status.get("IN_QUEUE", 0),
             in_progress=by_status.get("IN_PROGRESS", 0),
             completed=by_status.get("COMPLETED", 0),
@@ -959,12 +971,13 @@ class SQLiteStore:
             worker.pid,
             worker.gpu,
             int(worker.recycle),
+            worker.gpu_ids,
         )
 
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 f"INSERT OR REPLACE INTO workers ({_WORKER_COLUMNS})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 params,
             )
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from skiff.domain.endpoints import ScalerType
 from skiff.domain.scaling import Limits, Load, decide
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 
@@ -49,6 +50,10 @@ class Case:
     idle_timeout_s: float = 5.0
     start: int = 0
     stop: list[str] = field(default_factory=list)
+    # One worker per job unless a case says otherwise: the clearest way to read a table.
+    scaler_type: ScalerType = ScalerType.REQUEST_COUNT
+    scaler_value: int = 1
+    oldest_wait_s: float = 0.0
 
 
 CASES = [
@@ -186,10 +191,108 @@ CASES = [
         workers=[worker("x1", idle_for=3600, version=VERSION - 1, kind=WorkerKind.EXTERNAL)],
     ),
     Case(
-        "unhealthy-and-throttled-workers-are-not-capacity",
+        "throttled-and-unhealthy-workers-count-as-wanted-workers",
         workers=[worker("u1", WorkerState.UNHEALTHY), worker("t1", WorkerState.THROTTLED)],
         queued=2,
+        start=0,
+    ),
+    Case(
+        "waiting-for-a-gpu-never-asks-for-more-than-max",
+        workers=[worker(f"t{i}", WorkerState.THROTTLED) for i in range(3)],
+        queued=10,
+        start=0,
+    ),
+    Case(
+        "pending-workers-go-first-when-there-are-too-many",
+        workers=[worker("t1", WorkerState.THROTTLED), worker("w1", idle_for=60)],
+        stop=["t1", "w1"],
+    ),
+    # -- REQUEST_COUNT with a larger scalerValue --
+    Case(
+        "request-count-aims-at-ceil-of-load-over-value",
+        workers=[],
+        queued=5,
+        in_progress=0,
+        workers_max=10,
+        scaler_value=4,
         start=2,
+    ),
+    Case(
+        "request-count-counts-running-jobs-too",
+        workers=[worker("w1", WorkerState.RUNNING), worker("w2", WorkerState.RUNNING)],
+        queued=7,
+        in_progress=2,
+        workers_max=10,
+        scaler_value=3,
+        start=1,
+    ),
+    Case(
+        "request-count-stops-idle-workers-beyond-its-aim",
+        workers=[worker("w1", WorkerState.RUNNING), worker("w2", idle_for=60)],
+        in_progress=1,
+        scaler_value=4,
+        stop=["w2"],
+    ),
+    # -- QUEUE_DELAY --
+    Case(
+        "queue-delay-starts-one-at-once-from-zero",
+        workers=[],
+        queued=5,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        scaler_value=4,
+        start=1,
+    ),
+    Case(
+        "queue-delay-adds-a-worker-when-the-oldest-job-waited-too-long",
+        workers=[worker("w1", WorkerState.RUNNING)],
+        queued=3,
+        in_progress=1,
+        oldest_wait_s=4.5,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        scaler_value=4,
+        start=1,
+    ),
+    Case(
+        "queue-delay-holds-while-jobs-wait-less-than-the-delay",
+        workers=[worker("w1", WorkerState.RUNNING)],
+        queued=3,
+        in_progress=1,
+        oldest_wait_s=3.9,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        scaler_value=4,
+        start=0,
+    ),
+    Case(
+        "queue-delay-adds-one-at-a-time-while-one-is-starting",
+        workers=[worker("w1", WorkerState.RUNNING), worker("w2", WorkerState.INITIALIZING)],
+        queued=3,
+        in_progress=1,
+        oldest_wait_s=30,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        scaler_value=4,
+        start=0,
+    ),
+    Case(
+        "queue-delay-never-past-max",
+        workers=[worker(f"w{i}", WorkerState.RUNNING) for i in range(3)],
+        queued=3,
+        in_progress=3,
+        oldest_wait_s=30,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        start=0,
+    ),
+    Case(
+        "queue-delay-stops-idle-workers-after-the-timeout-when-nothing-waits",
+        workers=[worker("w1", idle_for=6), worker("w2", idle_for=1)],
+        scaler_type=ScalerType.QUEUE_DELAY,
+        stop=["w1"],
+    ),
+    Case(
+        "queue-delay-keeps-idle-workers-while-jobs-wait",
+        workers=[worker("w1", idle_for=60)],
+        queued=1,
+        scaler_type=ScalerType.QUEUE_DELAY,
+        stop=[],
     ),
     Case(
         "over-max-idle-workers-stop-before-timeout",
@@ -209,8 +312,10 @@ def test_decide(case: Case) -> None:
             workers_max=case.workers_max,
             idle_timeout_s=case.idle_timeout_s,
             version=VERSION,
+            scaler_type=case.scaler_type,
+            scaler_value=case.scaler_value,
         ),
-        Load(queued=case.queued, in_progress=case.in_progress),
+        Load(queued=case.queued, in_progress=case.in_progress, oldest_wait_s=case.oldest_wait_s),
         case.workers,
         NOW,
     )
@@ -222,6 +327,12 @@ def test_decide(case: Case) -> None:
 @pytest.mark.parametrize("live", [0, 1, 3], ids=lambda n: f"live-{n}")
 def test_decide_never_exceeds_workers_max(queued: int, live: int) -> None:
     workers = [worker(f"w{i}", WorkerState.RUNNING) for i in range(live)]
+    for scaler in ScalerType:
+        decision = decide(
+            Limits(0, 3, 5.0, VERSION, scaler, 1), Load(queued, live, 60.0), workers, NOW
+        )
+        assert live + decision.start - len(decision.stop) <= 3
+        assert decision.start >= 0
     decision = decide(Limits(0, 3, 5.0, VERSION), Load(queued, live), workers, NOW)
     assert live + decision.start - len(decision.stop) <= 3
     assert decision.start >= 0

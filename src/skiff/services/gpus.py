@@ -1,0 +1,45 @@
+"""Which GPU each worker holds. Allocation and release happen on the event loop only, so no
+GPU is ever given to two workers; a GPU is freed only once its worker's process is gone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from skiff.domain.gpus import Gpu, choose
+
+
+@dataclass(frozen=True, slots=True)
+class GpuHolding:
+    gpu: Gpu
+    worker_id: str | None
+
+
+class GpuPool:
+    def __init__(self, gpus: list[Gpu]) -> None:
+        self._gpus = sorted(gpus, key=lambda g: g.index)
+        self._holder: dict[int, str] = {}
+
+    @property
+    def gpus(self) -> list[Gpu]:
+        return list(self._gpus)
+
+    def free(self) -> list[Gpu]:
+        return [g for g in self._gpus if g.index not in self._holder]
+
+    def allocate(self, worker_id: str, wanted_types: list[str], count: int) -> list[Gpu] | None:
+        chosen = choose(wanted_types, count, self.free())
+        if chosen is None:
+            return None
+        for gpu in chosen:
+            self._holder[gpu.index] = worker_id
+        return chosen
+
+    def release(self, worker_id: str) -> None:
+        for index in [i for i, holder in self._holder.items() if holder == worker_id]:
+            del self._holder[index]
+
+    def held_by(self, worker_id: str) -> list[Gpu]:
+        return [g for g in self._gpus if self._holder.get(g.index) == worker_id]
+
+    def holdings(self) -> list[GpuHolding]:
+        return [GpuHolding(g, self._holder.get(g.index)) for g in self._gpus]

@@ -1,0 +1,255 @@
+"""Prometheus metrics for ``GET /metrics``.
+
+Two kinds of numbers:
+
+- Events, counted as they happen (``take_poll``, ``job_finished``): job delay and execution
+  histograms, finished jobs by status, job-take long-polls by outcome. They live in ordinary
+  prometheus-client instruments.
+- State, read at scrape time (``render``): jobs by state, queue depth and the age of the
+  oldest queued job per endpoint, workers by state. The store is async and prometheus
+  collectors are not, so ``render`` reads every number first and hands a snapshot to a
+  collector just before the text is generated, with no await in between.
+
+Every instrument lives in this object's own ``CollectorRegistry``, never the process-global
+one, so several apps in one process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from skiff.clock import Clock
+from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.workers import WorkerState
+from skiff.services.workers import Workers
+from skiff.store.base import JobCounts, Store
+
+#: The submission time (epoch seconds) of an endpoint's oldest queued job, or None.
+OldestQueuedAt = Callable[[str], Awaitable[float | None]]
+
+#: What ``GET /metrics`` answers with: the classic text format that ``generate_latest``
+#: writes. (``prometheus_client.CONTENT_TYPE_LATEST`` names version 1.0.0 in 0.26, which a
+#: scraper only gets when it asks for it.)
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+#: Jobs wait and run from milliseconds (a warm echo worker) to an hour (model inference):
+#: the default buckets of prometheus-client stop at 10 s.
+_DURATION_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    float("inf"),
+)
+
+_POLL_OUTCOMES = ("job", "empty")
+
+
+def _jobs_by_state(counts: JobCounts) -> dict[JobStatus, int]:
+    return {
+        JobStatus.IN_QUEUE: counts.in_queue,
+        JobStatus.IN_PROGRESS: counts.in_progress,
+        JobStatus.COMPLETED: counts.completed,
+        JobStatus.FAILED: counts.failed,
+        JobStatus.CANCELLED: counts.cancelled,
+        JobStatus.TIMED_OUT: counts.timed_out,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The state numbers of one scrape, per endpoint id."""
+
+    jobs: dict[str, dict[JobStatus, int]] = field(default_factory=dict)
+    oldest_age: dict[str, float] = field(default_factory=dict)
+    workers: dict[str, dict[WorkerState, int]] = field(default_factory=dict)
+
+
+def _jobs_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "skiff_jobs", "Jobs stored, by endpoint and state.", labels=["endpoint", "state"]
+    )
+
+
+def _depth_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "skiff_queue_depth", "Jobs waiting for a worker (IN_QUEUE).", labels=["endpoint"]
+    )
+
+
+def _age_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "skiff_queue_oldest_age_seconds",
+        "How long the oldest queued job has waited; 0 when the queue is empty.",
+        labels=["endpoint"],
+    )
+
+
+def _workers_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "skiff_workers",
+        "Workers in the register, by endpoint and state.",
+        labels=["endpoint", "state"],
+    )
+
+
+class _StateCollector:
+    """Yields the gauges of the last snapshot ``Metrics.render`` took."""
+
+    def __init__(self) -> None:
+        self.snapshot = _Snapshot()
+
+    def describe(self) -> Iterable[Metric]:
+        # Naming the families lets the registry refuse a clash, without collecting at
+        # registration (when there is no snapshot yet).
+        return [_jobs_family(), _depth_family(), _age_family(), _workers_family()]
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self.snapshot
+        jobs, depth, age, workers = (
+            _jobs_family(),
+            _depth_family(),
+            _age_family(),
+            _workers_family(),
+        )
+        for endpoint_id, by_state in snap.jobs.items():
+            for status, count in by_state.items():
+                jobs.add_metric([endpoint_id, status.value], count)
+            depth.add_metric([endpoint_id], by_state[JobStatus.IN_QUEUE])
+            age.add_metric([endpoint_id], snap.oldest_age.get(endpoint_id, 0.0))
+        for endpoint_id, worker_states in snap.workers.items():
+            for state, count in worker_states.items():
+                workers.add_metric([endpoint_id, state.value], count)
+        return [jobs, depth, age, workers]
+
+
+class Metrics:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        workers: Workers,
+        oldest_queued_at: OldestQueuedAt,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._workers = workers
+        self._oldest_queued_at = oldest_queued_at
+        self.registry = CollectorRegistry()
+        self._delay = Histogram(
+            "skiff_job_delay_seconds",
+            "Time from submission until a worker started the job (finished jobs).",
+            ["endpoint"],
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._execution = Histogram(
+            "skiff_job_execution_seconds",
+            "Time from a worker's start of the job until it finished (finished jobs).",
+            ["endpoint"],
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._finished = Counter(
+            "skiff_jobs_finished",
+            "Jobs that reached a final state, by endpoint and status.",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self._polls = Counter(
+            "skiff_job_take_polls",
+            "job-take long-polls answered, by endpoint and outcome (job or empty).",
+            ["endpoint", "outcome"],
+            registry=self.registry,
+        )
+        self._state = _StateCollector()
+        self.registry.register(self._state)
+        # Endpoint ids that have series in the event instruments, with the statuses seen, so
+        # a deleted endpoint's series can be removed (prometheus-client does not list them).
+        self._labelled: dict[str, set[JobStatus]] = {}
+
+    # -- events -----------------------------------------------------------------------------
+    def take_poll(self, endpoint_id: str, got_job: bool) -> None:
+        """A job-take long-poll answered, with at least one job or empty."""
+        self._labelled.setdefault(endpoint_id, set())
+        self._polls.labels(endpoint_id, "job" if got_job else "empty").inc()
+
+    def job_finished(self, job: Job) -> None:
+        """A job reached a final state (as the store returned it); any final status works, so
+        the reaper's TIMED_OUT jobs and cancellations count through here too."""
+        self._labelled.setdefault(job.endpoint_id, set()).add(job.status)
+        self._finished.labels(job.endpoint_id, job.status.value).inc()
+        # A job cancelled while queued never started: it has neither a delay nor a run time.
+        if job.started_at is None:
+            return
+        # max(0, ...): a wall clock stepped back must not produce a negative observation.
+        self._delay.labels(job.endpoint_id).observe(max(0.0, job.started_at - job.submitted_at))
+        if job.finished_at is not None:
+            self._execution.labels(job.endpoint_id).observe(
+                max(0.0, job.finished_at - job.started_at)
+            )
+
+    # -- scrape -----------------------------------------------------------------------------
+    async def render(self) -> bytes:
+        """The exposition text (``CONTENT_TYPE``) with the state read now."""
+        # Only endpoints tracked before the listing may be dropped: one created while this
+        # scrape awaits is missing from the listing but must keep its fresh series.
+        tracked_before = set(self._labelled)
+        endpoints = [e.id for e in await self._store.list_endpoints(None)]
+        existing = set(endpoints)
+        now = self._clock.now()
+        jobs: dict[str, dict[JobStatus, int]] = {}
+        oldest_age: dict[str, float] = {}
+        for endpoint_id in endpoints:
+            counts = await self._store.job_counts(endpoint_id)
+            jobs[endpoint_id] = _jobs_by_state(counts)
+            if counts.in_queue:
+                submitted = await self._oldest_queued_at(endpoint_id)
+                if submitted is not None:
+                    oldest_age[endpoint_id] = max(0.0, now - submitted)
+        # The in-memory register, not the store: it is what dispatch and the scaler act on.
+        workers: dict[str, dict[WorkerState, int]] = {
+            endpoint_id: dict.fromkeys(WorkerState, 0) for endpoint_id in endpoints
+        }
+        for worker in self._workers.all():
+            if worker.endpoint_id in workers:
+                workers[worker.endpoint_id][worker.state] += 1
+        # From here to the end nothing awaits, so a concurrent scrape cannot swap the snapshot
+        # between setting it and writing the text.
+        for endpoint_id in tracked_before - existing:
+            self._forget(endpoint_id)
+        self._state.snapshot = _Snapshot(jobs=jobs, oldest_age=oldest_age, workers=workers)
+        return generate_latest(self.registry)
+
+    def _forget(self, endpoint_id: str) -> None:
+        """Drop a deleted endpoint's event series, so label values stay bounded to the
+        endpoints that exist."""
+        statuses = self._labelled.pop(endpoint_id, set())
+        self._delay.remove(endpoint_id)
+        self._execution.remove(endpoint_id)
+        for status in statuses:
+            self._finished.remove(endpoint_id, status.value)
+        for outcome in _POLL_OUTCOMES:
+            self._polls.remove(endpoint_id, outcome)

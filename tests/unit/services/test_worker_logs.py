@@ -1,0 +1,139 @@
+"""WorkerLogs: reading an endpoint's worker logs (filters, merge by time, rotated files) and
+following them as they grow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skiff.domain.logs import parse_time, rotated, stamp
+from skiff.providers.local import LogFile
+from skiff.services.logs import WorkerLogs
+
+T0 = 1_800_000_000.0
+
+
+def write(path: Path, *lines: tuple[float | None, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        for ts, text in lines:
+            f.write((stamp(ts) if ts is not None else b"") + text.encode() + b"\n")
+
+
+def logs_with_two_workers(tmp_path: Path) -> WorkerLogs:
+    folder = tmp_path / "logs" / "ep1"
+    # Worker a rotated once: its older lines are in a.log.1.
+    write(rotated(folder / "a.log", 1), (T0 + 0, "a0"), (T0 + 2, "a2"))
+    write(folder / "a.log", (T0 + 4, "a4"), (T0 + 6, "a6"))
+    write(folder / "b.log", (T0 + 1, "b1"), (T0 + 5, "b5"))
+    write(tmp_path / "logs" / "other" / "c.log", (T0 + 3, "c3"))
+    return WorkerLogs(tmp_path)
+
+
+def test_all_workers_are_merged_by_time_rotated_files_first(tmp_path: Path) -> None:
+    logs = logs_with_two_workers(tmp_path)
+    lines = logs.read("ep1")
+    assert [line.line for line in lines] == ["a0", "b1", "a2", "a4", "b5", "a6"]
+    assert [line.worker for line in lines] == ["a", "b", "a", "a", "b", "a"]
+    assert lines[0].time == T0
+    assert logs.workers("ep1") == ["a", "b"]
+
+
+def test_worker_since_and_tail_filter(tmp_path: Path) -> None:
+    logs = logs_with_two_workers(tmp_path)
+    assert [x.line for x in logs.read("ep1", worker_id="a")] == ["a0", "a2", "a4", "a6"]
+    assert [x.line for x in logs.read("ep1", since=T0 + 2)] == ["a2", "a4", "b5", "a6"]
+    assert [x.line for x in logs.read("ep1", tail=3)] == ["a4", "b5", "a6"]
+    assert [x.line for x in logs.read("ep1", worker_id="a", since=T0 + 1, tail=2)] == [
+        "a4",
+        "a6",
+    ]
+    assert logs.last_lines("ep1", "b", 1) == ["b5"]
+
+
+def test_unknown_or_unsafe_names_read_nothing(tmp_path: Path) -> None:
+    logs = logs_with_two_workers(tmp_path)
+    assert logs.read("ep1", worker_id="nope") == []
+    assert logs.read("ep1", worker_id="../other/c") == []
+    assert logs.read("..", worker_id="other") == []
+    assert logs.read("missing") == []
+    assert not logs.has_log("ep1", "../other/c")
+
+
+def test_unstamped_lines_keep_their_place_and_fail_a_since_filter(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "ep1"
+    write(folder / "a.log", (None, "old format"), (T0 + 1, "a1"), (None, "  traceback line"))
+    write(folder / "b.log", (T0 + 0, "b0"), (T0 + 2, "b2"))
+    logs = WorkerLogs(tmp_path)
+    merged = logs.read("ep1")
+    assert [x.line for x in merged] == ["old format", "b0", "a1", "  traceback line", "b2"]
+    assert merged[0].time is None
+    assert [x.line for x in logs.read("ep1", worker_id="a", since=T0)] == ["a1"]
+
+
+def test_a_big_log_is_read_from_its_end(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "ep1" / "a.log"
+    write(path, *((T0 + i, f"line {i} " + "z" * 200) for i in range(5000)))
+    lines = WorkerLogs(tmp_path).read("ep1", tail=2)
+    assert [x.line.split()[1] for x in lines] == ["4998", "4999"]
+
+
+def test_a_line_still_being_written_is_not_read_yet(tmp_path: Path) -> None:
+    path = tmp_path / "logs" / "ep1" / "a.log"
+    write(path, (T0, "whole"))
+    with open(path, "ab") as f:
+        f.write(stamp(T0 + 1) + b"hal")
+    logs = WorkerLogs(tmp_path)
+    assert [x.line for x in logs.read("ep1")] == ["whole"]
+    with logs.follow("ep1") as follower:
+        assert [x.line for x in follower.backlog()] == ["whole"]
+        with open(path, "ab") as f:
+            f.write(b"f\n")
+        assert [x.line for x in follower.poll()] == ["half"]
+
+
+def test_a_follower_sees_new_lines_rotations_and_new_workers(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "ep1"
+    folder.mkdir(parents=True)
+    a = LogFile(folder / "a.log", max_bytes=200, backups=5)
+    a.write([b"before 1", b"before 2"], T0)
+    logs = WorkerLogs(tmp_path)
+    with logs.follow("ep1") as follower:
+        # Written after the follower started but before its backlog was read: not in the
+        # backlog, in the first poll, once.
+        a.write([b"after 1"], T0 + 1)
+        assert [x.line for x in follower.backlog(tail=10)] == ["before 1", "before 2"]
+        assert [x.line for x in follower.poll()] == ["after 1"]
+        assert follower.poll() == []
+        # Enough to rotate a few times between two polls: nothing is missed.
+        a.write([f"burst {i}".encode() for i in range(12)], T0 + 2)
+        assert rotated(folder / "a.log", 1).exists()
+        b = LogFile(folder / "b.log", max_bytes=200, backups=5)
+        b.write([b"b starts"], T0 + 3)
+        polled = follower.poll()
+        assert [x.line for x in polled] == [*(f"burst {i}" for i in range(12)), "b starts"]
+        assert polled[-1].worker == "b"
+        a.write([b"after rotation"], T0 + 4)
+        assert [x.line for x in follower.poll()] == ["after rotation"]
+        a.close()
+        b.close()
+
+
+def test_a_follower_of_one_worker_ignores_the_others(tmp_path: Path) -> None:
+    logs = logs_with_two_workers(tmp_path)
+    with logs.follow("ep1", "b") as follower:
+        assert [x.line for x in follower.backlog()] == ["b1", "b5"]
+        write(tmp_path / "logs" / "ep1" / "a.log", (T0 + 7, "a7"))
+        write(tmp_path / "logs" / "ep1" / "b.log", (T0 + 8, "b8"))
+        assert [x.line for x in follower.poll()] == ["b8"]
+
+
+def test_times_are_read_as_iso_8601_or_epoch_seconds() -> None:
+    assert parse_time("1800000000.5") == 1_800_000_000.5
+    assert parse_time("2027-01-15T08:00:00Z") == parse_time("2027-01-15T08:00:00")
+    assert parse_time("2027-01-15T09:00:00+01:00") == parse_time("2027-01-15T08:00:00Z")
+    for bad in ("yesterday", "nan", "inf", ""):
+        try:
+            parse_time(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} was accepted")
