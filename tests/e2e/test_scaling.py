@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,3 +84,32 @@ def test_refresh_worker_recycles_the_worker_after_its_job(server: Server) -> Non
     assert first["status"] == second["status"] == "COMPLETED"
     assert first["output"]["pid"] != second["output"]["pid"]
     assert first["workerId"] != second["workerId"]
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def test_stopping_a_worker_ends_its_whole_process_group(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMin=1, workersMax=1, idleTimeout=1)
+    eid = endpoint["id"]
+    (worker,) = server.wait_for(
+        lambda: [w for w in _workers(server, eid) if w["state"] == "idle"], what="a worker"
+    )
+    # The runpod SDK forks a heartbeat process into the worker's group.
+    server.wait_for(lambda: len(_group_members(worker["pid"])) >= 2, what="the heartbeat")
+    server.http.patch(f"/v1/endpoints/{eid}", json={"workersMin": 0})
+    server.wait_for(lambda: _workers(server, eid) == [], timeout=30, what="scale to zero")
+    server.wait_for(
+        lambda: _group_members(worker["pid"]) == [], timeout=15, what="the group to be gone"
+    )
