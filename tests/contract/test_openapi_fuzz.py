@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from harness import Server
+from harness import Server, running
 from hypothesis import HealthCheck, given, settings
 from schemathesis import checks
 
@@ -35,36 +35,25 @@ FUZZ = settings(
 )
 
 
-class FuzzServer(Server):
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["SKIFF_RATE_LIMITS"] = "off"
-        return env
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running(tmp_path_factory.mktemp("fuzz") / "data", env={"SKIFF_RATE_LIMITS": "off"}) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzServer]:
-    server = FuzzServer(tmp_path_factory.mktemp("fuzz") / "data")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def parked_endpoint(fuzz_server: FuzzServer) -> str:
+def parked_endpoint(fuzz_server: Server) -> str:
     """A real endpoint with no workers, so fuzzed job requests reach the real handlers."""
     return str(fuzz_server.create_endpoint(workersMax=0)["id"])
 
 
 @pytest.fixture(scope="module")
-def v1_schema(fuzz_server: FuzzServer) -> Any:
+def v1_schema(fuzz_server: Server) -> Any:
     return schemathesis.openapi.from_url(f"{fuzz_server.url}/v1/openapi.json")
 
 
 @pytest.fixture(scope="module")
-def v2_schema(fuzz_server: FuzzServer) -> Any:
+def v2_schema(fuzz_server: Server) -> Any:
     schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/v2/openapi.json")
     # The worker protocol answers only worker tokens, and the OpenAI routes wait for a worker
     # (tests/e2e covers both); the client routes are what users fuzz.
@@ -91,13 +80,13 @@ def _fuzz(schema: Any, prepare: Any, headers: dict[str, str]) -> None:
 
 
 def test_management_api_never_fails_and_matches_its_description(
-    fuzz_server: FuzzServer, v1_schema: Any
+    fuzz_server: Server, v1_schema: Any
 ) -> None:
     _fuzz(v1_schema, lambda case: None, {"Authorization": f"Bearer {fuzz_server.key}"})
 
 
 def test_job_interface_never_fails_and_matches_its_description(
-    fuzz_server: FuzzServer, v2_schema: Any, parked_endpoint: str
+    fuzz_server: Server, v2_schema: Any, parked_endpoint: str
 ) -> None:
     def prepare(case: Any) -> None:
         if case.path_parameters and "endpoint_id" in case.path_parameters:

@@ -7,17 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import Server
+from harness import Server, running
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("skiff") / "data")
-    srv.start()
-    try:
+    with running(tmp_path_factory.mktemp("skiff") / "data") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,14 @@ runpod-SDK workers started by it, and the real runpod SDK as the client (fixture
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,11 @@ def free_port() -> int:
 class Server:
     """One ``skiff serve`` process and a client for its APIs."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, env: dict[str, str | None] | None = None
+    ) -> None:
+        """``env`` adds settings to the server's environment (None removes one)."""
+        self.extra_env = env or {}
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -49,6 +55,11 @@ class Server:
             SKIFF_STOP_GRACE_SECONDS="2",
             SKIFF_WEBHOOK_ALLOW_PRIVATE="true",
         )
+        for name, value in self.extra_env.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         return env
 
     def start(self) -> None:
@@ -123,3 +134,14 @@ class Server:
             return self.log_path.read_text()[-4000:]
         except OSError:
             return ""
+
+
+@contextlib.contextmanager
+def running(data_dir: Path, **options: Any) -> Iterator[Server]:
+    """A started server, stopped on the way out."""
+    server = Server(data_dir, **options)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

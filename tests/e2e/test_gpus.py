@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import Server
+from harness import Server, running
 
 pytestmark = pytest.mark.e2e
 
@@ -20,21 +20,11 @@ RTX = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-class FleetServer(Server):
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["SKIFF_GPUS"] = f"{RTX}:2,{H100}:1"
-        return env
-
-
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetServer]:
-    server = FleetServer(tmp_path_factory.mktemp("fleet") / "data")
-    server.start()
-    try:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    fleet_env: dict[str, str | None] = {"SKIFF_GPUS": f"{RTX}:2,{H100}:1"}
+    with running(tmp_path_factory.mktemp("fleet") / "data", env=fleet_env) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def gpu_endpoint(server: Server, types: list[str], **fields: Any) -> str:
@@ -64,7 +54,7 @@ def runsync(server: Server, eid: str, body: dict[str, Any]) -> dict[str, Any]:
     return dict(response.json())
 
 
-def test_a_worker_gets_the_first_listed_type_and_is_pinned_to_it(fleet: FleetServer) -> None:
+def test_a_worker_gets_the_first_listed_type_and_is_pinned_to_it(fleet: Server) -> None:
     eid = gpu_endpoint(fleet, [H100, RTX], workersMax=1)
     out = runsync(fleet, eid, {})
     assert out["status"] == "COMPLETED"
@@ -74,14 +64,14 @@ def test_a_worker_gets_the_first_listed_type_and_is_pinned_to_it(fleet: FleetSer
     fleet.http.delete(f"/v1/endpoints/{eid}")
 
 
-def test_gpu_count_pins_that_many_gpus_of_one_type(fleet: FleetServer) -> None:
+def test_gpu_count_pins_that_many_gpus_of_one_type(fleet: Server) -> None:
     eid = gpu_endpoint(fleet, [RTX], gpuCount=2, workersMax=1)
     out = runsync(fleet, eid, {})
     assert out["output"]["cuda"] == "0,1"
     fleet.http.delete(f"/v1/endpoints/{eid}")
 
 
-def test_falls_back_to_the_next_type_then_throttles_and_recovers(fleet: FleetServer) -> None:
+def test_falls_back_to_the_next_type_then_throttles_and_recovers(fleet: Server) -> None:
     holder = gpu_endpoint(fleet, [H100], workersMin=1, workersMax=1)
     fleet.wait_for(
         lambda: any(w["state"] == "idle" for w in workers_of(fleet, holder)), what="H100 holder"
@@ -113,7 +103,7 @@ def test_falls_back_to_the_next_type_then_throttles_and_recovers(fleet: FleetSer
         fleet.http.delete(f"/v1/endpoints/{eid}")
 
 
-def test_a_gpu_endpoint_on_a_full_fleet_never_takes_a_held_gpu(fleet: FleetServer) -> None:
+def test_a_gpu_endpoint_on_a_full_fleet_never_takes_a_held_gpu(fleet: Server) -> None:
     big = gpu_endpoint(fleet, [RTX, H100], workersMin=3, workersMax=3)
     fleet.wait_for(
         lambda: sum(w["state"] == "idle" for w in workers_of(fleet, big)) == 3,
@@ -130,7 +120,7 @@ def test_a_gpu_endpoint_on_a_full_fleet_never_takes_a_held_gpu(fleet: FleetServe
         fleet.http.delete(f"/v1/endpoints/{eid}")
 
 
-def test_a_worker_killed_mid_job_has_its_job_finished_by_another(fleet: FleetServer) -> None:
+def test_a_worker_killed_mid_job_has_its_job_finished_by_another(fleet: Server) -> None:
     eid = fleet.create_endpoint("gpu_worker.py", workersMax=1, idleTimeout=60)["id"]
     job = fleet.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 3}}).json()
     fleet.wait_for(
@@ -149,7 +139,7 @@ def test_a_worker_killed_mid_job_has_its_job_finished_by_another(fleet: FleetSer
     assert done["workerId"] != worker["id"] and done["output"]["pid"] != worker["pid"]
 
 
-def test_a_crash_looping_worker_is_backed_off_and_marked_unhealthy(fleet: FleetServer) -> None:
+def test_a_crash_looping_worker_is_backed_off_and_marked_unhealthy(fleet: Server) -> None:
     eid = fleet.create_endpoint("crash_worker.py", workersMax=1)["id"]
     fleet.http.post(f"/v2/{eid}/run", json={"input": {}})
     failure = fleet.wait_for(
@@ -169,7 +159,7 @@ def test_a_crash_looping_worker_is_backed_off_and_marked_unhealthy(fleet: FleetS
     fleet.http.delete(f"/v1/endpoints/{eid}")
 
 
-def test_a_burst_of_200_jobs_never_gets_more_than_workers_max(fleet: FleetServer) -> None:
+def test_a_burst_of_200_jobs_never_gets_more_than_workers_max(fleet: Server) -> None:
     eid = fleet.create_endpoint(
         "echo_worker.py", workersMax=3, idleTimeout=2, scalerType="REQUEST_COUNT", scalerValue=1
     )["id"]
@@ -188,7 +178,7 @@ def test_a_burst_of_200_jobs_never_gets_more_than_workers_max(fleet: FleetServer
     fleet.wait_for(lambda: workers_of(fleet, eid) == [], timeout=30, what="scale to zero")
 
 
-def test_skiff_gpus_lists_the_fleet_and_who_holds_each(fleet: FleetServer) -> None:
+def test_skiff_gpus_lists_the_fleet_and_who_holds_each(fleet: Server) -> None:
     eid = gpu_endpoint(fleet, [H100], workersMin=1, workersMax=1)
     fleet.wait_for(lambda: any(w["state"] == "idle" for w in workers_of(fleet, eid)), what="idle")
     out = subprocess.run(

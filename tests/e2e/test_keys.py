@@ -17,14 +17,11 @@ from harness import Server
 pytestmark = pytest.mark.e2e
 
 
-class KeylessServer(Server):
+def KeylessServer(data_dir: Path, port: int | None = None) -> Server:
     """Started without SKIFF_API_KEY, as a new user would."""
-
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env.pop("SKIFF_API_KEY")
-        env["SKIFF_KEY_CACHE_SECONDS"] = "0.5"
-        return env
+    return Server(
+        data_dir, port=port, env={"SKIFF_API_KEY": None, "SKIFF_KEY_CACHE_SECONDS": "0.5"}
+    )
 
 
 def _cli(data_dir: Path, *args: str) -> str:
