@@ -244,9 +244,8 @@ def _api_error(response: httpx.Response) -> click.ClickException:
 @click.option(
     "--url",
     envvar="SKIFF_PUBLIC_URL",
-    default="http://127.0.0.1:8000",
-    show_default=True,
-    help="The server's address. [env SKIFF_PUBLIC_URL]",
+    default=None,
+    help="The server's address. [env SKIFF_PUBLIC_URL; else from SKIFF_HOST and SKIFF_PORT]",
 )
 @click.option("--key", envvar="SKIFF_API_KEY", default=None, help="API key. [env SKIFF_API_KEY]")
 def logs(
@@ -255,7 +254,7 @@ def logs(
     worker: str | None,
     since: str | None,
     tail: int,
-    url: str,
+    url: str | None,
     key: str | None,
 ) -> None:
     """Print the output of ENDPOINT_ID's workers: TIME WORKER LINE, oldest first."""
@@ -266,6 +265,7 @@ def logs(
         params["worker"] = worker
     if since is not None:
         params["since"] = since
+    url = url or _settings().base_url()
     path = f"{url.rstrip('/')}/v1/endpoints/{quote(endpoint_id, safe='')}/logs"
     headers = {"Authorization": f"Bearer {key}"}
     try:

@@ -111,6 +111,9 @@ class Fleet:
         if endpoint.spec.computeType is ComputeType.CPU:
             protocol["CUDA_VISIBLE_DEVICES"] = ""
         else:
+            # NVML numbers GPUs by PCI bus; CUDA, by default, fastest first. Make CUDA count the
+            # way the indices were chosen, or a mixed host would pin the wrong cards.
+            protocol["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             protocol["CUDA_VISIBLE_DEVICES"] = worker.gpu_ids or ""
             protocol["NVIDIA_VISIBLE_DEVICES"] = worker.gpu_ids or "none"
         return {"PYTHONUNBUFFERED": "1"} | inherited | env | protocol
@@ -134,7 +137,12 @@ class Fleet:
         """Give throttled workers a GPU that freed up, and replace unhealthy ones once their
         back-off has passed."""
         for worker in self._workers.of_endpoint(endpoint.id):
-            if worker.state is WorkerState.THROTTLED and worker.version == endpoint.version:
+            backed_off = not self.may_start(endpoint.id)
+            if (
+                worker.state is WorkerState.THROTTLED
+                and worker.version == endpoint.version
+                and not backed_off
+            ):
                 if await self._launch(endpoint, worker) is None:
                     return
             elif worker.state is WorkerState.UNHEALTHY and self.may_start(endpoint.id):
@@ -228,6 +236,7 @@ class Fleet:
             # the scaler replaces it once the back-off has passed.
             worker.state = WorkerState.UNHEALTHY
             worker.pid = None
+            worker.gpu = worker.gpu_ids = None  # released above
             await self._workers.add(worker)
         else:
             self._backoff.pop(worker.endpoint_id, None)
