@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -42,10 +41,7 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    store = SQLiteStore(tmp_path / "skiff.db")
-    await store.open()
-    clock = ManualClock()
+async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
     workers = Workers(store, clock)
     dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=LEASE, max_attempts=2)
@@ -58,7 +54,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     )
     await store.create_endpoint(endpoint)
     yield Rig(store, clock, workers, dispatch, Jobs(store, clock, wakeups), endpoint)
-    await store.close()
 
 
 async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: Rig) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -81,10 +80,7 @@ class Rig:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    store = SQLiteStore(tmp_path / "skiff.db")
-    await store.open()
-    clock = ManualClock()
+async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
     workers = Workers(store, clock)
     dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=3600, max_attempts=3)
@@ -111,7 +107,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     )
     await store.create_endpoint(endpoint)
     yield Rig(store, clock, jobs, dispatch, reaper, fleet, endpoint, workers)
-    await store.close()
 
 
 # -- executionTimeout -------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -81,10 +80,7 @@ def _endpoint(endpoint_id: str, now: float) -> Endpoint:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    store = SQLiteStore(tmp_path / "skiff.db")
-    await store.open()
-    clock = ManualClock()
+async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
     workers = Workers(store, clock)
     dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=30.0, max_attempts=2)
@@ -112,7 +108,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         oldest,
         asked,
     )
-    await store.close()
 
 
 async def test_jobs_histograms_polls_and_workers_after_a_round_of_work(rig: Rig) -> None:
