@@ -14,18 +14,16 @@ import queue
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-import orjson
-
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
+from skiff.domain.jobs import Job, JobStatus, sources_of
 from skiff.domain.templates import Template
 from skiff.domain.webhooks import new_webhook_secret
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.domain.workers import Worker
 from skiff.errors import Conflict
 from skiff.store.base import (
     ApiKey,
@@ -35,6 +33,13 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
+from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
+from skiff.store.rows import WORKER_COLUMNS as _WORKER_COLUMNS
+from skiff.store.rows import endpoint_from_row as _endpoint
+from skiff.store.rows import job_from_row as _job
+from skiff.store.rows import sql_in as _in
+from skiff.store.rows import webhook_payload
+from skiff.store.rows import worker_from_row as _worker
 
 T = TypeVar("T")
 _Op = Callable[[sqlite3.Connection], Any]
@@ -170,41 +175,6 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-_JOB_COLUMNS = (
-    "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
-    "s3_config, submitted_at, started_at, finished_at, output, error, worker_id, attempt, "
-    "retries, lease_until, expires_at, retention_ms, retain_until, run_deadline, seq"
-)
-
-
-def _job(row: tuple[Any, ...]) -> Job:
-    return Job(
-        id=row[0],
-        endpoint_id=row[1],
-        status=JobStatus(row[2]),
-        input_json=row[3],
-        execution_timeout_ms=row[4],
-        ttl_ms=row[5],
-        low_priority=bool(row[6]),
-        webhook=row[7],
-        s3_config_json=row[8],
-        submitted_at=row[9],
-        started_at=row[10],
-        finished_at=row[11],
-        output_json=row[12],
-        error=row[13],
-        worker_id=row[14],
-        attempt=row[15],
-        retries=row[16],
-        lease_until=row[17],
-        expires_at=row[18] if row[18] is not None else float("inf"),
-        retention_ms=row[19],
-        retain_until=row[20],
-        run_deadline=row[21],
-        seq=row[22],
-    )
-
-
 #: ``retain_until`` of a job that just became final, in SQL (with ``?`` for now).
 _RETAIN = "? + retention_ms / 1000.0"
 
@@ -226,9 +196,6 @@ def _after_final(
             if row is None:
                 continue
             user_id = row[0]
-        payload = status_view(job, job.finished_at)
-        payload["input"] = orjson.Fragment(job.input_json)
-        payload["webhook"] = job.webhook
         c.execute(
             "INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,"
             " next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -238,7 +205,7 @@ def _after_final(
                 job.endpoint_id,
                 user_id,
                 job.webhook,
-                orjson.dumps(payload).decode(),
+                webhook_payload(job, job.finished_at),
                 job.finished_at,
                 job.finished_at,
             ),
@@ -251,43 +218,6 @@ def _signal_stop(c: sqlite3.Connection, jobs: list[tuple[str | None, str]], reas
         "INSERT OR IGNORE INTO stop_signals (worker_id, job_id, reason) VALUES (?, ?, ?)",
         [(worker, job_id, reason) for worker, job_id in jobs if worker is not None],
     )
-
-
-def _endpoint(row: tuple[Any, ...]) -> Endpoint:
-    return Endpoint(
-        id=row[0],
-        userId=row[1],
-        spec=EndpointSpec.model_validate_json(row[2]),
-        version=row[3],
-        createdAt=row[4],
-    )
-
-
-_WORKER_COLUMNS = (
-    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle,"
-    " gpu_ids"
-)
-
-
-def _worker(row: tuple[Any, ...]) -> Worker:
-    return Worker(
-        id=row[0],
-        endpoint_id=row[1],
-        kind=WorkerKind(row[2]),
-        state=WorkerState(row[3]),
-        version=row[4],
-        started_at=row[5],
-        last_seen=row[6],
-        idle_since=row[7],
-        pid=row[8],
-        gpu=row[9],
-        recycle=bool(row[10]),
-        gpu_ids=row[11],
-    )
-
-
-def _in(states: Iterable[JobStatus]) -> str:
-    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
 
 
 class SQLiteStore:

@@ -1,14 +1,19 @@
-"""Contract tests of the SQLite store on a real database file."""
+"""Contract tests of the store adapters: every ``store`` test runs on SQLite (a real database
+file) and on PostgreSQL (a fresh schema in the ``test`` database; skipped when no server is
+reachable). Tests of one backend's own durability and migrations follow at the end."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
@@ -16,7 +21,8 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
-from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, StreamChunk, User
+from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, Store, StreamChunk, User
+from skiff.store.postgres import PostgresStore
 from skiff.store.sqlite import SQLiteStore
 
 EP = "ep-1"
@@ -77,21 +83,62 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "skiff.db"
 
 
+PG_DSN = os.environ.get("SKIFF_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+PG_UNREACHABLE = (
+    "PostgreSQL not reachable at 127.0.0.1:5432; start it (see README)"
+    " or set SKIFF_TEST_DATABASE_URL"
+)
+
+
+async def _pg_admin() -> Any:
+    try:
+        return await asyncpg.connect(PG_DSN, timeout=5)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        pytest.skip(PG_UNREACHABLE)
+
+
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    s = SQLiteStore(db_path)
-    await s.open()
-    yield s
-    await s.close()
+async def pg_schema() -> AsyncIterator[str]:
+    """A fresh schema name in the test database, dropped (with everything in it) afterwards."""
+    admin = await _pg_admin()
+    name = f"t_{secrets.token_hex(8)}"
+    try:
+        yield name
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await admin.close()
 
 
-async def insert_jobs(store: SQLiteStore, *jobs: Job) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[Store]:
+    s: SQLiteStore | PostgresStore
+    if request.param == "sqlite":
+        s = SQLiteStore(db_path)
+        await s.open()
+        yield s
+        await s.close()
+        return
+    admin = await _pg_admin()
+    name = f"t_{secrets.token_hex(8)}"
+    try:
+        s = PostgresStore(PG_DSN, schema=name)
+        await s.open()
+        try:
+            yield s
+        finally:
+            await s.close()
+    finally:
+        await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        await admin.close()
+
+
+async def insert_jobs(store: Store, *jobs: Job) -> None:
     # One at a time: submission order (the seq column) must follow the argument order.
     for job in jobs:
         await store.insert_job(job)
 
 
-async def claim_one(store: SQLiteStore, job_id: str, worker_id: str = "w-1") -> Job:
+async def claim_one(store: Store, job_id: str, worker_id: str = "w-1") -> Job:
     await store.insert_job(make_job(job_id))
     claimed = await store.claim_jobs(EP, worker_id, 1, now=T0 + 1, lease_until=T0 + 61)
     assert [j.id for j in claimed] == [job_id]
@@ -101,7 +148,7 @@ async def claim_one(store: SQLiteStore, job_id: str, worker_id: str = "w-1") -> 
 # -- jobs: insert and read ---------------------------------------------------------------
 
 
-async def test_inserted_job_is_read_back_with_every_field(store: SQLiteStore) -> None:
+async def test_inserted_job_is_read_back_with_every_field(store: Store) -> None:
     job = make_job(
         "j-1",
         low_priority=True,
@@ -118,15 +165,15 @@ async def test_inserted_job_is_read_back_with_every_field(store: SQLiteStore) ->
     assert got == replace(job, expires_at=T0 + 20, seq=got.seq)
 
 
-async def test_get_job_of_another_endpoint_or_unknown_id_is_none(store: SQLiteStore) -> None:
+async def test_get_job_of_another_endpoint_or_unknown_id_is_none(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     assert await store.get_job("ep-other", "j-1") is None
     assert await store.get_job(EP, "j-missing") is None
 
 
-async def test_duplicate_job_id_is_refused(store: SQLiteStore) -> None:
+async def test_duplicate_job_id_is_refused(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
-    with pytest.raises(Exception, match="UNIQUE"):
+    with pytest.raises(Exception, match=r"(?i)unique"):
         await store.insert_job(make_job("j-1"))
     assert (await store.job_counts(EP)).in_queue == 1
 
@@ -134,7 +181,7 @@ async def test_duplicate_job_id_is_refused(store: SQLiteStore) -> None:
 # -- claim -----------------------------------------------------------------------------------
 
 
-async def test_claim_gives_normal_priority_before_low_priority(store: SQLiteStore) -> None:
+async def test_claim_gives_normal_priority_before_low_priority(store: Store) -> None:
     await insert_jobs(
         store,
         make_job("low-1", low_priority=True),
@@ -146,7 +193,7 @@ async def test_claim_gives_normal_priority_before_low_priority(store: SQLiteStor
     assert [j.id for j in claimed] == ["normal-1", "normal-2", "low-1", "low-2"]
 
 
-async def test_claim_hands_oldest_jobs_first(store: SQLiteStore) -> None:
+async def test_claim_hands_oldest_jobs_first(store: Store) -> None:
     await insert_jobs(store, *(make_job(f"j-{i}") for i in range(5)))
     first = await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)
     second = await store.claim_jobs(EP, "w-2", 2, now=T0, lease_until=T0 + 60)
@@ -154,7 +201,7 @@ async def test_claim_hands_oldest_jobs_first(store: SQLiteStore) -> None:
     assert [j.id for j in second] == ["j-2", "j-3"]
 
 
-async def test_claim_skips_low_priority_only_while_normal_jobs_wait(store: SQLiteStore) -> None:
+async def test_claim_skips_low_priority_only_while_normal_jobs_wait(store: Store) -> None:
     await insert_jobs(store, make_job("low", low_priority=True), make_job("normal"))
     first = await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
     second = await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
@@ -162,7 +209,7 @@ async def test_claim_skips_low_priority_only_while_normal_jobs_wait(store: SQLit
     assert [j.id for j in second] == ["low"]
 
 
-async def test_claim_never_hands_more_than_the_limit(store: SQLiteStore) -> None:
+async def test_claim_never_hands_more_than_the_limit(store: Store) -> None:
     await insert_jobs(store, *(make_job(f"j-{i}") for i in range(5)))
     claimed = await store.claim_jobs(EP, "w-1", 3, now=T0, lease_until=T0 + 60)
     assert len(claimed) == 3
@@ -170,11 +217,11 @@ async def test_claim_never_hands_more_than_the_limit(store: SQLiteStore) -> None
     assert (counts.in_queue, counts.in_progress) == (2, 3)
 
 
-async def test_claim_on_an_empty_queue_returns_nothing(store: SQLiteStore) -> None:
+async def test_claim_on_an_empty_queue_returns_nothing(store: Store) -> None:
     assert await store.claim_jobs(EP, "w-1", 5, now=T0, lease_until=T0 + 60) == []
 
 
-async def test_claim_only_takes_jobs_of_its_endpoint(store: SQLiteStore) -> None:
+async def test_claim_only_takes_jobs_of_its_endpoint(store: Store) -> None:
     await insert_jobs(store, make_job("other", endpoint_id="ep-2"), make_job("mine"))
     claimed = await store.claim_jobs(EP, "w-1", 5, now=T0, lease_until=T0 + 60)
     assert [j.id for j in claimed] == ["mine"]
@@ -183,7 +230,7 @@ async def test_claim_only_takes_jobs_of_its_endpoint(store: SQLiteStore) -> None
     assert other.status is JobStatus.IN_QUEUE
 
 
-async def test_claim_sets_status_worker_start_lease_and_attempt(store: SQLiteStore) -> None:
+async def test_claim_sets_status_worker_start_lease_and_attempt(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     [claimed] = await store.claim_jobs(EP, "w-7", 1, now=T0 + 5, lease_until=T0 + 65)
     stored = await store.get_job(EP, "j-1")
@@ -197,7 +244,7 @@ async def test_claim_sets_status_worker_start_lease_and_attempt(store: SQLiteSto
     assert await store.jobs_of_worker("w-7") == ["j-1"]
 
 
-async def test_concurrent_claims_never_hand_out_one_job_twice(store: SQLiteStore) -> None:
+async def test_concurrent_claims_never_hand_out_one_job_twice(store: Store) -> None:
     await asyncio.gather(*(store.insert_job(make_job(f"j-{i:03}")) for i in range(100)))
     batches = await asyncio.gather(
         *(store.claim_jobs(EP, f"w-{n}", 7, now=T0, lease_until=T0 + 60) for n in range(20))
@@ -215,7 +262,7 @@ async def test_concurrent_claims_never_hand_out_one_job_twice(store: SQLiteStore
 # -- progress and finish ---------------------------------------------------------------------
 
 
-async def test_progress_is_recorded_only_for_the_holding_worker(store: SQLiteStore) -> None:
+async def test_progress_is_recorded_only_for_the_holding_worker(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     assert await store.record_progress("j-1", "w-1", '{"step":1}') is True
     assert await store.record_progress("j-1", "w-2", '{"step":99}') is False
@@ -225,7 +272,7 @@ async def test_progress_is_recorded_only_for_the_holding_worker(store: SQLiteSto
     assert job.output_json == '{"step":1}'
 
 
-async def test_finish_moves_a_running_job_to_its_final_state(store: SQLiteStore) -> None:
+async def test_finish_moves_a_running_job_to_its_final_state(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     done = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '{"ok":1}', None, T0 + 9)
     assert done is not None
@@ -238,14 +285,14 @@ async def test_finish_moves_a_running_job_to_its_final_state(store: SQLiteStore)
 
 
 async def test_finish_by_another_worker_returns_none_and_changes_nothing(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     before = await claim_one(store, "j-1", "w-1")
     assert await store.finish_job("j-1", "w-2", JobStatus.FAILED, None, "x", T0 + 9) is None
     assert await store.get_job(EP, "j-1") == before
 
 
-async def test_finish_without_worker_id_is_allowed_for_the_platform(store: SQLiteStore) -> None:
+async def test_finish_without_worker_id_is_allowed_for_the_platform(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     timed_out = await store.finish_job("j-1", None, JobStatus.TIMED_OUT, None, "late", T0 + 9)
     assert timed_out is not None
@@ -253,7 +300,7 @@ async def test_finish_without_worker_id_is_allowed_for_the_platform(store: SQLit
     assert timed_out.error == "late"
 
 
-async def test_finish_refuses_a_queued_job(store: SQLiteStore) -> None:
+async def test_finish_refuses_a_queued_job(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     assert await store.finish_job("j-1", None, JobStatus.COMPLETED, "1", None, T0) is None
     job = await store.get_job(EP, "j-1")
@@ -261,7 +308,7 @@ async def test_finish_refuses_a_queued_job(store: SQLiteStore) -> None:
     assert job.status is JobStatus.IN_QUEUE
 
 
-async def test_finish_refuses_an_already_final_job(store: SQLiteStore) -> None:
+async def test_finish_refuses_an_already_final_job(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     first = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 2)
     second = await store.finish_job("j-1", "w-1", JobStatus.FAILED, None, "again", T0 + 3)
@@ -270,14 +317,14 @@ async def test_finish_refuses_an_already_final_job(store: SQLiteStore) -> None:
     assert await store.get_job(EP, "j-1") == first
 
 
-async def test_finish_of_an_unknown_job_returns_none(store: SQLiteStore) -> None:
+async def test_finish_of_an_unknown_job_returns_none(store: Store) -> None:
     assert await store.finish_job("nope", None, JobStatus.COMPLETED, None, None, T0) is None
 
 
 # -- cancel and stop signals -----------------------------------------------------------------
 
 
-async def test_cancel_of_a_queued_job_needs_no_stop_signal(store: SQLiteStore) -> None:
+async def test_cancel_of_a_queued_job_needs_no_stop_signal(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     job = await store.cancel_job(EP, "j-1", T0 + 3)
     assert job is not None
@@ -288,7 +335,7 @@ async def test_cancel_of_a_queued_job_needs_no_stop_signal(store: SQLiteStore) -
 
 
 async def test_cancel_of_a_running_job_flags_a_stop_signal_taken_once(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     await claim_one(store, "j-1", "w-1")
     job = await store.cancel_job(EP, "j-1", T0 + 3)
@@ -305,7 +352,7 @@ async def test_cancel_of_a_running_job_flags_a_stop_signal_taken_once(
     assert after.stop_pending is False
 
 
-async def test_cancelled_running_job_can_no_longer_be_finished(store: SQLiteStore) -> None:
+async def test_cancelled_running_job_can_no_longer_be_finished(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     await store.cancel_job(EP, "j-1", T0 + 3)
     assert await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 4) is None
@@ -314,13 +361,13 @@ async def test_cancelled_running_job_can_no_longer_be_finished(store: SQLiteStor
     assert job.status is JobStatus.CANCELLED
 
 
-async def test_cancel_of_a_completed_job_returns_it_unchanged(store: SQLiteStore) -> None:
+async def test_cancel_of_a_completed_job_returns_it_unchanged(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     done = await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 2)
     assert await store.cancel_job(EP, "j-1", T0 + 5) == done
 
 
-async def test_cancel_of_an_unknown_job_or_other_endpoint_is_none(store: SQLiteStore) -> None:
+async def test_cancel_of_an_unknown_job_or_other_endpoint_is_none(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     assert await store.cancel_job(EP, "nope", T0) is None
     assert await store.cancel_job("ep-other", "j-1", T0) is None
@@ -334,7 +381,7 @@ async def test_cancel_of_an_unknown_job_or_other_endpoint_is_none(store: SQLiteS
 
 @pytest.mark.parametrize("final", [JobStatus.FAILED, JobStatus.TIMED_OUT], ids=str)
 async def test_retry_requeues_and_clears_output_error_and_stream(
-    store: SQLiteStore, final: JobStatus
+    store: Store, final: JobStatus
 ) -> None:
     await claim_one(store, "j-1", "w-1")
     assert await store.append_stream_chunks("j-1", "w-1", [('"old"', None)])
@@ -359,7 +406,7 @@ async def test_retry_requeues_and_clears_output_error_and_stream(
 
 @pytest.mark.parametrize("state", ["queued", "running", "completed", "cancelled"])
 async def test_retry_of_a_job_not_failed_or_timed_out_leaves_it_unchanged(
-    store: SQLiteStore, state: str
+    store: Store, state: str
 ) -> None:
     if state == "queued":
         await store.insert_job(make_job("j-1"))
@@ -373,14 +420,14 @@ async def test_retry_of_a_job_not_failed_or_timed_out_leaves_it_unchanged(
     assert await store.retry_job(EP, "j-1") == before
 
 
-async def test_retry_of_an_unknown_job_is_none(store: SQLiteStore) -> None:
+async def test_retry_of_an_unknown_job_is_none(store: Store) -> None:
     assert await store.retry_job(EP, "nope") is None
 
 
 # -- purge and counts ------------------------------------------------------------------------
 
 
-async def test_purge_queue_removes_only_queued_jobs_of_the_endpoint(store: SQLiteStore) -> None:
+async def test_purge_queue_removes_only_queued_jobs_of_the_endpoint(store: Store) -> None:
     await claim_one(store, "running", "w-1")
     await insert_jobs(
         store,
@@ -397,7 +444,7 @@ async def test_purge_queue_removes_only_queued_jobs_of_the_endpoint(store: SQLit
     assert await store.purge_queue(EP) == 0
 
 
-async def test_job_counts_by_state_with_retries_and_normal_queue(store: SQLiteStore) -> None:
+async def test_job_counts_by_state_with_retries_and_normal_queue(store: Store) -> None:
     await insert_jobs(
         store,
         make_job("a"),
@@ -430,7 +477,7 @@ async def test_job_counts_by_state_with_retries_and_normal_queue(store: SQLiteSt
     )
 
 
-async def test_job_counts_of_an_empty_endpoint_are_zero(store: SQLiteStore) -> None:
+async def test_job_counts_of_an_empty_endpoint_are_zero(store: Store) -> None:
     assert await store.job_counts("ep-empty") == JobCounts()
 
 
@@ -438,7 +485,7 @@ async def test_job_counts_of_an_empty_endpoint_are_zero(store: SQLiteStore) -> N
 
 
 async def test_stream_chunks_are_accepted_only_from_the_holding_worker(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     await claim_one(store, "j-1", "w-1")
     assert await store.append_stream_chunks("j-1", "w-2", [('"intruder"', None)]) is False
@@ -447,14 +494,14 @@ async def test_stream_chunks_are_accepted_only_from_the_holding_worker(
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"mine"', None)]
 
 
-async def test_stream_chunks_are_refused_once_the_job_is_final(store: SQLiteStore) -> None:
+async def test_stream_chunks_are_refused_once_the_job_is_final(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 1)
     assert await store.append_stream_chunks("j-1", "w-1", [('"late"', None)]) is False
     assert await store.read_new_stream_chunks("j-1") == []
 
 
-async def test_new_stream_chunks_are_read_once_and_in_order(store: SQLiteStore) -> None:
+async def test_new_stream_chunks_are_read_once_and_in_order(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     for i in range(3):
         assert await store.append_stream_chunks("j-1", "w-1", [(f'"c{i}"', None)])
@@ -466,7 +513,7 @@ async def test_new_stream_chunks_are_read_once_and_in_order(store: SQLiteStore) 
     assert await store.read_new_stream_chunks("j-1") == []
 
 
-async def test_stream_chunks_of_one_job_do_not_show_in_another(store: SQLiteStore) -> None:
+async def test_stream_chunks_of_one_job_do_not_show_in_another(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     await claim_one(store, "j-2", "w-1")
     await store.append_stream_chunks("j-1", "w-1", [('"one"', None)])
@@ -478,7 +525,7 @@ async def test_stream_chunks_of_one_job_do_not_show_in_another(store: SQLiteStor
 # -- leases and lost workers -----------------------------------------------------------------
 
 
-async def test_release_requeues_a_lost_workers_jobs(store: SQLiteStore) -> None:
+async def test_release_requeues_a_lost_workers_jobs(store: Store) -> None:
     await claim_one(store, "j-1", "w-lost")
     await claim_one(store, "j-2", "w-other")
     await store.append_stream_chunks("j-1", "w-lost", [('"partial"', None)])
@@ -500,7 +547,7 @@ async def test_release_requeues_a_lost_workers_jobs(store: SQLiteStore) -> None:
     assert again.attempt == 2
 
 
-async def test_release_fails_jobs_that_used_up_their_attempts(store: SQLiteStore) -> None:
+async def test_release_fails_jobs_that_used_up_their_attempts(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     for attempt in (2, 3):
         await store.release_jobs("w-1", T0 + attempt, max_attempts=3, reason="lost")
@@ -515,7 +562,7 @@ async def test_release_fails_jobs_that_used_up_their_attempts(store: SQLiteStore
     assert await store.claim_jobs(EP, "w-1", 1, now=T0 + 51, lease_until=T0 + 100) == []
 
 
-async def test_release_without_worker_touches_only_lapsed_leases(store: SQLiteStore) -> None:
+async def test_release_without_worker_touches_only_lapsed_leases(store: Store) -> None:
     await store.insert_job(make_job("lapsed"))
     await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 10)
     await store.insert_job(make_job("fresh"))
@@ -531,13 +578,13 @@ async def test_release_without_worker_touches_only_lapsed_leases(store: SQLiteSt
         assert job.status is JobStatus.IN_PROGRESS
 
 
-async def test_release_with_nothing_to_release_returns_empty(store: SQLiteStore) -> None:
+async def test_release_with_nothing_to_release_returns_empty(store: Store) -> None:
     await store.insert_job(make_job("queued"))
     assert await store.release_jobs("w-1", T0, 3, "lost") == []
     assert await store.release_jobs(None, T0 + 10**6, 3, "lost") == []
 
 
-async def test_renew_leases_extends_only_the_holders_jobs(store: SQLiteStore) -> None:
+async def test_renew_leases_extends_only_the_holders_jobs(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     await claim_one(store, "j-2", "w-2")
     await store.renew_leases("w-1", ["j-1", "j-2"], T0 + 500)
@@ -551,7 +598,7 @@ async def test_renew_leases_extends_only_the_holders_jobs(store: SQLiteStore) ->
 
 
 async def test_stream_of_a_requeued_job_restarts_for_the_next_worker(
-    store: SQLiteStore,
+    store: Store,
 ) -> None:
     await claim_one(store, "j-1", "w-1")
     for i in range(2):
@@ -566,7 +613,7 @@ async def test_stream_of_a_requeued_job_restarts_for_the_next_worker(
 # -- workers and endpoints -------------------------------------------------------------------
 
 
-async def test_workers_are_saved_replaced_listed_and_deleted(store: SQLiteStore) -> None:
+async def test_workers_are_saved_replaced_listed_and_deleted(store: Store) -> None:
     w1 = make_worker("w-1")
     await store.save_worker(w1)
     await store.save_worker(make_worker("w-2", "ep-2"))
@@ -582,7 +629,7 @@ async def test_workers_are_saved_replaced_listed_and_deleted(store: SQLiteStore)
     assert await store.get_worker("w-1") is None
 
 
-async def test_endpoint_update_bumps_version_only_when_asked(store: SQLiteStore) -> None:
+async def test_endpoint_update_bumps_version_only_when_asked(store: Store) -> None:
     endpoint = await store.create_endpoint(make_endpoint())
     assert await store.get_endpoint(EP) == endpoint
     spec = endpoint.spec.model_copy(update={"workersMax": 9})
@@ -599,7 +646,7 @@ async def test_endpoint_update_bumps_version_only_when_asked(store: SQLiteStore)
     assert await store.update_endpoint("nope", spec, bump_version=True) is None
 
 
-async def test_template_change_bumps_every_endpoint_using_it(store: SQLiteStore) -> None:
+async def test_template_change_bumps_every_endpoint_using_it(store: Store) -> None:
     await store.create_endpoint(make_endpoint("ep-a", "tpl-1"))
     await store.create_endpoint(make_endpoint("ep-b", "tpl-1"))
     await store.create_endpoint(make_endpoint("ep-c", "tpl-2"))
@@ -608,7 +655,7 @@ async def test_template_change_bumps_every_endpoint_using_it(store: SQLiteStore)
     assert versions == {"ep-a": 2, "ep-b": 2, "ep-c": 1}
 
 
-async def test_list_endpoints_by_owner(store: SQLiteStore) -> None:
+async def test_list_endpoints_by_owner(store: Store) -> None:
     await store.create_endpoint(make_endpoint("ep-a"))
     theirs = make_endpoint("ep-b").model_copy(update={"userId": "u-2"})
     await store.create_endpoint(theirs)
@@ -617,7 +664,7 @@ async def test_list_endpoints_by_owner(store: SQLiteStore) -> None:
     assert len(await store.list_endpoints(None)) == 2
 
 
-async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: SQLiteStore) -> None:
+async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: Store) -> None:
     await store.create_endpoint(make_endpoint(EP))
     await store.create_endpoint(make_endpoint("ep-keep"))
     await store.save_worker(make_worker("w-1", EP))
@@ -652,7 +699,7 @@ async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: SQLite
 # -- users, keys, registry auths, templates --------------------------------------------------
 
 
-async def test_user_names_are_unique(store: SQLiteStore) -> None:
+async def test_user_names_are_unique(store: Store) -> None:
     user = await store.create_user(make_user())
     assert await store.get_user_by_name("alice") == user
     with pytest.raises(Conflict):
@@ -660,7 +707,7 @@ async def test_user_names_are_unique(store: SQLiteStore) -> None:
     assert await store.get_user_by_name("bob") is None
 
 
-async def test_api_key_is_found_by_hash_and_revoked_once(store: SQLiteStore) -> None:
+async def test_api_key_is_found_by_hash_and_revoked_once(store: Store) -> None:
     user = await store.create_user(make_user())
     key = ApiKey("k-1", user.id, "sk_abcd…wxyz", "laptop", T0, None)
     await store.add_api_key(key, "hash-1")
@@ -675,14 +722,14 @@ async def test_api_key_is_found_by_hash_and_revoked_once(store: SQLiteStore) -> 
     assert await store.revoke_api_key("k-unknown", T0) is False
 
 
-async def test_api_key_hash_is_unique(store: SQLiteStore) -> None:
+async def test_api_key_hash_is_unique(store: Store) -> None:
     user = await store.create_user(make_user())
     await store.add_api_key(ApiKey("k-1", user.id, "h", "", T0, None), "same-hash")
     with pytest.raises(Conflict):
         await store.add_api_key(ApiKey("k-2", user.id, "h", "", T0, None), "same-hash")
 
 
-async def test_registry_auth_names_are_unique_per_user(store: SQLiteStore) -> None:
+async def test_registry_auth_names_are_unique_per_user(store: Store) -> None:
     auth = RegistryAuthRecord("ra-1", "u-1", "dockerhub", "me", "pw", T0)
     await store.create_registry_auth(auth)
     with pytest.raises(Conflict):
@@ -699,7 +746,7 @@ async def test_registry_auth_names_are_unique_per_user(store: SQLiteStore) -> No
     assert await store.list_registry_auths("u-1") == []
 
 
-async def test_template_names_are_unique_per_user(store: SQLiteStore) -> None:
+async def test_template_names_are_unique_per_user(store: Store) -> None:
     tpl = await store.create_template("u-1", make_template("t-1", "base"), T0)
     with pytest.raises(Conflict):
         await store.create_template("u-1", make_template("t-2", "base"), T0)
@@ -708,7 +755,7 @@ async def test_template_names_are_unique_per_user(store: SQLiteStore) -> None:
     assert await store.get_template("u-2", "t-1") is None
 
 
-async def test_template_rename_to_a_taken_name_is_a_conflict(store: SQLiteStore) -> None:
+async def test_template_rename_to_a_taken_name_is_a_conflict(store: Store) -> None:
     await store.create_template("u-1", make_template("t-1", "one"), T0)
     two = await store.create_template("u-1", make_template("t-2", "two"), T0 + 1)
     with pytest.raises(Conflict):
@@ -724,14 +771,14 @@ async def test_template_rename_to_a_taken_name_is_a_conflict(store: SQLiteStore)
 # -- secrets and durability ------------------------------------------------------------------
 
 
-async def test_secret_is_stable_and_distinct_per_name(store: SQLiteStore) -> None:
+async def test_secret_is_stable_and_distinct_per_name(store: Store) -> None:
     first = await store.secret("worker-token")
     assert len(first) == 32
     assert await store.secret("worker-token") == first
     assert await store.secret("other") != first
 
 
-async def test_concurrent_first_uses_of_a_secret_agree(store: SQLiteStore) -> None:
+async def test_concurrent_first_uses_of_a_secret_agree(store: Store) -> None:
     values = await asyncio.gather(*(store.secret("fresh") for _ in range(10)))
     assert len(set(values)) == 1
 
@@ -797,3 +844,181 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "stop_signals",
         "webhook_deliveries",
     } <= tables
+
+
+# -- PostgreSQL: durability, migrations and concurrency --------------------------------------
+
+
+async def test_pg_data_survives_close_and_reopen(pg_schema: str) -> None:
+    first_store = PostgresStore(PG_DSN, schema=pg_schema)
+    await first_store.open()
+    try:
+        secret = await first_store.secret("worker-token")
+        await first_store.create_user(make_user())
+        await first_store.create_endpoint(make_endpoint())
+        await insert_jobs(first_store, make_job("j-1"), make_job("j-2"))
+        await first_store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+        await first_store.append_stream_chunks("j-1", "w-1", [('"c"', None)])
+        await first_store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"out"', None, T0 + 1)
+        before = await first_store.get_job(EP, "j-1")
+    finally:
+        await first_store.close()
+
+    second_store = PostgresStore(PG_DSN, schema=pg_schema)
+    await second_store.open()
+    try:
+        assert await second_store.secret("worker-token") == secret
+        assert await second_store.get_user_by_name("alice") == make_user()
+        assert await second_store.get_endpoint(EP) == make_endpoint()
+        assert await second_store.get_job(EP, "j-1") == before
+        assert await second_store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"c"', None)]
+        [queued] = await second_store.claim_jobs(EP, "w-2", 5, now=T0, lease_until=T0 + 60)
+        assert queued.id == "j-2"
+    finally:
+        await second_store.close()
+
+
+async def test_pg_open_applies_migrations_once_even_when_replicas_start_together(
+    pg_schema: str,
+) -> None:
+    stores = [PostgresStore(PG_DSN, schema=pg_schema) for _ in range(3)]
+    await asyncio.gather(*(s.open() for s in stores))
+    await asyncio.gather(*(s.close() for s in stores))
+    again = PostgresStore(PG_DSN, schema=pg_schema)
+    await again.open()
+    await again.close()
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        names = [
+            r[0] for r in await conn.fetch(f'SELECT name FROM "{pg_schema}".schema_migrations')
+        ]
+        tables = {
+            r[0]
+            for r in await conn.fetch(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
+                pg_schema,
+            )
+        }
+    finally:
+        await conn.close()
+    assert names == ["0001_init.sql"]
+    assert {
+        "jobs",
+        "endpoints",
+        "workers",
+        "stream_chunks",
+        "meta",
+        "stop_signals",
+        "webhook_deliveries",
+        "users",
+        "api_keys",
+        "registry_auths",
+        "templates",
+    } <= tables
+
+
+async def test_pg_concurrent_claimers_on_one_pool_get_every_job_exactly_once(
+    pg_schema: str,
+) -> None:
+    s = PostgresStore(PG_DSN, schema=pg_schema)
+    await s.open()
+    try:
+        await insert_jobs(s, *(make_job(f"j-{i:03}") for i in range(200)))
+
+        async def claimer(n: int) -> list[str]:
+            got: list[str] = []
+            while batch := await s.claim_jobs(EP, f"w-{n}", 3, now=T0, lease_until=T0 + 60):
+                got.extend(job.id for job in batch)
+            return got
+
+        results = await asyncio.gather(*(claimer(n) for n in range(10)))
+        claimed = [job_id for got in results for job_id in got]
+        assert len(claimed) == len(set(claimed))
+        assert set(claimed) == {f"j-{i:03}" for i in range(200)}
+        counts = await s.job_counts(EP)
+        assert (counts.in_queue, counts.in_progress) == (0, 200)
+        for n, got in enumerate(results):
+            assert sorted(got) == await s.jobs_of_worker(f"w-{n}")
+    finally:
+        await s.close()
+
+
+# -- listing, lifetimes and webhooks (both backends) -----------------------------------------
+
+
+async def test_list_jobs_is_newest_first_and_continues_before_a_seq(store: Store) -> None:
+    await insert_jobs(store, *(make_job(f"j-{i}") for i in range(5)))
+    first = await store.list_jobs(EP, 2, None)
+    assert [j.id for j in first] == ["j-4", "j-3"]
+    rest = await store.list_jobs(EP, 10, first[-1].seq)
+    assert [j.id for j in rest] == ["j-2", "j-1", "j-0"]
+
+
+async def test_set_job_ttl_moves_the_expiry_from_submission(store: Store) -> None:
+    await store.insert_job(make_job("j-1"))
+    job = await store.set_job_ttl(EP, "j-1", 5_000)
+    assert job is not None and (job.ttl_ms, job.expires_at) == (5_000, T0 + 5)
+    assert await store.set_job_ttl("ep-other", "j-1", 5_000) is None
+
+
+async def test_time_out_fails_running_jobs_past_their_deadline_and_signals_stop(
+    store: Store,
+) -> None:
+    await store.insert_job(make_job("j-1", execution_timeout_ms=1_000))
+    await store.claim_jobs(EP, "w-1", 1, now=T0 + 1, lease_until=T0 + 61)
+    assert await store.time_out_jobs(T0 + 1.5) == []
+    [job] = await store.time_out_jobs(T0 + 2)
+    assert job.status is JobStatus.TIMED_OUT and job.finished_at == T0 + 2
+    assert job.error == "execution timeout exceeded (policy.executionTimeout: 1000 ms)"
+    assert await store.take_stop_signals("w-1") == ["j-1"]
+    assert await store.time_out_jobs(T0 + 3) == []
+
+
+async def test_expire_deletes_jobs_past_their_ttl_and_signals_running_ones(store: Store) -> None:
+    await insert_jobs(store, make_job("j-run", ttl_ms=10_000), make_job("j-q", ttl_ms=10_000))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    assert await store.expire_jobs(T0 + 5, 10) == []
+    gone = await store.expire_jobs(T0 + 10, 10)
+    assert sorted(j.id for j in gone) == ["j-q", "j-run"]
+    assert await store.get_job(EP, "j-run") is None
+    assert await store.take_stop_signals("w-1") == ["j-run"]
+
+
+async def test_final_job_with_webhook_stores_a_delivery_sent_with_the_owners_secret(
+    store: Store,
+) -> None:
+    await store.create_user(make_user())
+    await store.create_endpoint(make_endpoint())
+    await store.insert_job(make_job("j-1", webhook="https://example.com/hook"))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"out"', None, T0 + 2)
+    [delivery] = await store.webhook_deliveries_of("j-1")
+    assert (delivery.status, delivery.attempts, delivery.secret) == ("pending", 0, None)
+    assert (delivery.url, delivery.user_id, delivery.next_attempt_at) == (
+        "https://example.com/hook",
+        "u-1",
+        T0 + 2,
+    )
+    assert '"input":{"n":"j-1"}' in delivery.payload
+
+    secret = await store.webhook_secret("u-1")
+    assert await store.webhook_secret("u-1") == secret
+    rotated = await store.webhook_secret("u-1", rotate=True)
+    assert rotated != secret
+    with pytest.raises(KeyError):
+        await store.webhook_secret("u-missing")
+
+    assert await store.due_webhook_deliveries(T0 + 1, 10) == []
+    [due] = await store.due_webhook_deliveries(T0 + 2, 10)
+    assert (due.id, due.secret) == (delivery.id, rotated)
+    await store.record_webhook_attempt(due.id, "pending", "boom", T0 + 3, T0 + 10)
+    assert await store.due_webhook_deliveries(T0 + 9, 10) == []
+    await store.record_webhook_attempt(due.id, "delivered", None, T0 + 10, None)
+    [done] = await store.webhook_deliveries_of("j-1")
+    assert (done.status, done.attempts, done.last_error, done.finished_at) == (
+        "delivered",
+        2,
+        None,
+        T0 + 10,
+    )
+    assert await store.due_webhook_deliveries(T0 + 100, 10) == []

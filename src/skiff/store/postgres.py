@@ -1,0 +1,838 @@
+"""The shared backend: PostgreSQL through an asyncpg connection pool.
+
+Same semantics as ``SQLiteStore``: every state change is one conditional statement guarded by
+the states a job may move from; operations that take several statements run in one
+transaction. Claims lock their rows with ``FOR UPDATE SKIP LOCKED`` so replicas claiming at
+once never wait on, nor hand out, the same job.
+"""
+
+from __future__ import annotations
+
+import secrets
+from importlib import resources
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import Job, JobStatus, sources_of
+from skiff.domain.templates import Template
+from skiff.domain.webhooks import new_webhook_secret
+from skiff.domain.workers import Worker
+from skiff.errors import Conflict
+from skiff.store.base import (
+    ApiKey,
+    JobCounts,
+    RegistryAuthRecord,
+    StreamChunk,
+    User,
+    WebhookDelivery,
+)
+from skiff.store.rows import (
+    JOB_COLUMNS,
+    WORKER_COLUMNS,
+    endpoint_from_row,
+    job_from_row,
+    sql_in,
+    webhook_payload,
+    worker_from_row,
+)
+
+#: The advisory lock key that serialises migrations (and schema creation) between replicas.
+_MIGRATION_LOCK = 0x736B696666  # "skiff"
+
+#: ``retain_until`` of a job that just became final, given now as ``$1``.
+_RETAIN = "$1::float8 + retention_ms / 1000.0::float8"
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+async def migrate(conn: Any, schema: str | None = None) -> list[str]:
+    """Apply the migrations not applied yet, in one transaction under an advisory lock;
+    returns their names."""
+    applied: list[str] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        if schema is not None:
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(schema)}")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations"
+            " (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION)"
+        )
+        done = {r[0] for r in await conn.fetch("SELECT name FROM schema_migrations")}
+        folder = resources.files("skiff.store").joinpath("migrations/postgres")
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if not entry.name.endswith(".sql") or entry.name in done:
+                continue
+            await conn.execute(entry.read_text())
+            await conn.execute(
+                "INSERT INTO schema_migrations VALUES ($1, extract(epoch FROM now()))",
+                entry.name,
+            )
+            applied.append(entry.name)
+    return applied
+
+
+async def _after_final(conn: Any, jobs: list[Job]) -> None:
+    """In the transaction that made jobs final: store their webhook deliveries."""
+    for job in jobs:
+        if job.webhook is None or job.finished_at is None:
+            continue
+        user_id = await conn.fetchval(
+            "SELECT user_id FROM endpoints WHERE id = $1", job.endpoint_id
+        )
+        if user_id is None:
+            continue
+        await conn.execute(
+            "INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,"
+            " next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            secrets.token_hex(12),
+            job.id,
+            job.endpoint_id,
+            user_id,
+            job.webhook,
+            webhook_payload(job, job.finished_at),
+            job.finished_at,
+            job.finished_at,
+        )
+
+
+async def _signal_stop(conn: Any, jobs: list[tuple[str | None, str]], reason: str) -> None:
+    """Queue job-stop signals for (worker id, job id) pairs; the row may be gone by then."""
+    pairs = [(worker, job_id, reason) for worker, job_id in jobs if worker is not None]
+    if pairs:
+        await conn.executemany(
+            "INSERT INTO stop_signals (worker_id, job_id, reason) VALUES ($1, $2, $3)"
+            " ON CONFLICT DO NOTHING",
+            pairs,
+        )
+
+
+class PostgresStore:
+    def __init__(
+        self, dsn: str, schema: str | None = None, *, min_size: int = 1, max_size: int = 10
+    ) -> None:
+        self._dsn = dsn
+        self._schema = schema
+        self._min_size = min_size
+        self._max_size = max_size
+        self._pool: Any = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def open(self) -> None:
+        settings = {"search_path": _quote_ident(self._schema)} if self._schema else None
+        pool = await asyncpg.create_pool(
+            self._dsn,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            server_settings=settings,
+        )
+        try:
+            async with pool.acquire() as conn:
+                await migrate(conn, self._schema)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> Any:
+        assert self._pool is not None, "store is not open"
+        return self._pool
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        rows: list[Any] = await self.pool.fetch(sql, *args)
+        return rows
+
+    async def _fetchrow(self, sql: str, *args: Any) -> Any:
+        return await self.pool.fetchrow(sql, *args)
+
+    async def _execute(self, sql: str, *args: Any) -> int:
+        """Run one statement; returns the number of rows it touched."""
+        status: str = await self.pool.execute(sql, *args)
+        tail = status.rsplit(" ", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    # -- secrets --------------------------------------------------------------------------
+    async def secret(self, name: str) -> bytes:
+        await self._execute(
+            "INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+            name,
+            secrets.token_bytes(32),
+        )
+        row = await self._fetchrow("SELECT value FROM meta WHERE name = $1", name)
+        return bytes(row[0])
+
+    # -- users and keys -------------------------------------------------------------------
+    async def create_user(self, user: User) -> User:
+        try:
+            await self._execute(
+                "INSERT INTO users (id, name, is_admin, created_at) VALUES ($1, $2, $3, $4)",
+                user.id,
+                user.name,
+                user.is_admin,
+                user.created_at,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict(f"a user named {user.name!r} already exists") from None
+        return user
+
+    async def get_user_by_name(self, name: str) -> User | None:
+        row = await self._fetchrow(
+            "SELECT id, name, is_admin, created_at FROM users WHERE name = $1", name
+        )
+        return User(row[0], row[1], bool(row[2]), row[3]) if row else None
+
+    async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
+        try:
+            await self._execute(
+                "INSERT INTO api_keys (id, user_id, key_hash, hint, label, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                key.id,
+                key.user_id,
+                key_hash,
+                key.hint,
+                key.label,
+                key.created_at,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict("this API key is already registered") from None
+        return key
+
+    _KEY_SQL = (
+        "SELECT k.id, k.user_id, k.hint, k.label, k.created_at, k.revoked_at,"
+        " u.id, u.name, u.is_admin, u.created_at FROM api_keys k JOIN users u ON u.id = k.user_id"
+    )
+
+    @staticmethod
+    def _key_row(row: Any) -> tuple[ApiKey, User]:
+        return (
+            ApiKey(row[0], row[1], row[2], row[3], row[4], row[5]),
+            User(row[6], row[7], bool(row[8]), row[9]),
+        )
+
+    async def find_api_key(self, key_hash: str) -> tuple[ApiKey, User] | None:
+        row = await self._fetchrow(self._KEY_SQL + " WHERE k.key_hash = $1", key_hash)
+        return self._key_row(row) if row else None
+
+    async def list_api_keys(self) -> list[tuple[ApiKey, User]]:
+        rows = await self._fetch(self._KEY_SQL + " ORDER BY k.created_at")
+        return [self._key_row(r) for r in rows]
+
+    async def revoke_api_key(self, key_id: str, now: float) -> bool:
+        return (
+            await self._execute(
+                "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+                now,
+                key_id,
+            )
+            > 0
+        )
+
+    # -- registry auths -------------------------------------------------------------------
+    async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
+        try:
+            await self._execute(
+                "INSERT INTO registry_auths (id, user_id, name, username, password, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                auth.id,
+                auth.user_id,
+                auth.name,
+                auth.username,
+                auth.password,
+                auth.created_at,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict(
+                f"a container registry auth named {auth.name!r} already exists"
+            ) from None
+        return auth
+
+    _AUTH_SQL = "SELECT id, user_id, name, username, password, created_at FROM registry_auths"
+
+    async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]:
+        rows = await self._fetch(
+            self._AUTH_SQL + " WHERE user_id = $1 ORDER BY created_at", user_id
+        )
+        return [RegistryAuthRecord(*r) for r in rows]
+
+    async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None:
+        row = await self._fetchrow(
+            self._AUTH_SQL + " WHERE user_id = $1 AND id = $2", user_id, auth_id
+        )
+        return RegistryAuthRecord(*row) if row else None
+
+    async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
+        return (
+            await self._execute(
+                "DELETE FROM registry_auths WHERE user_id = $1 AND id = $2", user_id, auth_id
+            )
+            > 0
+        )
+
+    # -- templates ------------------------------------------------------------------------
+    async def create_template(self, user_id: str, template: Template, now: float) -> Template:
+        try:
+            await self._execute(
+                "INSERT INTO templates (id, user_id, name, spec, created_at)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                template.id,
+                user_id,
+                template.name,
+                template.model_dump_json(),
+                now,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict(f"a template named {template.name!r} already exists") from None
+        return template
+
+    async def list_templates(self, user_id: str) -> list[Template]:
+        rows = await self._fetch(
+            "SELECT spec FROM templates WHERE user_id = $1 ORDER BY created_at", user_id
+        )
+        return [Template.model_validate_json(r[0]) for r in rows]
+
+    async def get_template(self, user_id: str, template_id: str) -> Template | None:
+        row = await self._fetchrow(
+            "SELECT spec FROM templates WHERE user_id = $1 AND id = $2", user_id, template_id
+        )
+        return Template.model_validate_json(row[0]) if row else None
+
+    async def update_template(self, user_id: str, template: Template) -> Template:
+        try:
+            await self._execute(
+                "UPDATE templates SET name = $1, spec = $2 WHERE user_id = $3 AND id = $4",
+                template.name,
+                template.model_dump_json(),
+                user_id,
+                template.id,
+            )
+        except asyncpg.UniqueViolationError:
+            raise Conflict(f"a template named {template.name!r} already exists") from None
+        return template
+
+    async def delete_template(self, user_id: str, template_id: str) -> bool:
+        return (
+            await self._execute(
+                "DELETE FROM templates WHERE user_id = $1 AND id = $2", user_id, template_id
+            )
+            > 0
+        )
+
+    # -- endpoints ------------------------------------------------------------------------
+    _ENDPOINT_SQL = "SELECT id, user_id, spec, version, created_at FROM endpoints"
+
+    async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:
+        await self._execute(
+            "INSERT INTO endpoints (id, user_id, template_id, spec, version, created_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6)",
+            endpoint.id,
+            endpoint.userId,
+            endpoint.spec.templateId,
+            endpoint.spec.model_dump_json(),
+            endpoint.version,
+            endpoint.createdAt,
+        )
+        return endpoint
+
+    async def list_endpoints(self, user_id: str | None) -> list[Endpoint]:
+        if user_id is None:
+            rows = await self._fetch(self._ENDPOINT_SQL + " ORDER BY created_at")
+        else:
+            rows = await self._fetch(
+                self._ENDPOINT_SQL + " WHERE user_id = $1 ORDER BY created_at", user_id
+            )
+        return [endpoint_from_row(r) for r in rows]
+
+    async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        row = await self._fetchrow(self._ENDPOINT_SQL + " WHERE id = $1", endpoint_id)
+        return endpoint_from_row(row) if row else None
+
+    async def update_endpoint(
+        self, endpoint_id: str, spec: EndpointSpec, bump_version: bool
+    ) -> Endpoint | None:
+        row = await self._fetchrow(
+            "UPDATE endpoints SET spec = $1, template_id = $2, version = version + $3"
+            " WHERE id = $4 RETURNING id, user_id, spec, version, created_at",
+            spec.model_dump_json(),
+            spec.templateId,
+            int(bump_version),
+            endpoint_id,
+        )
+        return endpoint_from_row(row) if row else None
+
+    async def bump_endpoint_versions(self, template_id: str) -> list[str]:
+        rows = await self._fetch(
+            "UPDATE endpoints SET version = version + 1 WHERE template_id = $1 RETURNING id",
+            template_id,
+        )
+        return [r[0] for r in rows]
+
+    async def delete_endpoint(self, endpoint_id: str) -> bool:
+        async with self.pool.acquire() as c, c.transaction():
+            await c.execute(
+                "DELETE FROM stream_chunks WHERE job_id IN"
+                " (SELECT id FROM jobs WHERE endpoint_id = $1)",
+                endpoint_id,
+            )
+            await c.execute("DELETE FROM jobs WHERE endpoint_id = $1", endpoint_id)
+            await c.execute("DELETE FROM workers WHERE endpoint_id = $1", endpoint_id)
+            status: str = await c.execute("DELETE FROM endpoints WHERE id = $1", endpoint_id)
+        return status != "DELETE 0"
+
+    async def endpoints_using_template(self, template_id: str) -> list[str]:
+        rows = await self._fetch("SELECT id FROM endpoints WHERE template_id = $1", template_id)
+        return [r[0] for r in rows]
+
+    # -- jobs -----------------------------------------------------------------------------
+    async def insert_job(self, job: Job) -> None:
+        await self._execute(
+            "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms,"
+            " low_priority, webhook, s3_config, submitted_at, expires_at, retention_ms)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            job.id,
+            job.endpoint_id,
+            job.status.value,
+            job.input_json,
+            job.execution_timeout_ms,
+            job.ttl_ms,
+            job.low_priority,
+            job.webhook,
+            job.s3_config_json,
+            job.submitted_at,
+            job.submitted_at + job.ttl_ms / 1000.0,
+            job.retention_ms,
+        )
+
+    async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        row = await self._fetchrow(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND endpoint_id = $2",
+            job_id,
+            endpoint_id,
+        )
+        return job_from_row(row) if row else None
+
+    async def list_jobs(self, endpoint_id: str, limit: int, before_seq: int | None) -> list[Job]:
+        if before_seq is None:
+            rows = await self._fetch(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE endpoint_id = $1 ORDER BY seq DESC LIMIT $2",
+                endpoint_id,
+                limit,
+            )
+        else:
+            rows = await self._fetch(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE endpoint_id = $1 AND seq < $2"
+                f" ORDER BY seq DESC LIMIT $3",
+                endpoint_id,
+                before_seq,
+                limit,
+            )
+        return [job_from_row(r) for r in rows]
+
+    async def set_job_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> Job | None:
+        row = await self._fetchrow(
+            f"UPDATE jobs SET ttl_ms = $1, expires_at = submitted_at + $1::bigint / 1000.0::float8"
+            f" WHERE id = $2 AND endpoint_id = $3 RETURNING {JOB_COLUMNS}",
+            ttl_ms,
+            job_id,
+            endpoint_id,
+        )
+        return job_from_row(row) if row else None
+
+    async def claim_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        rows = await self._fetch(
+            f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = $2, started_at = $1,"
+            f" lease_until = $3, attempt = attempt + 1,"
+            f" run_deadline = $1::float8 + execution_timeout_ms / 1000.0::float8"
+            f" WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = $4"
+            f" AND status = 'IN_QUEUE' AND expires_at > $1 ORDER BY low_priority, seq LIMIT $5"
+            f" FOR UPDATE SKIP LOCKED)"
+            f" RETURNING {JOB_COLUMNS}",
+            now,
+            worker_id,
+            lease_until,
+            endpoint_id,
+            limit,
+        )
+        rows.sort(key=lambda r: (r[6], r[22]))
+        return [job_from_row(r) for r in rows]
+
+    async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
+        return (
+            await self._execute(
+                "UPDATE jobs SET output = $1 WHERE id = $2 AND worker_id = $3"
+                " AND status = 'IN_PROGRESS'",
+                output_json,
+                job_id,
+                worker_id,
+            )
+            > 0
+        )
+
+    async def finish_job(
+        self,
+        job_id: str,
+        worker_id: str | None,
+        status: JobStatus,
+        output_json: str | None,
+        error: str | None,
+        now: float,
+    ) -> Job | None:
+        guard = sql_in(sources_of(status) & {JobStatus.IN_PROGRESS})
+        sql = (
+            f"UPDATE jobs SET status = $2, output = $3, error = $4, finished_at = $1,"
+            f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
+            f" WHERE id = $5 AND status IN {guard}"
+        )
+        args: tuple[Any, ...] = (now, status.value, output_json, error, job_id)
+        if worker_id is not None:
+            sql += " AND worker_id = $6"
+            args += (worker_id,)
+        sql += f" RETURNING {JOB_COLUMNS}"
+        async with self.pool.acquire() as c, c.transaction():
+            row = await c.fetchrow(sql, *args)
+            if row is None:
+                return None
+            job = job_from_row(row)
+            await _after_final(c, [job])
+        return job
+
+    async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
+        async with self.pool.acquire() as c, c.transaction():
+            before = await c.fetchrow(
+                "SELECT status, worker_id FROM jobs WHERE id = $1 AND endpoint_id = $2 FOR UPDATE",
+                job_id,
+                endpoint_id,
+            )
+            if before is None:
+                return None
+            row = await c.fetchrow(
+                f"UPDATE jobs SET status = 'CANCELLED', finished_at = $1,"
+                f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
+                f" WHERE id = $2 AND status IN {sql_in(sources_of(JobStatus.CANCELLED))}"
+                f" RETURNING {JOB_COLUMNS}",
+                now,
+                job_id,
+            )
+            if row is None:
+                row = await c.fetchrow(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1", job_id)
+                return job_from_row(row)
+            job = job_from_row(row)
+            if before[0] == JobStatus.IN_PROGRESS.value:
+                await _signal_stop(c, [(before[1], job_id)], "cancelled")
+                job.stop_pending = True
+            await _after_final(c, [job])
+        return job
+
+    async def retry_job(self, endpoint_id: str, job_id: str) -> Job | None:
+        sources = sql_in(sources_of(JobStatus.IN_QUEUE) - {JobStatus.IN_PROGRESS})
+        async with self.pool.acquire() as c, c.transaction():
+            row = await c.fetchrow(
+                f"UPDATE jobs SET status = 'IN_QUEUE', output = NULL, error = NULL,"
+                f" started_at = NULL, finished_at = NULL, worker_id = NULL, lease_until = NULL,"
+                f" retain_until = NULL, run_deadline = NULL,"
+                f" stream_cursor = 0, retries = retries + 1, attempt = 0"
+                f" WHERE id = $1 AND endpoint_id = $2 AND status IN {sources}"
+                f" RETURNING {JOB_COLUMNS}",
+                job_id,
+                endpoint_id,
+            )
+            if row:
+                await c.execute("DELETE FROM stream_chunks WHERE job_id = $1", job_id)
+                return job_from_row(row)
+            row = await c.fetchrow(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND endpoint_id = $2",
+                job_id,
+                endpoint_id,
+            )
+        return job_from_row(row) if row else None
+
+    async def purge_queue(self, endpoint_id: str) -> int:
+        return await self._execute(
+            "DELETE FROM jobs WHERE endpoint_id = $1 AND status = 'IN_QUEUE'", endpoint_id
+        )
+
+    async def time_out_jobs(self, now: float) -> list[Job]:
+        async with self.pool.acquire() as c, c.transaction():
+            rows = await c.fetch(
+                f"UPDATE jobs SET status = 'TIMED_OUT', finished_at = $1,"
+                f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL,"
+                f" error = 'execution timeout exceeded (policy.executionTimeout: '"
+                f" || execution_timeout_ms || ' ms)'"
+                f" WHERE status = 'IN_PROGRESS' AND run_deadline <= $1 RETURNING {JOB_COLUMNS}",
+                now,
+            )
+            jobs = [job_from_row(r) for r in rows]
+            await _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out")
+            await _after_final(c, jobs)
+        return jobs
+
+    async def expire_jobs(self, now: float, limit: int) -> list[Job]:
+        async with self.pool.acquire() as c, c.transaction():
+            rows = await c.fetch(
+                f"DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE expires_at <= $1"
+                f" UNION SELECT seq FROM jobs WHERE retain_until <= $1 LIMIT $2)"
+                f" RETURNING {JOB_COLUMNS}",
+                now,
+                limit,
+            )
+            jobs = [job_from_row(r) for r in rows]
+            running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
+            await _signal_stop(c, running, "ttl expired")
+            if jobs:
+                await c.execute(
+                    "DELETE FROM stream_chunks WHERE job_id = ANY($1::text[])",
+                    [j.id for j in jobs],
+                )
+        return jobs
+
+    async def job_counts(self, endpoint_id: str) -> JobCounts:
+        rows = await self._fetch(
+            "SELECT status, low_priority, COUNT(*), SUM(retries) FROM jobs WHERE endpoint_id = $1"
+            " GROUP BY status, low_priority",
+            endpoint_id,
+        )
+        by_status: dict[str, int] = {}
+        normal_queued = 0
+        retried = 0
+        for status, low, count, retries in rows:
+            by_status[status] = by_status.get(status, 0) + count
+            retried += retries or 0
+            if status == "IN_QUEUE" and not low:
+                normal_queued = count
+        oldest = (
+            await self._fetchrow(
+                "SELECT submitted_at FROM jobs WHERE endpoint_id = $1 AND status = 'IN_QUEUE'"
+                " AND NOT low_priority ORDER BY seq LIMIT 1",
+                endpoint_id,
+            )
+            if normal_queued
+            else None
+        )
+        return JobCounts(
+            oldest_queued_at=oldest[0] if oldest else None,
+            in_queue=by_status.get("IN_QUEUE", 0),
+            in_progress=by_status.get("IN_PROGRESS", 0),
+            completed=by_status.get("COMPLETED", 0),
+            failed=by_status.get("FAILED", 0),
+            cancelled=by_status.get("CANCELLED", 0),
+            timed_out=by_status.get("TIMED_OUT", 0),
+            retried=retried,
+            in_queue_normal=normal_queued,
+        )
+
+    async def append_stream_chunks(
+        self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
+    ) -> bool:
+        async with self.pool.acquire() as c, c.transaction():
+            # The row lock serialises appenders of one job, so their numbering cannot clash.
+            held = await c.fetchval(
+                "SELECT 1 FROM jobs WHERE id = $1 AND worker_id = $2 AND status = 'IN_PROGRESS'"
+                " FOR UPDATE",
+                job_id,
+                worker_id,
+            )
+            if not held:
+                return False
+            last: int = await c.fetchval(
+                "SELECT COALESCE(MAX(seq), 0) FROM stream_chunks WHERE job_id = $1", job_id
+            )
+            if chunks:
+                await c.executemany(
+                    "INSERT INTO stream_chunks (job_id, seq, output, metrics)"
+                    " VALUES ($1, $2, $3, $4)",
+                    [(job_id, last + i, out, met) for i, (out, met) in enumerate(chunks, start=1)],
+                )
+        return True
+
+    async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:
+        async with self.pool.acquire() as c, c.transaction():
+            # Locking the job row makes concurrent readers take turns: each chunk is read once.
+            cursor = await c.fetchval(
+                "SELECT stream_cursor FROM jobs WHERE id = $1 FOR UPDATE", job_id
+            )
+            if cursor is None:
+                return []
+            rows = await c.fetch(
+                "SELECT seq, output, metrics FROM stream_chunks WHERE job_id = $1 AND seq > $2"
+                " ORDER BY seq",
+                job_id,
+                cursor,
+            )
+            if rows:
+                await c.execute(
+                    "UPDATE jobs SET stream_cursor = $1 WHERE id = $2", rows[-1][0], job_id
+                )
+        return [StreamChunk(r[0], r[1], r[2]) for r in rows]
+
+    async def take_stop_signals(self, worker_id: str) -> list[str]:
+        rows = await self._fetch(
+            "DELETE FROM stop_signals WHERE worker_id = $1 RETURNING job_id", worker_id
+        )
+        return sorted(r[0] for r in rows)
+
+    async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
+        if not job_ids:
+            return
+        await self._execute(
+            "UPDATE jobs SET lease_until = $1 WHERE id = ANY($2::text[]) AND worker_id = $3"
+            " AND status = 'IN_PROGRESS'",
+            lease_until,
+            job_ids,
+            worker_id,
+        )
+
+    async def release_jobs(
+        self, worker_id: str | None, now: float, max_attempts: int, reason: str
+    ) -> list[Job]:
+        where: str
+        param: Any
+        if worker_id is None:
+            where, param = "status = 'IN_PROGRESS' AND lease_until < $1", now
+        else:
+            where, param = "status = 'IN_PROGRESS' AND worker_id = $1", worker_id
+        async with self.pool.acquire() as c, c.transaction():
+            failed = [
+                job_from_row(r)
+                for r in await c.fetch(
+                    f"UPDATE jobs SET status = 'FAILED', error = $2, finished_at = $3,"
+                    f" retain_until = $3::float8 + retention_ms / 1000.0::float8,"
+                    f" lease_until = NULL, run_deadline = NULL"
+                    f" WHERE {where} AND attempt >= $4 RETURNING {JOB_COLUMNS}",
+                    param,
+                    reason,
+                    now,
+                    max_attempts,
+                )
+            ]
+            requeued = [
+                job_from_row(r)
+                for r in await c.fetch(
+                    f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
+                    f" lease_until = NULL, run_deadline = NULL, output = NULL,"
+                    f" retries = retries + 1, stream_cursor = 0"
+                    f" WHERE {where} RETURNING {JOB_COLUMNS}",
+                    param,
+                )
+            ]
+            if requeued:
+                await c.execute(
+                    "DELETE FROM stream_chunks WHERE job_id = ANY($1::text[])",
+                    [j.id for j in requeued],
+                )
+            await _after_final(c, failed)
+        return failed + requeued
+
+    # -- webhooks -------------------------------------------------------------------------
+    async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
+        async with self.pool.acquire() as c, c.transaction():
+            row = await c.fetchrow(
+                "SELECT webhook_secret FROM users WHERE id = $1 FOR UPDATE", user_id
+            )
+            if row is None:
+                raise KeyError(user_id)
+            if row[0] and not rotate:
+                return str(row[0])
+            secret = new_webhook_secret()
+            await c.execute("UPDATE users SET webhook_secret = $1 WHERE id = $2", secret, user_id)
+        return secret
+
+    _DELIVERY_COLUMNS = (
+        "d.id, d.job_id, d.endpoint_id, d.user_id, d.url, d.payload, d.status, d.attempts,"
+        " d.next_attempt_at, d.last_error, d.created_at, d.finished_at, u.webhook_secret"
+    )
+
+    async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]:
+        rows = await self._fetch(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
+            f" LEFT JOIN users u ON u.id = d.user_id"
+            f" WHERE d.status = 'pending' AND d.next_attempt_at <= $1"
+            f" ORDER BY d.next_attempt_at LIMIT $2",
+            now,
+            limit,
+        )
+        return [WebhookDelivery(*r) for r in rows]
+
+    async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]:
+        rows = await self._fetch(
+            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
+            f" LEFT JOIN users u ON u.id = d.user_id WHERE d.job_id = $1 ORDER BY d.created_at",
+            job_id,
+        )
+        return [WebhookDelivery(*r) for r in rows]
+
+    async def record_webhook_attempt(
+        self,
+        delivery_id: str,
+        status: str,
+        error: str | None,
+        now: float,
+        next_attempt_at: float | None,
+    ) -> None:
+        await self._execute(
+            "UPDATE webhook_deliveries SET attempts = attempts + 1, status = $1,"
+            " last_error = $2, next_attempt_at = COALESCE($3, next_attempt_at),"
+            " finished_at = CASE WHEN $1 = 'pending' THEN NULL ELSE $4::float8 END WHERE id = $5",
+            status,
+            error,
+            next_attempt_at,
+            now,
+            delivery_id,
+        )
+
+    # -- workers --------------------------------------------------------------------------
+    async def save_worker(self, worker: Worker) -> None:
+        await self._execute(
+            f"INSERT INTO workers ({WORKER_COLUMNS})"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            f" ON CONFLICT (id) DO UPDATE SET endpoint_id = EXCLUDED.endpoint_id,"
+            f" kind = EXCLUDED.kind, state = EXCLUDED.state, version = EXCLUDED.version,"
+            f" started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen,"
+            f" idle_since = EXCLUDED.idle_since, pid = EXCLUDED.pid, gpu = EXCLUDED.gpu,"
+            f" recycle = EXCLUDED.recycle, gpu_ids = EXCLUDED.gpu_ids",
+            worker.id,
+            worker.endpoint_id,
+            worker.kind.value,
+            worker.state.value,
+            worker.version,
+            worker.started_at,
+            worker.last_seen,
+            worker.idle_since,
+            worker.pid,
+            worker.gpu,
+            worker.recycle,
+            worker.gpu_ids,
+        )
+
+    async def get_worker(self, worker_id: str) -> Worker | None:
+        row = await self._fetchrow(f"SELECT {WORKER_COLUMNS} FROM workers WHERE id = $1", worker_id)
+        return worker_from_row(row) if row else None
+
+    async def list_workers(self, endpoint_id: str | None) -> list[Worker]:
+        if endpoint_id is None:
+            rows = await self._fetch(f"SELECT {WORKER_COLUMNS} FROM workers ORDER BY started_at")
+        else:
+            rows = await self._fetch(
+                f"SELECT {WORKER_COLUMNS} FROM workers WHERE endpoint_id = $1 ORDER BY started_at",
+                endpoint_id,
+            )
+        return [worker_from_row(r) for r in rows]
+
+    async def delete_worker(self, worker_id: str) -> None:
+        await self._execute("DELETE FROM workers WHERE id = $1", worker_id)
+
+    async def jobs_of_worker(self, worker_id: str) -> list[str]:
+        rows = await self._fetch(
+            "SELECT id FROM jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS' ORDER BY seq",
+            worker_id,
+        )
+        return [r[0] for r in rows]

@@ -1,0 +1,92 @@
+"""Pure helpers shared by the store adapters: column lists, row -> domain object, SQL bits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import Job, JobStatus, status_view
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+
+JOB_COLUMNS = (
+    "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
+    "s3_config, submitted_at, started_at, finished_at, output, error, worker_id, attempt, "
+    "retries, lease_until, expires_at, retention_ms, retain_until, run_deadline, seq"
+)
+
+
+def job_from_row(row: Any) -> Job:
+    return Job(
+        id=row[0],
+        endpoint_id=row[1],
+        status=JobStatus(row[2]),
+        input_json=row[3],
+        execution_timeout_ms=row[4],
+        ttl_ms=row[5],
+        low_priority=bool(row[6]),
+        webhook=row[7],
+        s3_config_json=row[8],
+        submitted_at=row[9],
+        started_at=row[10],
+        finished_at=row[11],
+        output_json=row[12],
+        error=row[13],
+        worker_id=row[14],
+        attempt=row[15],
+        retries=row[16],
+        lease_until=row[17],
+        expires_at=row[18] if row[18] is not None else float("inf"),
+        retention_ms=row[19],
+        retain_until=row[20],
+        run_deadline=row[21],
+        seq=row[22],
+    )
+
+
+def endpoint_from_row(row: Any) -> Endpoint:
+    return Endpoint(
+        id=row[0],
+        userId=row[1],
+        spec=EndpointSpec.model_validate_json(row[2]),
+        version=row[3],
+        createdAt=row[4],
+    )
+
+
+WORKER_COLUMNS = (
+    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle,"
+    " gpu_ids"
+)
+
+
+def worker_from_row(row: Any) -> Worker:
+    return Worker(
+        id=row[0],
+        endpoint_id=row[1],
+        kind=WorkerKind(row[2]),
+        state=WorkerState(row[3]),
+        version=row[4],
+        started_at=row[5],
+        last_seen=row[6],
+        idle_since=row[7],
+        pid=row[8],
+        gpu=row[9],
+        recycle=bool(row[10]),
+        gpu_ids=row[11],
+    )
+
+
+def sql_in(states: Iterable[JobStatus]) -> str:
+    """A SQL ``IN`` list of job states (constants only, never user input)."""
+    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
+
+
+def webhook_payload(job: Job, finished_at: float) -> str:
+    """The JSON body of a job's webhook: its ``/status`` body plus ``input`` and ``webhook``."""
+    payload = status_view(job, finished_at)
+    payload["input"] = orjson.Fragment(job.input_json)
+    payload["webhook"] = job.webhook
+    return orjson.dumps(payload).decode()
