@@ -33,16 +33,14 @@ from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from skiff.store.sqlite import SQLiteStore
+from skiff.store import open_store as store_for
+from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
 
 
-def open_store(settings: Settings) -> SQLiteStore:
-    url = settings.database_url
-    if url and not url.startswith("sqlite:///"):
-        raise SystemExit(f"unsupported database URL {url!r}: this build stores in SQLite")
-    return SQLiteStore(settings.sqlite_path())
+def open_store(settings: Settings) -> Store:
+    return store_for(settings.database_url, settings.sqlite_path(), settings.database_schema)
 
 
 def _build_v2(services: Services) -> FastAPI:

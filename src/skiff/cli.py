@@ -19,7 +19,8 @@ from skiff import __version__
 from skiff.clock import SystemClock
 from skiff.config import Settings
 from skiff.services.auth import Auth, IssuedKey
-from skiff.store.sqlite import SQLiteStore
+from skiff.store import open_store
+from skiff.store.base import Store
 
 T = TypeVar("T")
 
@@ -34,7 +35,10 @@ def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
         "--database",
         "database_url",
         default=None,
-        help="Database URL (sqlite:///path). Default: skiff.db in the data directory.",
+        help=(
+            "sqlite:///path or postgresql://... "
+            "[env SKIFF_DATABASE_URL; default skiff.db in the data directory]"
+        ),
     )(f)
     return click.option(
         "--data-dir",
@@ -44,9 +48,9 @@ def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def _with_store(settings: Settings, work: Callable[[SQLiteStore], Awaitable[T]]) -> T:
+def _with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     async def run() -> T:
-        store = SQLiteStore(settings.sqlite_path())
+        store = open_store(settings.database_url, settings.sqlite_path(), settings.database_schema)
         await store.open()
         try:
             return await work(store)
@@ -126,11 +130,12 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     """Apply schema migrations (serve does this at start too)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
 
-    async def noop(_store: SQLiteStore) -> None:
+    async def noop(_store: Store) -> None:
         return None
 
     _with_store(settings, noop)
-    click.echo(f"schema up to date in {settings.sqlite_path()}")
+    where = settings.database_url or settings.sqlite_path()
+    click.echo(f"schema up to date in {where}")
 
 
 @main.group()
@@ -155,7 +160,7 @@ def keys_create(
     """Create a key and print it (once; only its hash is stored)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
 
-    async def work(store: SQLiteStore) -> IssuedKey:
+    async def work(store: Store) -> IssuedKey:
         return await Auth(store, SystemClock(), 0).issue_key(user_name, admin, label)
 
     issued = _with_store(settings, work)
@@ -198,7 +203,7 @@ def worker_token(
     """Print the environment an external worker needs to serve ENDPOINT_ID."""
     settings = _settings(data_dir=data_dir, database_url=database_url, public_url=url)
 
-    async def work(store: SQLiteStore) -> str:
+    async def work(store: Store) -> str:
         if await store.get_endpoint(endpoint_id) is None:
             raise click.ClickException(f"no endpoint {endpoint_id}")
         return await Auth(store, SystemClock(), 0).worker_token(endpoint_id)

@@ -14,8 +14,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: Path = Path(".skiff")
-    #: Overrides the SQLite file in the data directory (``sqlite:///path``).
+    #: ``sqlite:///path`` (default: skiff.db in the data directory) or ``postgresql://...``.
     database_url: str | None = None
+    #: PostgreSQL only: keep skiff's tables in this schema (made if missing).
+    database_schema: str | None = None
     #: Registered as the administrator's key at start when given.
     api_key: str | None = None
     #: Base URL workers use to reach this server; derived from host and port when unset.

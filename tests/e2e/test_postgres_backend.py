@@ -1,0 +1,65 @@
+"""The whole platform on PostgreSQL: the real server, real workers and the real SDK, with all
+state in a fresh schema of the local PostgreSQL (skipped when none is reachable)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from harness import Server, running
+
+pytestmark = pytest.mark.e2e
+
+DSN = os.environ.get("SKIFF_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _execute(sql: str) -> None:
+    conn = await asyncpg.connect(DSN, timeout=3)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"t_{secrets.token_hex(6)}"
+    try:
+        asyncio.run(_execute("SELECT 1"))
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.skip(f"PostgreSQL not reachable ({exc}); start it or set SKIFF_TEST_DATABASE_URL")
+    yield name
+    asyncio.run(_execute(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+
+
+def _settings(schema: str) -> dict[str, str | None]:
+    return {"SKIFF_DATABASE_URL": DSN, "SKIFF_DATABASE_SCHEMA": schema}
+
+
+def test_jobs_run_and_survive_a_restart_on_postgresql(tmp_path: Path, schema: str) -> None:
+    with running(tmp_path / "data", env=_settings(schema)) as server:
+        eid = server.create_endpoint(workersMax=1, idleTimeout=30)["id"]
+        done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"pg": 1}}).json()
+        assert done["status"] == "COMPLETED" and done["output"] == {"echo": {"pg": 1}}
+        queued = server.http.post(f"/v2/{eid}/run", json={"input": {"after": 1}}).json()
+        port = server.port
+    restarted = Server(tmp_path / "data2", port=port, env=_settings(schema))
+    restarted.start()
+    try:
+        assert restarted.http.get(f"/v1/endpoints/{eid}").status_code == 200
+
+        def finished() -> Any:
+            body = restarted.http.get(f"/v2/{eid}/status/{queued['id']}").json()
+            return body if body["status"] == "COMPLETED" else None
+
+        assert restarted.wait_for(finished, what="the queued job")["output"] == {
+            "echo": {"after": 1}
+        }
+    finally:
+        restarted.stop()
