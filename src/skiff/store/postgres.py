@@ -9,6 +9,7 @@ once never wait on, nor hand out, the same job.
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from importlib import resources
 from typing import Any
 
@@ -30,8 +31,10 @@ from skiff.store.base import (
 )
 from skiff.store.rows import (
     JOB_COLUMNS,
+    JOB_COUNTS_SQL,
     WORKER_COLUMNS,
     endpoint_from_row,
+    job_counts_from,
     job_from_row,
     sql_in,
     webhook_payload,
@@ -596,39 +599,15 @@ class PostgresStore:
         return jobs
 
     async def job_counts(self, endpoint_id: str) -> JobCounts:
-        rows = await self._fetch(
-            "SELECT status, low_priority, COUNT(*), SUM(retries) FROM jobs WHERE endpoint_id = $1"
-            " GROUP BY status, low_priority",
+        counts = job_counts_from(await self._fetch(JOB_COUNTS_SQL.format(p="$1"), endpoint_id))
+        if not counts.in_queue_normal:
+            return counts
+        oldest = await self._fetchrow(
+            "SELECT submitted_at FROM jobs WHERE endpoint_id = $1 AND status = 'IN_QUEUE'"
+            " AND NOT low_priority ORDER BY seq LIMIT 1",
             endpoint_id,
         )
-        by_status: dict[str, int] = {}
-        normal_queued = 0
-        retried = 0
-        for status, low, count, retries in rows:
-            by_status[status] = by_status.get(status, 0) + count
-            retried += retries or 0
-            if status == "IN_QUEUE" and not low:
-                normal_queued = count
-        oldest = (
-            await self._fetchrow(
-                "SELECT submitted_at FROM jobs WHERE endpoint_id = $1 AND status = 'IN_QUEUE'"
-                " AND NOT low_priority ORDER BY seq LIMIT 1",
-                endpoint_id,
-            )
-            if normal_queued
-            else None
-        )
-        return JobCounts(
-            oldest_queued_at=oldest[0] if oldest else None,
-            in_queue=by_status.get("IN_QUEUE", 0),
-            in_progress=by_status.get("IN_PROGRESS", 0),
-            completed=by_status.get("COMPLETED", 0),
-            failed=by_status.get("FAILED", 0),
-            cancelled=by_status.get("CANCELLED", 0),
-            timed_out=by_status.get("TIMED_OUT", 0),
-            retried=retried,
-            in_queue_normal=normal_queued,
-        )
+        return replace(counts, oldest_queued_at=oldest[0] if oldest else None)
 
     async def append_stream_chunks(
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]

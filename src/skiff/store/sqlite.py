@@ -15,6 +15,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,11 +35,11 @@ from skiff.store.base import (
     WebhookDelivery,
 )
 from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
+from skiff.store.rows import JOB_COUNTS_SQL, job_counts_from, webhook_payload
 from skiff.store.rows import WORKER_COLUMNS as _WORKER_COLUMNS
 from skiff.store.rows import endpoint_from_row as _endpoint
 from skiff.store.rows import job_from_row as _job
 from skiff.store.rows import sql_in as _in
-from skiff.store.rows import webhook_payload
 from skiff.store.rows import worker_from_row as _worker
 
 T = TypeVar("T")
@@ -709,39 +710,15 @@ class SQLiteStore:
         return await self._write(op)
 
     async def job_counts(self, endpoint_id: str) -> JobCounts:
-        rows = self._read(
-            "SELECT status, low_priority, COUNT(*), SUM(retries) FROM jobs WHERE endpoint_id = ?"
-            " GROUP BY status, low_priority",
+        counts = job_counts_from(self._read(JOB_COUNTS_SQL.format(p="?"), (endpoint_id,)))
+        if not counts.in_queue_normal:
+            return counts
+        oldest = self._read(
+            "SELECT submitted_at FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
+            " AND low_priority = 0 ORDER BY seq LIMIT 1",
             (endpoint_id,),
         )
-        by_status: dict[str, int] = {}
-        normal_queued = 0
-        retried = 0
-        for status, low, count, retries in rows:
-            by_status[status] = by_status.get(status, 0) + count
-            retried += retries or 0
-            if status == "IN_QUEUE" and not low:
-                normal_queued = count
-        oldest = (
-            self._read(
-                "SELECT submitted_at FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
-                " AND low_priority = 0 ORDER BY seq LIMIT 1",
-                (endpoint_id,),
-            )
-            if normal_queued
-            else []
-        )
-        return JobCounts(
-            oldest_queued_at=oldest[0][0] if oldest else None,
-            in_queue=by_status.get("IN_QUEUE", 0),
-            in_progress=by_status.get("IN_PROGRESS", 0),
-            completed=by_status.get("COMPLETED", 0),
-            failed=by_status.get("FAILED", 0),
-            cancelled=by_status.get("CANCELLED", 0),
-            timed_out=by_status.get("TIMED_OUT", 0),
-            retried=retried,
-            in_queue_normal=normal_queued,
-        )
+        return replace(counts, oldest_queued_at=oldest[0][0] if oldest else None)
 
     async def append_stream_chunks(
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
