@@ -1,10 +1,18 @@
-"""Rate limits per user, endpoint and operation, with the limits library's clock driven by hand."""
+"""Rate limits per user, endpoint and operation: memory storage with the limits library's clock
+driven by hand, and Redis storage shared by replicas (those tests skip when no Redis answers)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import socket
 import types
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Callable
 
+import coredis
 import httpx
 import limits.storage.memory
 import pytest
@@ -13,7 +21,8 @@ from fastapi import FastAPI
 from skiff.api import errors
 from skiff.clock import ManualClock
 from skiff.errors import TooManyRequests
-from skiff.services.ratelimits import BASE_LIMITS, RateLimits
+from skiff.services import ratelimits
+from skiff.services.ratelimits import BASE_LIMITS, SLOT_TTL_SECONDS, WINDOW_SECONDS, RateLimits
 
 
 @pytest.fixture
@@ -254,3 +263,290 @@ async def test_429_carries_retry_after_and_the_usual_error_body() -> None:
     assert response.status_code == 429
     assert response.headers["Retry-After"] == "3"
     assert response.json() == {"error": "rate limit exceeded; retry after 3 s"}
+
+
+# --- Storage selected by URL: memory:// (per process) or redis:// (shared by replicas) ---------
+
+#: The Redis the shared-storage tests use; every test writes under a key prefix of its own.
+REDIS_URL = os.environ.get("SKIFF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+async def redis_prefix() -> AsyncIterator[str]:
+    """A fresh key prefix on the test Redis, its keys deleted afterwards; skips without Redis."""
+    parts = urllib.parse.urlsplit(REDIS_URL)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 1.0)
+    except (OSError, TimeoutError) as err:
+        pytest.skip(
+            f"Redis not reachable at {host}:{port} ({err}): start redis-server, or point "
+            "SKIFF_TEST_REDIS_URL at one"
+        )
+    writer.close()
+    await writer.wait_closed()
+    prefix = f"skiff-test:{uuid.uuid4().hex}"
+    yield prefix
+    client = coredis.Redis.from_url(REDIS_URL)
+    try:
+        keys = await client.keys(f"{prefix}:*")
+        if keys:
+            await client.delete(list(keys))
+    finally:
+        client.connection_pool.disconnect()
+
+
+@pytest.fixture
+async def replica(redis_prefix: str) -> AsyncIterator[Callable[..., RateLimits]]:
+    """Builds RateLimits on the test Redis, as each replica of one deployment would; closes them."""
+    made: list[RateLimits] = []
+
+    def build(per_worker: int = 50) -> RateLimits:
+        rl = RateLimits(True, per_worker, storage=REDIS_URL, key_prefix=redis_prefix)
+        made.append(rl)
+        return rl
+
+    yield build
+    for rl in made:
+        await rl.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "memory",
+        "memory://somewhere",
+        "redis",
+        "redis://",
+        "redis://:6379",
+        "redis://127.0.0.1:port",
+        "redis://127.0.0.1:0",
+        "redis://127.0.0.1:6379/zero",
+        "http://127.0.0.1:6379",
+        "memcached://127.0.0.1:11211",
+        "async+redis://127.0.0.1:6379",
+    ],
+)
+def test_an_invalid_storage_url_fails_at_construction(url: str) -> None:
+    with pytest.raises(ValueError, match="SKIFF_RATE_LIMIT_STORAGE"):
+        RateLimits(True, 50, storage=url)
+
+
+def test_an_invalid_storage_url_does_not_echo_its_password() -> None:
+    with pytest.raises(ValueError, match="SKIFF_RATE_LIMIT_STORAGE") as info:
+        RateLimits(True, 50, storage="redis+sentinel://user:s3cret@127.0.0.1:26379/0")
+    assert "s3cret" not in str(info.value)
+    assert "***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shared"),
+    [
+        ("memory://", False),
+        ("redis://127.0.0.1:6379", True),
+        ("redis://127.0.0.1:6379/3", True),
+        ("redis://:pw@127.0.0.1:6379/0", True),
+        ("rediss://127.0.0.1:6380/0", True),
+        ("REDIS://127.0.0.1:6379", True),
+    ],
+)
+def test_valid_storage_urls_build_without_an_event_loop_or_a_connection(
+    url: str, shared: bool
+) -> None:
+    # Built where Services are built: no loop running, and Redis is reached only when used.
+    assert RateLimits(True, 50, storage=url).shared is shared
+
+
+def test_memory_is_the_default_storage() -> None:
+    assert not RateLimits(True, 50).shared
+
+
+async def test_memory_storage_keeps_each_instance_its_own_budget(clock: ManualClock) -> None:
+    one = RateLimits(True, 50, clock, storage="memory://")
+    two = RateLimits(True, 50, clock, storage="memory://")
+    await spend(one, 10, op="requests")
+    await refused(one, op="requests")
+    await spend(two, 10, op="requests")
+    clock.advance(WINDOW_SECONDS + 1)
+    async with one.admit("u1", "ep1", "requests", 0), one.admit("u1", "ep1", "requests", 0):
+        assert await one.shared_in_flight("u1", "ep1", "requests") == 2
+        assert await two.shared_in_flight("u1", "ep1", "requests") == 0
+        async with two.admit("u1", "ep1", "requests", 0):
+            assert two.in_flight("u1", "ep1", "requests") == 1
+    await one.aclose()
+    await two.aclose()
+
+
+async def test_redis_replicas_share_one_window(replica: Callable[..., RateLimits]) -> None:
+    a, b = replica(), replica()
+    assert a.shared and b.shared
+    await spend(a, 6, op="requests")
+    await spend(b, 4, op="requests")
+    for rl in (a, b):
+        exc = await refused(rl, op="requests")
+        assert "10 requests per 10 s for /requests" in exc.message
+        assert 1 <= exc.retry_after <= WINDOW_SECONDS
+    # Other identities have budgets of their own there too.
+    await spend(b, 10, op="requests", user="u2")
+    await spend(a, 10, op="requests", ep="ep2")
+    await spend(a, 1, op="run")
+
+
+async def test_redis_replicas_share_the_concurrency_slots(
+    replica: Callable[..., RateLimits],
+) -> None:
+    a, b = replica(), replica()
+    first = a.admit("u1", "ep1", "requests", 0)
+    second = b.admit("u1", "ep1", "requests", 0)
+    await first.__aenter__()
+    await second.__aenter__()
+    assert a.in_flight("u1", "ep1", "requests") == 1
+    assert await a.shared_in_flight("u1", "ep1", "requests") == 2
+    for rl in (a, b):
+        exc = await refused(rl, op="requests")
+        assert exc.retry_after == 1
+        assert "2 concurrent requests for /requests" in exc.message
+    await spend(b, 1, op="requests", user="u2")
+    # A slot given back on one replica is free on the other.
+    await first.__aexit__(None, None, None)
+    assert await b.shared_in_flight("u1", "ep1", "requests") == 1
+    await spend(b, 1, op="requests")
+    await second.__aexit__(None, None, None)
+    assert await a.shared_in_flight("u1", "ep1", "requests") == 0
+    # The refused ones cost nothing: 2 held + 1 spent of 10.
+    await spend(a, 7, op="requests")
+    await refused(b, op="requests")
+
+
+async def test_redis_slot_key_expires_and_is_renewed(
+    replica: Callable[..., RateLimits], redis_prefix: str
+) -> None:
+    rl = replica()
+    client = coredis.Redis.from_url(REDIS_URL)
+    try:
+        async with rl.admit("u1", "ep1", "requests", 0):
+            keys = list(await client.keys(f"{redis_prefix}:CONCURRENCY/*"))
+            assert len(keys) == 1
+            assert 0 < await client.ttl(keys[0]) <= SLOT_TTL_SECONDS
+        # Given back to zero, the key is gone rather than left at 0.
+        assert not await client.keys(f"{redis_prefix}:CONCURRENCY/*")
+    finally:
+        client.connection_pool.disconnect()
+
+
+async def test_redis_slots_free_when_requests_fail_or_are_cancelled(
+    replica: Callable[..., RateLimits],
+) -> None:
+    a, b = replica(), replica()
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            async with a.admit("u1", "ep1", "cancel", 0):
+                raise RuntimeError("handler failed")
+    entered = asyncio.Event()
+
+    async def hold() -> None:
+        async with a.admit("u1", "ep1", "cancel", 0):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(hold())
+    await entered.wait()
+    assert await b.shared_in_flight("u1", "ep1", "cancel") == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await b.shared_in_flight("u1", "ep1", "cancel") == 0
+
+
+async def test_redis_requests_cancelled_at_any_point_leak_no_slot(
+    replica: Callable[..., RateLimits],
+) -> None:
+    a, b = replica(), replica()
+
+    async def one() -> None:
+        async with a.admit("u1", "ep1", "cancel", 0):
+            await asyncio.sleep(0)
+
+    # Cancel after 0, 1, 2, ... loop turns: before, during and after each Redis command.
+    tasks = []
+    for turns in range(100):
+        task = asyncio.create_task(one())
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        tasks.append(task)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await a.aclose()  # waits for the slots still being given back
+    assert a.in_flight("u1", "ep1", "cancel") == 0
+    assert await b.shared_in_flight("u1", "ep1", "cancel") == 0
+
+
+async def test_redis_keeps_the_dynamic_limit_on_one_window(
+    replica: Callable[..., RateLimits],
+) -> None:
+    a, b = replica(per_worker=5), replica(per_worker=5)
+    await spend(a, 8, op="purge-queue", workers=3)
+    await spend(b, 7, op="purge-queue", workers=3)
+    assert "15 requests per 10 s" in (await refused(a, op="purge-queue", workers=3)).message
+    # Workers gone: the limit falls back to 2 and the 15 already spent still count.
+    await refused(b, op="purge-queue", workers=0)
+    # Back up to 4 workers (20): only 5 more fit, not a fresh 20.
+    await spend(b, 5, op="purge-queue", workers=4)
+    await refused(a, op="purge-queue", workers=4)
+
+
+async def test_redis_unreachable_admits_unlimited_and_warns_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rl = RateLimits(True, 50, storage=f"redis://127.0.0.1:{free_port()}/0")
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiff.services.ratelimits"):
+            await spend(rl, 12, op="requests")
+            async with rl.admit("u1", "ep1", "requests", 0):
+                assert rl.in_flight("u1", "ep1", "requests") == 1
+    finally:
+        await rl.aclose()
+    assert rl.in_flight("u1", "ep1", "requests") == 0
+    warnings = [r for r in caplog.records if "rate limits not enforced" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_a_silent_redis_times_out_and_is_left_alone_for_a_while(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(ratelimits, "REDIS_TIMEOUT_SECONDS", 0.2)
+    connections: list[asyncio.StreamWriter] = []
+
+    async def accept_and_say_nothing(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+
+    server = await asyncio.start_server(accept_and_say_nothing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    rl = RateLimits(True, 50, storage=f"redis://127.0.0.1:{port}/0")
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiff.services.ratelimits"):
+            started = asyncio.get_running_loop().time()
+            await spend(rl, 12, op="requests")
+            # One timeout for the first request; the next ones do not ask Redis again.
+            assert asyncio.get_running_loop().time() - started < 1.5
+        assert len(connections) == 1
+        assert "trying it again in" in caplog.text
+    finally:
+        await rl.aclose()
+        for writer in connections:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_disabled_limits_do_not_reach_redis() -> None:
+    rl = RateLimits(False, 50, storage=f"redis://127.0.0.1:{free_port()}/0")
+    await spend(rl, 20, op="requests")
+    await rl.aclose()
