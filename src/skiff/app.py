@@ -28,10 +28,14 @@ from skiff.api import workers as workers_api
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import json_response
 from skiff.clock import Clock, SystemClock
+from skiff.cluster.base import Cluster
+from skiff.cluster.local import LocalCluster
+from skiff.cluster.postgres import PostgresCluster
 from skiff.config import Settings
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
+from skiff.services.leadership import Leadership
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from skiff.store import open_store as store_for
 from skiff.store.base import Store
@@ -41,6 +45,16 @@ log = logging.getLogger(__name__)
 
 def open_store(settings: Settings) -> Store:
     return store_for(settings.database_url, settings.sqlite_path(), settings.database_schema)
+
+
+def open_cluster(settings: Settings) -> Cluster:
+    """Several replicas can share a PostgreSQL database; SQLite means this replica alone."""
+    url = settings.database_url or ""
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresCluster(
+            url, settings.database_schema, settings.peer_url(), max_wait=settings.wait_poll_seconds
+        )
+    return LocalCluster(settings.peer_url())
 
 
 def _build_v2(services: Services) -> FastAPI:
@@ -85,8 +99,24 @@ def create_app(
     start (the CLI prints it once)."""
     clock = clock or SystemClock()
     store = open_store(settings)
-    services = Services.build(settings, store, clock)
+    cluster = open_cluster(settings)
+    services = Services.build(settings, store, clock, cluster)
     ready = False
+
+    async def take_up_lead() -> None:
+        await services.fleet.sweep_dead(cluster.alive, same_host=isinstance(cluster, LocalCluster))
+
+    leadership = Leadership(
+        cluster,
+        {
+            "scaler": services.scaler.run,
+            "reaper": services.reaper.run,
+            "webhooks": services.webhooks.run,
+        },
+        on_gain=take_up_lead,
+        on_loss=services.fleet.abandon,
+        interval=settings.leader_check_seconds,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -104,28 +134,35 @@ def create_app(
                 log_backups=settings.log_backups,
             )
         )
-        await services.fleet.sweep_leftovers(await services.workers.load())
-        loops = [
-            asyncio.create_task(services.scaler.run(), name="scaler"),
-            asyncio.create_task(services.reaper.run(), name="reaper"),
-            asyncio.create_task(services.webhooks.run(), name="webhooks"),
-        ]
+        await cluster.start(services.wakeups.deliver_all, leadership.lost)
+        services.wakeups.publish = cluster.publish
+        services.wakeups.max_wait = cluster.max_wait
+        # The first campaign runs before the server answers, so a lone replica serves with its
+        # loops already running (and an earlier run's workers already swept).
+        await leadership.step()
+        leading = asyncio.create_task(leadership.run(), name="leadership")
         ready = True
         try:
             yield
         finally:
             ready = False
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await leadership.stop()
+            leading.cancel()
+            await asyncio.gather(leading, return_exceptions=True)
             await services.webhooks.aclose()
+            await services.rate_limits.aclose()
+            await services.peer_logs.aclose()
             await services.fleet.shutdown()
+            await cluster.close()
             await store.close()
 
     async def healthz(_request: Request) -> Response:
         if not ready:
             return json_response({"status": "starting"}, 503)
-        return json_response({"status": "ok"})
+        # Which replica answered, and whether it runs the scaler, reaper and webhook sender.
+        return json_response(
+            {"status": "ok", "replica": cluster.replica_id, "leader": leadership.running_loops}
+        )
 
     async def metrics(_request: Request) -> Response:
         """Prometheus metrics in the text exposition format.

@@ -57,6 +57,17 @@ class Settings(BaseSettings):
     #: max(its base limit, running workers x this).
     rate_requests_per_worker: int = Field(default=50, ge=0)
     #: A worker's log file is rotated when it would pass this many bytes.
+    #: Where the rate-limit budgets live: ``memory://`` (this process; several replicas each
+    #: keep their own) or a ``redis://host:port`` shared by every replica.
+    rate_limit_storage: str = "memory://"
+    #: How other replicas reach this one (they proxy worker-log reads to the replica that ran
+    #: the worker); derived like ``public_url`` when unset.
+    replica_url: str | None = None
+    #: With several replicas, every wait (long-polls, /runsync, streams) re-checks the database
+    #: at least this often, in case a wake-up from another replica was missed.
+    wait_poll_seconds: float = Field(default=2.0, gt=0, le=60)
+    #: How often a replica that is not the leader tries to take the leader lock.
+    leader_check_seconds: float = Field(default=1.0, gt=0, le=60)
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)
@@ -69,6 +80,13 @@ class Settings(BaseSettings):
     def base_url(self) -> str:
         if self.public_url:
             return self.public_url.rstrip("/")
+        return self.own_url()
+
+    def peer_url(self) -> str:
+        """How other replicas reach this one."""
+        return (self.replica_url or self.own_url()).rstrip("/")
+
+    def own_url(self) -> str:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         if ":" in host:
             host = f"[{host}]"

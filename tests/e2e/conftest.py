@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from harness import Server, running
 
+from pgtest import fresh_schema_sync
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -25,3 +27,11 @@ def runpod_client(server: Server) -> Any:
     runpod.api_key = server.key
     runpod.endpoint_url_base = f"{server.url}/v2"
     return runpod
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    """A fresh schema of the test PostgreSQL (the test skips, saying how to enable it, when
+    there is none)."""
+    with fresh_schema_sync() as name:
+        yield name

@@ -3,39 +3,17 @@ state in a fresh schema of the local PostgreSQL (skipped when none is reachable)
 
 from __future__ import annotations
 
-import asyncio
-import os
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 from harness import Server, running
 
+from pgtest import PG_DSN
+
 pytestmark = pytest.mark.e2e
 
-DSN = os.environ.get("SKIFF_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-async def _execute(sql: str) -> None:
-    conn = await asyncpg.connect(DSN, timeout=3)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-@pytest.fixture
-def schema() -> Iterator[str]:
-    name = f"t_{secrets.token_hex(6)}"
-    try:
-        asyncio.run(_execute("SELECT 1"))
-    except (OSError, asyncpg.PostgresError) as exc:
-        pytest.skip(f"PostgreSQL not reachable ({exc}); start it or set SKIFF_TEST_DATABASE_URL")
-    yield name
-    asyncio.run(_execute(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+DSN = PG_DSN
 
 
 def _settings(schema: str) -> dict[str, str | None]:

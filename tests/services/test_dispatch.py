@@ -60,7 +60,7 @@ async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: R
     job_id = await rig.submit()
     taken = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
     assert [j.id for j in taken] == [job_id]
-    worker = rig.workers.get("w1")
+    worker = await rig.workers.get("w1")
     assert worker is not None and worker.state is WorkerState.RUNNING
     assert worker.kind is WorkerKind.EXTERNAL
     assert await rig.status(job_id) is JobStatus.IN_PROGRESS
@@ -85,11 +85,12 @@ async def test_a_stopped_job_keeps_its_worker_busy_until_it_lets_go(rig: Rig) ->
     cancelled = await rig.jobs.cancel(rig.endpoint, job_id)
     assert cancelled.status is JobStatus.CANCELLED
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.1, connected) == [job_id]
-    worker = rig.workers.get("w1")
+    worker = await rig.workers.get("w1")
     assert worker is not None and worker.state is WorkerState.RUNNING
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.05, connected) == []
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, holds_jobs=False)
-    assert worker.state is WorkerState.IDLE
+    after = await rig.workers.get("w1")
+    assert after is not None and after.state is WorkerState.IDLE
     assert await rig.status(job_id) is JobStatus.CANCELLED
 
 
@@ -126,7 +127,7 @@ async def test_a_silent_external_worker_is_forgotten_and_its_job_requeued(rig: R
     rig.clock.advance(31)
     forgotten = await rig.dispatch.forget_silent_workers(60)
     assert [w.id for w in forgotten] == ["w1"]
-    assert rig.workers.get("w1") is None
+    assert await rig.workers.get("w1") is None
     assert await rig.status(job_id) is JobStatus.IN_QUEUE
 
 

@@ -210,7 +210,7 @@ async def test_a_lost_workers_job_out_of_attempts_counts_as_failed(rig: Rig) -> 
     job = await rig.submit(rig.ep1)
     for worker_id in ("w1", "w2"):
         assert await rig.take(rig.ep1, worker_id) == [job]
-        worker = rig.workers.get(worker_id)
+        worker = await rig.workers.get(worker_id)
         assert worker is not None
         await rig.dispatch.worker_lost(worker, "gone")
 

@@ -5,8 +5,6 @@ reachable). Tests of one backend's own durability and migrations follow at the e
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -16,6 +14,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from pgtest import PG_DSN, fresh_schema, pg_admin, schema_name
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.templates import Template
@@ -83,30 +82,10 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "skiff.db"
 
 
-PG_DSN = os.environ.get("SKIFF_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
-PG_UNREACHABLE = (
-    "PostgreSQL not reachable at 127.0.0.1:5432; start it (see README)"
-    " or set SKIFF_TEST_DATABASE_URL"
-)
-
-
-async def _pg_admin() -> Any:
-    try:
-        return await asyncpg.connect(PG_DSN, timeout=5)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        pytest.skip(PG_UNREACHABLE)
-
-
 @pytest.fixture
 async def pg_schema() -> AsyncIterator[str]:
-    """A fresh schema name in the test database, dropped (with everything in it) afterwards."""
-    admin = await _pg_admin()
-    name = f"t_{secrets.token_hex(8)}"
-    try:
+    async with fresh_schema() as name:
         yield name
-    finally:
-        await admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        await admin.close()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -118,8 +97,8 @@ async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
         yield s
         await s.close()
         return
-    admin = await _pg_admin()
-    name = f"t_{secrets.token_hex(8)}"
+    admin = await pg_admin()
+    name = schema_name()
     try:
         s = PostgresStore(PG_DSN, schema=name)
         await s.open()
@@ -834,7 +813,12 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         names = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     conn.close()
-    assert names == ["0001_init.sql", "0002_lifetimes_webhooks.sql", "0003_worker_gpus.sql"]
+    assert names == [
+        "0001_init.sql",
+        "0002_lifetimes_webhooks.sql",
+        "0003_worker_gpus.sql",
+        "0004_replicas.sql",
+    ]
     assert {
         "jobs",
         "endpoints",
@@ -901,7 +885,7 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
         }
     finally:
         await conn.close()
-    assert names == ["0001_init.sql"]
+    assert names == ["0001_init.sql", "0002_replicas.sql"]
     assert {
         "jobs",
         "endpoints",
@@ -1022,3 +1006,111 @@ async def test_final_job_with_webhook_stores_a_delivery_sent_with_the_owners_sec
         T0 + 10,
     )
     assert await store.due_webhook_deliveries(T0 + 100, 10) == []
+
+
+# -- workers shared by several replicas ------------------------------------------------------
+
+
+async def test_add_worker_keeps_a_record_that_is_already_there(store: Store) -> None:
+    local = replace(make_worker("w-1"), owner="replica-a")
+    await store.save_worker(local)
+    stranger = replace(make_worker("w-1"), kind=WorkerKind.EXTERNAL, pid=None, owner=None)
+    assert await store.add_worker(stranger) == local
+    added = await store.add_worker(make_worker("w-2"))
+    assert added == make_worker("w-2")
+
+
+async def test_update_worker_sets_only_the_fields_given(store: Store) -> None:
+    await store.save_worker(replace(make_worker("w-1"), owner="replica-a"))
+    updated = await store.update_worker("w-1", {"state": WorkerState.STOPPING, "recycle": True})
+    assert updated is not None
+    assert updated.state is WorkerState.STOPPING and updated.recycle is True
+    assert updated.pid == 1234 and updated.gpu == "GPU-0" and updated.owner == "replica-a"
+    assert await store.update_worker("w-gone", {"pid": 1}) is None
+    with pytest.raises(ValueError, match="not worker fields"):
+        await store.update_worker("w-1", {"endpoint_id": "elsewhere"})
+
+
+async def test_touch_worker_notes_the_call_and_a_starting_worker_becomes_idle(
+    store: Store,
+) -> None:
+    await store.save_worker(replace(make_worker("w-1"), state=WorkerState.INITIALIZING))
+    touched = await store.touch_worker("w-1", T0 + 5)
+    assert touched is not None
+    assert touched.state is WorkerState.IDLE
+    assert touched.last_seen == T0 + 5 and touched.idle_since == T0 + 5
+    await store.update_worker("w-1", {"state": WorkerState.STOPPING})
+    again = await store.touch_worker("w-1", T0 + 6)
+    assert again is not None and again.state is WorkerState.STOPPING
+    assert await store.touch_worker("w-gone", T0) is None
+
+
+async def test_claiming_makes_the_worker_running_and_letting_go_makes_it_idle(
+    store: Store,
+) -> None:
+    await store.save_worker(make_worker("w-1"))
+    await claim_one(store, "j-1", "w-1")
+    running = await store.get_worker("w-1")
+    assert running is not None
+    assert running.state is WorkerState.RUNNING and running.idle_since is None
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 2)
+    await store.release_holds("w-1", ["j-1"], T0 + 2)
+    idle = await store.get_worker("w-1")
+    assert idle is not None
+    assert idle.state is WorkerState.IDLE and idle.idle_since == T0 + 2
+
+
+async def test_a_worker_still_holding_a_job_stays_running_after_letting_go_of_another(
+    store: Store,
+) -> None:
+    await store.save_worker(make_worker("w-1"))
+    for job_id in ("j-1", "j-2"):
+        await store.insert_job(make_job(job_id))
+    assert len(await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)) == 2
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 2)
+    await store.release_holds("w-1", ["j-1"], T0 + 2)
+    worker = await store.get_worker("w-1")
+    assert worker is not None and worker.state is WorkerState.RUNNING
+
+
+async def test_a_stopping_or_recycled_worker_claims_nothing(store: Store) -> None:
+    await store.insert_job(make_job("j-1"))
+    await store.save_worker(replace(make_worker("w-stop"), state=WorkerState.STOPPING))
+    await store.save_worker(replace(make_worker("w-old"), recycle=True))
+    assert await store.claim_jobs(EP, "w-stop", 1, now=T0, lease_until=T0 + 60) == []
+    assert await store.claim_jobs(EP, "w-old", 1, now=T0, lease_until=T0 + 60) == []
+    claimed = await store.claim_jobs(EP, "w-unrecorded", 1, now=T0, lease_until=T0 + 60)
+    assert [j.id for j in claimed] == ["j-1"]
+
+
+async def test_a_stop_signal_is_held_until_the_worker_lets_go(store: Store) -> None:
+    await store.save_worker(make_worker("w-1"))
+    await claim_one(store, "j-1", "w-1")
+    await store.cancel_job(EP, "j-1", T0 + 3)
+    assert await store.jobs_of_worker("w-1") == ["j-1"]
+    assert await store.take_stop_signals("w-1") == ["j-1"]
+    assert await store.take_stop_signals("w-1") == []
+    # Told at T0 + 3 and still holding it: overdue for any grace that ended after that.
+    assert await store.overdue_stop_workers(T0 + 2) == []
+    assert await store.overdue_stop_workers(T0 + 3) == ["w-1"]
+    await store.release_holds("w-1", None, T0 + 4)
+    assert await store.jobs_of_worker("w-1") == []
+    assert await store.overdue_stop_workers(T0 + 100) == []
+
+
+async def test_deleting_a_worker_forgets_its_stop_signals(store: Store) -> None:
+    await claim_one(store, "j-1", "w-1")
+    await store.cancel_job(EP, "j-1", T0 + 3)
+    await store.delete_worker("w-1")
+    assert await store.overdue_stop_workers(T0 + 100) == []
+    assert await store.take_stop_signals("w-1") == []
+
+
+async def test_an_endpoints_worker_failure_is_recorded_and_cleared(store: Store) -> None:
+    await store.create_endpoint(make_endpoint())
+    assert await store.worker_failure(EP) is None
+    await store.set_worker_failure(EP, '{"error": "boom"}')
+    assert await store.worker_failure(EP) == '{"error": "boom"}'
+    await store.set_worker_failure(EP, None)
+    assert await store.worker_failure(EP) is None
+    assert await store.worker_failure("ep-gone") is None

@@ -14,6 +14,6 @@ async def admitted(services: Services, request: Request, operation: str) -> Asyn
     """The caller's endpoint, inside its rate limits for this operation (429 beyond)."""
     user = await services.auth.authenticate(request.headers.get("authorization"))
     endpoint = await services.endpoints.get(user, request.path_params["endpoint_id"])
-    running = sum(1 for w in services.workers.of_endpoint(endpoint.id) if w.is_live)
+    running = await services.workers.live_count(endpoint.id)
     async with services.rate_limits.admit(user.id, endpoint.id, operation, running):
         yield endpoint

@@ -24,6 +24,7 @@ from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.errors import Invalid, NotFound
 from skiff.services.hub import Services
 from skiff.services.logs import LogFollower, WorkerLogs
+from skiff.services.peer_logs import LOCAL_HEADER
 from skiff.store.base import User
 
 
@@ -38,6 +39,9 @@ class WorkerOut(BaseModel):
     gpuIds: str | None = Field(default=None, description="Its CUDA_VISIBLE_DEVICES, e.g. 0,1")
     pid: int | None = None
     jobs: list[str] = Field(default_factory=list, description="ids of the jobs it holds")
+    replica: str | None = Field(
+        default=None, description="The replica that started it and holds its log (local ones)"
+    )
 
 
 class WebhookSecretOut(BaseModel):
@@ -232,7 +236,7 @@ def build(services: Services) -> FastAPI:
         )
         if include_template:
             out.template = await services.templates.get(user, endpoint.spec.templateId)
-        failure = services.fleet.failures.get(endpoint.id)
+        failure = await services.fleet.failure(endpoint.id)
         if failure is not None:
             out.lastWorkerFailure = WorkerFailureOut(
                 error=failure.error,
@@ -242,7 +246,9 @@ def build(services: Services) -> FastAPI:
                 lastLogLines=failure.last_log_lines,
             )
         if include_workers:
-            out.workers = [WorkerOut(**w) for w in services.endpoints.workers_view(endpoint.id)]
+            out.workers = [
+                WorkerOut(**w) for w in await services.endpoints.workers_view(endpoint.id)
+            ]
         return out
 
     IncludeTemplate = Annotated[bool, Query(alias="includeTemplate")]
@@ -328,6 +334,7 @@ def build(services: Services) -> FastAPI:
         },
     )
     async def endpoint_logs(
+        request: Request,
         endpoint_id: str,
         user: UserDep,
         worker: Annotated[
@@ -355,7 +362,9 @@ def build(services: Services) -> FastAPI:
     ) -> Response:
         """The output (stdout and stderr) of the endpoint's local workers, merged by time, or of
         one worker. Each worker's log is kept on disk, capped at `SKIFF_LOG_MAX_BYTES` per file
-        with `SKIFF_LOG_BACKUPS` rotated files, and removed with the endpoint."""
+        with `SKIFF_LOG_BACKUPS` rotated files, and removed with the endpoint. With several
+        replicas, any of them answers with every replica's lines; a followed log comes from the
+        leader, which runs the workers."""
         await services.endpoints.get(user, endpoint_id)
         try:
             since_ts = parse_time(since) if since is not None else None
@@ -363,11 +372,35 @@ def build(services: Services) -> FastAPI:
             raise Invalid(
                 "since: expected an ISO-8601 time or epoch seconds", field="since"
             ) from None
-        if worker is not None and not worker_logs.has_log(endpoint_id, worker):
-            raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
+        local_only = request.headers.get(LOCAL_HEADER) == "1"
+        auth = request.headers.get("authorization")
+        path = f"/v1/endpoints/{endpoint_id}/logs"
+        params = dict(request.query_params)
+        if follow and not local_only:
+            leader = await services.peer_logs.leader_url()
+            if leader is not None:
+                return StreamingResponse(
+                    services.peer_logs.relay(leader, path, params, auth),
+                    media_type="application/x-ndjson",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
+        here = worker is None or worker_logs.has_log(endpoint_id, worker)
         if not follow:
-            lines = await asyncio.to_thread(worker_logs.read, endpoint_id, worker, since_ts, tail)
-            return json_response({"lines": [_log_line(line) for line in lines]})
+            lines = (
+                await asyncio.to_thread(worker_logs.read, endpoint_id, worker, since_ts, tail)
+                if here
+                else []
+            )
+            found = [_log_line(line) for line in lines]
+            extra = [] if local_only else await services.peer_logs.lines(path, params, auth)
+            if extra:
+                found = sorted(found + extra, key=lambda line: str(line.get("time") or ""))
+                found = found[-tail:]
+            if worker is not None and not here and not found:
+                raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
+            return json_response({"lines": found})
+        if not here:
+            raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
         follower = await asyncio.to_thread(worker_logs.follow, endpoint_id, worker)
         return StreamingResponse(
             follow_logs(follower, endpoint_id, since_ts, tail),

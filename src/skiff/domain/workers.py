@@ -45,6 +45,8 @@ class Worker:
     gpu_ids: str | None = None
     #: The handler asked for a fresh worker (``refresh_worker``): stop it after its job.
     recycle: bool = False
+    #: The replica that started it (local workers): only that replica has its process.
+    owner: str | None = None
 
     @property
     def takes_work(self) -> bool:

@@ -15,9 +15,9 @@ from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
 from skiff.domain.streams import split_chunk
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.domain.workers import Worker, WorkerKind
 from skiff.services.metrics import Metrics
-from skiff.services.wakeups import Wakeups, wait
+from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -74,18 +74,24 @@ class Dispatch:
         holds_jobs: bool | None,
     ) -> list[Job]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if holds_jobs is False and self._workers.held(worker.id):
+        if holds_jobs is False and await self._workers.held(worker.id):
             await self._let_go(worker)
         if not worker.takes_work:
             await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
+        woken = False
         while True:
             with self._wakeups.listen(f"ep:{endpoint.id}") as event:
-                # A worker told to stop while it waited must not take a job it cannot finish.
-                if not worker.takes_work:
-                    return []
+                if woken:
+                    # Told to stop while it waited (perhaps by another replica): it must not
+                    # take a job it cannot finish. The claim itself refuses a stopping worker;
+                    # this only ends the poll sooner.
+                    current = await self._workers.get(worker.id)
+                    if current is None or not current.takes_work:
+                        return []
+                    worker = current
                 if not await still_connected():
                     return []
                 now = self._clock.now()
@@ -93,14 +99,13 @@ class Dispatch:
                     endpoint.id, worker.id, limit, now, now + self._lease_seconds
                 )
                 if jobs:
-                    await self._workers.jobs_taken(worker, [j.id for j in jobs])
+                    self._workers.jobs_taken(worker)
                     return jobs
-                if not self._workers.held(worker.id) and worker.state is WorkerState.RUNNING:
-                    await self._workers.set_state(worker, WorkerState.IDLE)
                 remaining = deadline - loop.time()
                 if remaining <= 0 or self._wakeups.closing:
                     return []
-                await wait(event, remaining)
+                await self._wakeups.wait(event, remaining)
+                woken = True
 
     async def done(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
         result = parse_worker_result(body)
@@ -146,17 +151,15 @@ class Dispatch:
                 remaining = deadline - loop.time()
                 if remaining <= 0 or self._wakeups.closing:
                     return []
-                await wait(event, remaining)
+                await self._wakeups.wait(event, remaining)
 
     async def ping(self, endpoint: Endpoint, worker_id: str, job_ids: list[str]) -> None:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        held = self._workers.held(worker.id)
-        # Only what the worker says it holds: a job it never got (a lost take reply) must
-        # let its lease lapse so the job goes back to the queue.
-        renew = [j for j in job_ids if j in held]
-        if renew:
+        # Only what the worker says it holds (and the store says is its own): a job it never
+        # got (a lost take reply) must let its lease lapse so the job goes back to the queue.
+        if job_ids:
             await self._store.renew_leases(
-                worker.id, renew, self._clock.now() + self._lease_seconds
+                worker.id, job_ids, self._clock.now() + self._lease_seconds
             )
 
     async def _let_go(self, worker: Worker) -> None:
@@ -167,12 +170,12 @@ class Dispatch:
             "the worker dropped this job without reporting a result",
         )
         self._announce(released)
-        await self._workers.jobs_released(worker, list(self._workers.held(worker.id)))
+        await self._workers.jobs_released(worker, None)
 
     def request_stop(self, worker_id: str, job_id: str) -> None:
         """A job this worker holds was cancelled, timed out or expired: wake its job-stop
-        long-poll (the signal itself is already stored) and start the let-go grace."""
-        self._workers.note_stop(worker_id, job_id)
+        long-poll. The signal itself is already stored, with its time: the let-go grace
+        counts from there."""
         self._wakeups.notify(f"stop:{worker_id}")
 
     def wake_pollers(self, endpoint_id: str) -> None:
@@ -195,11 +198,6 @@ class Dispatch:
             self._max_attempts,
             "the worker holding this job stopped answering (lease expired)",
         )
-        ids = {job.id for job in released}
-        for worker in self._workers.all():
-            lapsed = self._workers.held(worker.id) & ids
-            if lapsed:
-                await self._workers.jobs_released(worker, list(lapsed))
         self._announce(released)
         return released
 
@@ -209,7 +207,7 @@ class Dispatch:
         now = self._clock.now()
         silent = [
             w
-            for w in self._workers.all()
+            for w in await self._workers.all()
             if w.kind is WorkerKind.EXTERNAL and now - (w.last_seen or w.started_at) > silence
         ]
         for worker in silent:

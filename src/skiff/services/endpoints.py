@@ -83,15 +83,17 @@ class Endpoints:
     async def delete(self, user: User, endpoint_id: str) -> None:
         """Stops its workers, then removes its configuration, jobs and logs."""
         await self.get(user, endpoint_id)
-        worker_ids = [w.id for w in self._workers.of_endpoint(endpoint_id)]
-        # The row goes first so the scaler starts nothing more for it.
+        workers = await self._workers.of_endpoint(endpoint_id)
+        # The row goes first so the scaler starts nothing more for it (its workers' records go
+        # with it: a replica running one of them stops it when it next reconciles).
         await self._store.delete_endpoint(endpoint_id)
-        await self._fleet.remove_endpoint_workers(endpoint_id)
-        self._fleet.remove_files(endpoint_id, worker_ids)
-        # Wake anything waiting on this endpoint so it notices it is gone.
+        await self._fleet.remove_endpoint_workers(endpoint_id, workers)
+        self._fleet.remove_files(endpoint_id, [w.id for w in workers])
+        # Wake anything waiting on this endpoint so it notices it is gone, and the leader.
         self._wakeups.notify(f"ep:{endpoint_id}")
+        self._wakeups.notify("scaler")
 
-    def workers_view(self, endpoint_id: str) -> list[dict[str, Any]]:
+    async def workers_view(self, endpoint_id: str) -> list[dict[str, Any]]:
         return [
             {
                 "id": w.id,
@@ -103,7 +105,8 @@ class Endpoints:
                 "gpu": w.gpu,
                 "gpuIds": w.gpu_ids,
                 "pid": w.pid,
-                "jobs": sorted(self._workers.held(w.id)),
+                "replica": w.owner,
+                "jobs": sorted(await self._workers.held(w.id)),
             }
-            for w in self._workers.of_endpoint(endpoint_id)
+            for w in await self._workers.of_endpoint(endpoint_id)
         ]

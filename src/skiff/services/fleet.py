@@ -1,14 +1,23 @@
-"""Starting and stopping this server's own workers, and what happens when one ends."""
+"""Starting and stopping this replica's own workers, and what happens when one ends.
+
+Only the leader replica runs the scaler, so only it starts local workers; each is recorded with
+its owner (this replica's id). A worker owned by a replica that died is cleaned up by whichever
+replica leads next (``sweep_dead``): its process died with its replica.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import orjson
 
 from skiff.clock import Clock
 from skiff.config import Settings
@@ -40,6 +49,13 @@ class WorkerFailure:
     next_start_at: float
     last_log_lines: list[str]
 
+    def to_json(self) -> str:
+        return orjson.dumps(dataclasses.asdict(self)).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerFailure:
+        return cls(**orjson.loads(text))
+
 
 class Fleet:
     def __init__(
@@ -62,8 +78,11 @@ class Fleet:
         # endpoint id -> (consecutive failed starts, not before)
         self._backoff: dict[str, tuple[int, float]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
-        #: The latest failed start of each endpoint, shown in its status.
-        self.failures: dict[str, WorkerFailure] = {}
+        #: Endpoints whose recorded failure this replica has cleared since it began leading.
+        self._cleared: set[str] = set()
+        #: worker id -> endpoint id of every process this replica started.
+        self._launched: dict[str, str] = {}
+        self._reaping: set[str] = set()
         self._gpus = gpus
         self._logs = WorkerLogs(settings.data_dir)
 
@@ -136,7 +155,9 @@ class Fleet:
     async def retry_pending(self, endpoint: Endpoint) -> None:
         """Give throttled workers a GPU that freed up, and replace unhealthy ones once their
         back-off has passed."""
-        for worker in self._workers.of_endpoint(endpoint.id):
+        for worker in await self._workers.of_endpoint(endpoint.id):
+            if worker.kind is not WorkerKind.LOCAL or worker.owner != self._workers.replica_id:
+                continue
             backed_off = not self.may_start(endpoint.id)
             if (
                 worker.state is WorkerState.THROTTLED
@@ -154,7 +175,7 @@ class Fleet:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
         if not argv:
-            self._fail(
+            await self._fail(
                 endpoint.id,
                 f"template {endpoint.spec.templateId} not found"
                 if template is None
@@ -180,43 +201,57 @@ class Fleet:
             log_path=self.log_path(endpoint.id, worker.id),
             home=self.home(worker.id),
         )
+        # Recorded as starting before the process exists: once it runs it may call any
+        # replica, which then only moves it on from there.
         worker.started_at = self._clock.now()
         worker.state = WorkerState.INITIALIZING
+        await self._workers.add(worker)
         try:
-            worker.pid = await self._provider().start(launch)
+            self._launched[worker.id] = endpoint.id
+            pid = await self._provider().start(launch)
         except OSError as exc:
             self._gpus.release(worker.id)
             await self._workers.remove(worker.id)
-            self._fail(endpoint.id, f"the worker command could not start: {exc}")
+            await self._fail(endpoint.id, f"the worker command could not start: {exc}")
             return None
-        await self._workers.save(worker)
+        await self._workers.update(worker, pid=pid)
         return worker
 
     def stop_worker(self, worker: Worker) -> None:
         """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
         without a process (throttled, unhealthy) is simply dropped."""
-        if worker.state is WorkerState.STOPPING:
+        if worker.state is WorkerState.STOPPING or worker.id in self._reaping:
             return
         pending = worker.is_pending
         worker.state = WorkerState.STOPPING
-        self._dispatch.wake_pollers(worker.endpoint_id)
+        # Until its record says so, a later pass reading the store must not stop it again.
+        self._reaping.add(worker.id)
         task = asyncio.create_task(
             self._workers.remove(worker.id) if pending else self._stop(worker)
         )
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
+        task.add_done_callback(lambda _task: self._reaping.discard(worker.id))
 
     async def _stop(self, worker: Worker) -> None:
-        await self._workers.save(worker)
-        if worker.kind is WorkerKind.LOCAL:
-            await self._provider().stop(worker.id, self._settings.worker_stop_grace_seconds)
-        else:
+        # Recorded first: the claim refuses a stopping worker whichever replica it polls.
+        await self._workers.set_state(worker, WorkerState.STOPPING)
+        self._dispatch.wake_pollers(worker.endpoint_id)
+        if worker.kind is WorkerKind.EXTERNAL:
             await self._dispatch.worker_lost(worker, "the worker was stopped")
+        elif self._owns(worker):
+            await self._provider().stop(worker.id, self._settings.worker_stop_grace_seconds)
+        # A local worker of another replica: that replica stops it (it is stopping all of its
+        # workers, having lost the lead), or, if it died, the leader's sweep forgets it.
+
+    def _owns(self, worker: Worker) -> bool:
+        return worker.kind is WorkerKind.LOCAL and worker.owner == self._workers.replica_id
 
     async def on_exit(self, worker_id: str, code: int) -> None:
         # Its GPUs are free only now that its process is gone.
         self._gpus.release(worker_id)
-        worker = self._workers.get(worker_id)
+        self._launched.pop(worker_id, None)
+        worker = await self._workers.get(worker_id)
         if worker is None:
             return
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
@@ -227,7 +262,7 @@ class Fleet:
         if expected:
             return
         if quick and await self._store.get_endpoint(worker.endpoint_id) is not None:
-            self._fail(
+            await self._fail(
                 worker.endpoint_id,
                 f"worker {worker_id} exited with code {code} right after it started",
                 worker_id,
@@ -241,20 +276,28 @@ class Fleet:
         else:
             self._backoff.pop(worker.endpoint_id, None)
 
-    def healthy(self, endpoint_id: str) -> None:
+    async def healthy(self, endpoint_id: str) -> None:
         """A worker of the endpoint came up: forget its failed starts."""
         self._backoff.pop(endpoint_id, None)
-        self.failures.pop(endpoint_id, None)
+        if endpoint_id not in self._cleared:
+            await self._store.set_worker_failure(endpoint_id, None)
+            self._cleared.add(endpoint_id)
+
+    async def failure(self, endpoint_id: str) -> WorkerFailure | None:
+        """The endpoint's latest failed worker start, as recorded by whichever replica saw it."""
+        text = await self._store.worker_failure(endpoint_id)
+        return WorkerFailure.from_json(text) if text else None
 
     def may_start(self, endpoint_id: str) -> bool:
         failures = self._backoff.get(endpoint_id)
         return failures is None or self._clock.now() >= failures[1]
 
-    def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
+    async def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
         failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
         self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
-        self.failures[endpoint_id] = WorkerFailure(
+        self._cleared.discard(endpoint_id)
+        failure = WorkerFailure(
             error=error,
             failed_starts=failures,
             at=self._clock.now(),
@@ -263,6 +306,7 @@ class Fleet:
                 self._logs.last_lines(endpoint_id, worker_id, LOG_LINES_SHOWN) if worker_id else []
             ),
         )
+        await self._store.set_worker_failure(endpoint_id, failure.to_json())
         log.warning(
             "endpoint %s: %s (failed start %d; next try in %.0f s)",
             endpoint_id,
@@ -271,41 +315,87 @@ class Fleet:
             delay,
         )
 
-    async def sweep_leftovers(self, leftovers: list[Worker]) -> None:
-        """At start: workers recorded by an earlier run are gone or orphaned. End any process
-        still there and put their jobs back in the queue."""
-        for worker in leftovers:
-            if worker.kind is WorkerKind.LOCAL:
-                if worker.pid is not None:
-                    self._provider().kill_leftover(worker.id, worker.pid)
-                await self._dispatch.worker_lost(worker, "the server restarted")
+    async def sweep_dead(
+        self, alive: Callable[[set[str]], Awaitable[set[str]]], same_host: bool
+    ) -> list[Worker]:
+        """Local workers whose owner replica is gone (an earlier run of this server, or a
+        replica that died): their jobs go back to the queue and their records go. Their
+        processes died with their replica (the shim's parent-death signal); ``same_host``
+        (one machine, one replica) also ends any that survived, by pid."""
+        me = self._workers.replica_id
+        workers = [
+            w for w in await self._workers.all() if w.kind is WorkerKind.LOCAL and w.owner != me
+        ]
+        owners = {w.owner for w in workers if w.owner is not None}
+        live = await alive(owners) if owners else set()
+        dead = [w for w in workers if w.owner not in live]
+        for worker in dead:
+            if same_host and worker.pid is not None:
+                self._provider().kill_leftover(worker.id, worker.pid)
+            await self._dispatch.worker_lost(worker, "the replica that ran the worker is gone")
+        return dead
 
-    async def remove_endpoint_workers(self, endpoint_id: str) -> None:
-        """Stop every worker of an endpoint and wait for them; used before deleting it."""
-        workers = self._workers.of_endpoint(endpoint_id)
-        for worker in workers:
-            worker.state = WorkerState.STOPPING
-        await asyncio.gather(
-            *(
-                self._provider().stop(w.id, self._settings.worker_stop_grace_seconds)
-                for w in workers
-                if w.kind is WorkerKind.LOCAL
+    async def reap_orphans(self) -> None:
+        """Stop this replica's processes whose record says they should not run: the endpoint
+        was deleted, or the worker was told to stop, through another replica."""
+        if self.provider is None:
+            return
+        for worker_id in self.provider.running():
+            if worker_id in self._reaping:
+                continue
+            record = await self._workers.get(worker_id)
+            if record is not None and record.state is not WorkerState.STOPPING:
+                continue
+            self._reaping.add(worker_id)
+            task = asyncio.create_task(self._reap(worker_id, record is None))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    async def _reap(self, worker_id: str, forgotten: bool) -> None:
+        try:
+            await self._provider().stop(worker_id, self._settings.worker_stop_grace_seconds)
+            endpoint_id = self._launched.get(worker_id)
+            gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
+            if forgotten and gone and endpoint_id is not None:
+                self.remove_files(endpoint_id, [worker_id])
+        finally:
+            self._reaping.discard(worker_id)
+
+    async def remove_endpoint_workers(self, endpoint_id: str, workers: list[Worker]) -> None:
+        """Stop the workers of an endpoint being deleted. This replica's own are waited for;
+        another replica's are forgotten here and stopped by their owner (``reap_orphans``)."""
+        own = [w for w in workers if self._owns(w)]
+        # Stopped here, so the scaler's orphan sweep must leave them alone meanwhile.
+        self._reaping.update(w.id for w in own)
+        try:
+            for worker in own:
+                await self._workers.set_state(worker, WorkerState.STOPPING)
+            await asyncio.gather(
+                *(
+                    self._provider().stop(w.id, self._settings.worker_stop_grace_seconds)
+                    for w in own
+                )
             )
-        )
+        finally:
+            self._reaping.difference_update(w.id for w in own)
         for worker in workers:
             await self._workers.remove(worker.id)
         self._backoff.pop(endpoint_id, None)
-        self.failures.pop(endpoint_id, None)
 
     def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
         for worker_id in worker_ids:
             shutil.rmtree(self.home(worker_id).parent, ignore_errors=True)
 
+    async def abandon(self) -> None:
+        """This replica stopped leading: end its workers (their jobs go back to the queue)
+        so that the next leader alone decides how many run."""
+        if self.provider is not None:
+            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+        self._backoff.clear()
+        self._cleared.clear()
+
     async def shutdown(self) -> None:
-        for worker in self._workers.all():
-            if worker.kind is WorkerKind.LOCAL:
-                worker.state = WorkerState.STOPPING
         if self.provider is not None:
             await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
         if self._stopping:

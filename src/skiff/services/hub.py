@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from skiff.clock import Clock
+from skiff.cluster.base import Cluster
+from skiff.cluster.local import LocalCluster
 from skiff.config import Settings
 from skiff.providers.gpus import inventory
 from skiff.services.auth import Auth
@@ -14,6 +16,7 @@ from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
+from skiff.services.peer_logs import PeerLogs
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -45,12 +48,18 @@ class Services:
     webhooks: WebhookSender
     rate_limits: RateLimits
     metrics: Metrics
+    cluster: Cluster
+    peer_logs: PeerLogs
 
     @classmethod
-    def build(cls, settings: Settings, store: Store, clock: Clock) -> Services:
+    def build(
+        cls, settings: Settings, store: Store, clock: Clock, cluster: Cluster | None = None
+    ) -> Services:
+        """``cluster`` joins this replica to the others on the database (alone by default)."""
+        cluster = cluster or LocalCluster(settings.peer_url())
         wakeups = Wakeups()
         auth = Auth(store, clock, settings.key_cache_seconds)
-        workers = Workers(store, clock)
+        workers = Workers(store, clock, cluster.replica_id)
         dispatch = Dispatch(
             store, clock, wakeups, workers, settings.lease_seconds, settings.max_attempts
         )
@@ -96,8 +105,14 @@ class Services:
                 worker_silence=settings.worker_silence_seconds,
                 stop_grace=settings.stop_grace_seconds,
             ),
-            rate_limits=RateLimits(settings.rate_limits, settings.rate_requests_per_worker),
+            rate_limits=RateLimits(
+                settings.rate_limits,
+                settings.rate_requests_per_worker,
+                storage=settings.rate_limit_storage,
+            ),
             metrics=metrics,
+            cluster=cluster,
+            peer_logs=PeerLogs(cluster),
             webhooks=WebhookSender(
                 store,
                 clock,

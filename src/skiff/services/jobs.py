@@ -15,7 +15,7 @@ from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request, r
 from skiff.domain.workers import WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.ids import job_id
-from skiff.services.wakeups import Wakeups, wait
+from skiff.services.wakeups import Wakeups
 from skiff.store.base import Store, StreamChunk
 
 
@@ -73,7 +73,7 @@ class Jobs:
                 remaining = deadline - loop.time()
                 if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
                     return job
-                await wait(event, remaining)
+                await self._wakeups.wait(event, remaining)
 
     async def follow_stream(self, endpoint: Endpoint, job_id: str) -> AsyncIterator[StreamRead]:
         """Every new batch of chunks as it arrives, ending with the job's final state."""
@@ -86,7 +86,7 @@ class Jobs:
                 if read.job.status in FINAL_STATES or self._wakeups.closing:
                     yield read
                     return
-                await wait(event, 5.0)
+                await self._wakeups.wait(event, 5.0)
 
     async def get(self, endpoint: Endpoint, job_id: str) -> Job:
         """A job that exists and whose ttl and retention window have not passed."""

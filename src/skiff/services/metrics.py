@@ -229,11 +229,10 @@ class Metrics:
                 submitted = await self._oldest_queued_at(endpoint_id)
                 if submitted is not None:
                     oldest_age[endpoint_id] = max(0.0, now - submitted)
-        # The in-memory register, not the store: it is what dispatch and the scaler act on.
         workers: dict[str, dict[WorkerState, int]] = {
             endpoint_id: dict.fromkeys(WorkerState, 0) for endpoint_id in endpoints
         }
-        for worker in self._workers.all():
+        for worker in await self._workers.all():
             if worker.endpoint_id in workers:
                 workers[worker.endpoint_id][worker.state] += 1
         # From here to the end nothing awaits, so a concurrent scrape cannot swap the snapshot

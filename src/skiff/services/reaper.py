@@ -77,7 +77,7 @@ class Reaper:
                     self._dispatch.request_stop(job.worker_id, job.id)
             if len(expired) < EXPIRE_BATCH:
                 break
-        for worker in self._workers.overdue_stops(self._stop_grace):
+        for worker in await self._workers.overdue_stops(self._stop_grace):
             if worker.kind is WorkerKind.LOCAL:
                 log.warning(
                     "worker %s did not let go of a stopped job within %.0f s; ending it",

@@ -9,7 +9,7 @@ from skiff.domain.endpoints import Endpoint
 from skiff.domain.scaling import Limits, Load, decide
 from skiff.domain.workers import WorkerState
 from skiff.services.fleet import Fleet
-from skiff.services.wakeups import Wakeups, wait
+from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -42,9 +42,10 @@ class Scaler:
                     await self.reconcile_all()
                 except Exception:
                     log.exception("the reconcile pass failed; trying again")
-                await wait(event, self._interval)
+                await self._wakeups.wait(event, self._interval)
 
     async def reconcile_all(self) -> None:
+        await self._fleet.reap_orphans()
         for endpoint in await self._store.list_endpoints(None):
             await self.reconcile(endpoint)
 
@@ -52,9 +53,9 @@ class Scaler:
         counts = await self._store.job_counts(endpoint.id)
         spec = endpoint.spec
         now = self._clock.now()
-        workers = self._workers.of_endpoint(endpoint.id)
+        workers = await self._workers.of_endpoint(endpoint.id)
         if any(w.state in (WorkerState.IDLE, WorkerState.RUNNING) for w in workers):
-            self._fleet.healthy(endpoint.id)
+            await self._fleet.healthy(endpoint.id)
         oldest = counts.oldest_queued_at
         decision = decide(
             Limits(
@@ -73,8 +74,9 @@ class Scaler:
             workers,
             now,
         )
+        by_id = {w.id: w for w in workers}
         for worker_id in decision.stop:
-            worker = self._workers.get(worker_id)
+            worker = by_id.get(worker_id)
             if worker is not None:
                 self._fleet.stop_worker(worker)
         if await self._store.get_endpoint(endpoint.id) is None:

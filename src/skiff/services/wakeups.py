@@ -1,16 +1,18 @@
 """Waiting without spinning: long-polls and ``/runsync`` sleep on a key until someone notifies it.
 
 Keys: ``ep:<endpoint>`` (a job became available), ``job:<id>`` (a job changed: finished,
-streamed a chunk), ``stop:<worker>`` (a job-stop signal is waiting). Inside one process an
-``asyncio.Event`` per key is enough; a multi-replica deployment adds a notifier that carries
-the same keys between processes.
+streamed a chunk), ``stop:<worker>`` (a job-stop signal is waiting), ``scaler`` (the wanted
+number of workers may have changed). Inside one process an ``asyncio.Event`` per key is enough;
+with several replicas every key notified here is also published to the others (``publish``,
+PostgreSQL NOTIFY) and theirs arrive through ``deliver``. A wake-up lost on the way is covered
+by ``max_wait``: no wait sleeps longer before its caller checks the database again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class Wakeups:
@@ -19,6 +21,10 @@ class Wakeups:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set when the server is going down: every wait ends and no new one starts.
         self.closing = False
+        #: Carries notified keys to the other replicas; None with one replica.
+        self.publish: Callable[[str], None] | None = None
+        #: The longest one wait sleeps before its caller re-checks (None: no limit).
+        self.max_wait: float | None = None
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -54,9 +60,26 @@ class Wakeups:
                     self._events[key] = (event, current[1] - 1)
 
     def notify(self, key: str) -> None:
+        self.deliver(key)
+        if self.publish is not None:
+            self.publish(key)
+
+    def deliver(self, key: str) -> None:
+        """Wake this replica's waiters on ``key`` (a key another replica published)."""
         entry = self._events.pop(key, None)
         if entry is not None:
             entry[0].set()
+
+    def deliver_all(self, keys: list[str]) -> None:
+        for key in keys:
+            self.deliver(key)
+
+    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+        """``wait`` bounded by ``max_wait``: True when notified, False when the time ran out
+        (or the safety-net interval passed). Callers loop and re-check either way."""
+        if self.max_wait is not None:
+            timeout = min(timeout, self.max_wait)
+        return await wait(event, timeout)
 
     @property
     def listening(self) -> int:

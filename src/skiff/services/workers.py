@@ -1,5 +1,12 @@
-"""The register of workers: what each is doing, kept in the store and mirrored in memory so the
-hot paths (job-take, job-done) do not read it back on every request."""
+"""The register of workers.
+
+The store is the truth: with several replicas a worker's take may reach one replica and its
+result another, so every change of state is a targeted update there (claiming a job makes a
+worker running and letting go of its last makes it idle, inside the store's own statements).
+This keeps only a per-replica copy of each record, so the hot paths (job-take, job-done, ping)
+need not read it back on every call: a worker's identity never changes, and what the copy is
+used for (is it stopping?) is checked again by the store when it matters.
+"""
 
 from __future__ import annotations
 
@@ -8,119 +15,141 @@ from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
 from skiff.store.base import Store
 
+#: How often one replica records that a worker called in (``last_seen``); external workers
+#: are forgotten after a silence far longer than this.
+TOUCH_EVERY_SECONDS = 2.0
+#: How long a count of live workers (for the per-worker rate limit rule) is reused.
+LIVE_COUNT_SECONDS = 1.0
+
 
 class Workers:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, replica_id: str = "local") -> None:
         self._store = store
         self._clock = clock
-        self._workers: dict[str, Worker] = {}
-        self._held: dict[str, set[str]] = {}
-        # worker id -> {job id: when the worker was told to stop it}
-        self._stops: dict[str, dict[str, float]] = {}
+        #: This replica: the owner recorded on the local workers it starts.
+        self.replica_id = replica_id
+        self._copies: dict[str, Worker] = {}
+        self._touched: dict[str, float] = {}
+        self._live: dict[str, tuple[float, int]] = {}
 
     async def load(self) -> list[Worker]:
-        """Read the register at start; returns what was there (the caller reconciles it)."""
-        workers = await self._store.list_workers(None)
-        for worker in workers:
-            self._workers[worker.id] = worker
-            self._held[worker.id] = set(await self._store.jobs_of_worker(worker.id))
-        return workers
+        """Every worker on record (the caller reconciles the ones left by a dead replica)."""
+        return await self._store.list_workers(None)
 
     async def add(self, worker: Worker) -> Worker:
-        self._workers[worker.id] = worker
-        self._held[worker.id] = set()
+        """Record a worker this replica starts (or replace its record)."""
+        if worker.kind is WorkerKind.LOCAL and worker.owner is None:
+            worker.owner = self.replica_id
         await self._store.save_worker(worker)
+        self._copies[worker.id] = worker
         return worker
 
-    def get(self, worker_id: str) -> Worker | None:
-        return self._workers.get(worker_id)
+    async def get(self, worker_id: str) -> Worker | None:
+        """The current record, read from the store."""
+        worker = await self._store.get_worker(worker_id)
+        self._remember(worker_id, worker)
+        return worker
 
-    def of_endpoint(self, endpoint_id: str) -> list[Worker]:
-        return [w for w in self._workers.values() if w.endpoint_id == endpoint_id]
+    def copy(self, worker_id: str) -> Worker | None:
+        """This replica's last copy, without asking the store."""
+        return self._copies.get(worker_id)
 
-    def all(self) -> list[Worker]:
-        return list(self._workers.values())
+    async def of_endpoint(self, endpoint_id: str) -> list[Worker]:
+        return await self._store.list_workers(endpoint_id)
 
-    def held(self, worker_id: str) -> set[str]:
-        return self._held.setdefault(worker_id, set())
+    async def all(self) -> list[Worker]:
+        return await self._store.list_workers(None)
+
+    async def live_count(self, endpoint_id: str) -> int:
+        """Workers up (starting, idle or running), from a count at most a second old."""
+        now = self._clock.now()
+        cached = self._live.get(endpoint_id)
+        if cached is not None and now - cached[0] < LIVE_COUNT_SECONDS:
+            return cached[1]
+        count = sum(1 for w in await self._store.list_workers(endpoint_id) if w.is_live)
+        self._live[endpoint_id] = (now, count)
+        return count
+
+    async def held(self, worker_id: str) -> list[str]:
+        """Jobs the worker holds: running, or stopped and not let go of yet."""
+        return await self._store.jobs_of_worker(worker_id)
 
     async def seen(self, endpoint_id: str, worker_id: str, version: int) -> Worker:
-        """A worker asked for work or pinged. One we did not start is an external worker."""
+        """A worker called in. One we have no record of is an external worker."""
         now = self._clock.now()
-        worker = self._workers.get(worker_id)
+        copy = self._copies.get(worker_id)
+        if copy is not None:
+            if copy.endpoint_id != endpoint_id:
+                raise Conflict(f"worker id {worker_id} is in use by another endpoint")
+            recent = now - self._touched.get(worker_id, float("-inf")) < TOUCH_EVERY_SECONDS
+            if recent and copy.state is not WorkerState.INITIALIZING:
+                return copy
+        worker = await self._store.touch_worker(worker_id, now)
         if worker is None:
-            worker = Worker(
-                id=worker_id,
-                endpoint_id=endpoint_id,
-                kind=WorkerKind.EXTERNAL,
-                state=WorkerState.IDLE,
-                version=version,
-                started_at=now,
-                last_seen=now,
-                idle_since=now,
+            worker = await self._store.add_worker(
+                Worker(
+                    id=worker_id,
+                    endpoint_id=endpoint_id,
+                    kind=WorkerKind.EXTERNAL,
+                    state=WorkerState.IDLE,
+                    version=version,
+                    started_at=now,
+                    last_seen=now,
+                    idle_since=now,
+                )
             )
-            return await self.add(worker)
         if worker.endpoint_id != endpoint_id:
             raise Conflict(f"worker id {worker_id} is in use by another endpoint")
-        worker.last_seen = now
-        if worker.state is WorkerState.INITIALIZING:
-            await self.set_state(worker, WorkerState.IDLE)
+        self._copies[worker_id] = worker
+        self._touched[worker_id] = now
         return worker
 
     async def set_state(self, worker: Worker, state: WorkerState) -> None:
-        if worker.state is state:
-            return
+        fields: dict[str, object] = {"state": state}
         if state is WorkerState.IDLE:
-            worker.idle_since = self._clock.now()
+            fields["idle_since"] = self._clock.now()
         elif state is WorkerState.RUNNING:
-            worker.idle_since = None
+            fields["idle_since"] = None
         worker.state = state
-        await self._store.save_worker(worker)
+        self._remember(worker.id, await self._store.update_worker(worker.id, fields))
 
-    async def jobs_taken(self, worker: Worker, job_ids: list[str]) -> None:
-        self.held(worker.id).update(job_ids)
+    async def update(self, worker: Worker, **fields: object) -> None:
+        """Set some fields of the record (and of ``worker``), leaving the others as stored."""
+        for name, value in fields.items():
+            setattr(worker, name, value)
+        self._remember(worker.id, await self._store.update_worker(worker.id, fields))
+
+    def jobs_taken(self, worker: Worker) -> None:
+        """The store made it running when it claimed the jobs; keep the copy in step."""
         if worker.state in (WorkerState.IDLE, WorkerState.INITIALIZING):
-            await self.set_state(worker, WorkerState.RUNNING)
+            worker.state = WorkerState.RUNNING
+            worker.idle_since = None
 
-    def note_stop(self, worker_id: str, job_id: str) -> None:
-        if job_id in self.held(worker_id):
-            self._stops.setdefault(worker_id, {}).setdefault(job_id, self._clock.now())
+    async def jobs_released(self, worker: Worker, job_ids: list[str] | None) -> None:
+        """The worker let go of these jobs (all, with None)."""
+        await self._store.release_holds(worker.id, job_ids, self._clock.now())
 
-    def overdue_stops(self, grace: float) -> list[Worker]:
+    async def overdue_stops(self, grace: float) -> list[Worker]:
         """Workers told to stop a job more than ``grace`` seconds ago that still hold it."""
-        now = self._clock.now()
+        ids = await self._store.overdue_stop_workers(self._clock.now() - grace)
         overdue = []
-        for worker_id, stops in self._stops.items():
-            held = self.held(worker_id)
-            worker = self._workers.get(worker_id)
-            if worker is not None and any(
-                job_id in held and now - since > grace for job_id, since in stops.items()
-            ):
+        for worker_id in ids:
+            worker = await self._store.get_worker(worker_id)
+            if worker is not None:
                 overdue.append(worker)
         return overdue
 
-    async def jobs_released(self, worker: Worker, job_ids: list[str]) -> None:
-        held = self.held(worker.id)
-        held.difference_update(job_ids)
-        stops = self._stops.get(worker.id)
-        if stops is not None:
-            for job_id in job_ids:
-                stops.pop(job_id, None)
-            if not stops:
-                del self._stops[worker.id]
-        if not held and worker.state is WorkerState.RUNNING:
-            await self.set_state(worker, WorkerState.IDLE)
-
     async def mark_recycle(self, worker: Worker) -> None:
         if not worker.recycle:
-            worker.recycle = True
-            await self._store.save_worker(worker)
-
-    async def save(self, worker: Worker) -> None:
-        await self._store.save_worker(worker)
+            await self.update(worker, recycle=True)
 
     async def remove(self, worker_id: str) -> None:
-        self._workers.pop(worker_id, None)
-        self._held.pop(worker_id, None)
-        self._stops.pop(worker_id, None)
+        self._copies.pop(worker_id, None)
+        self._touched.pop(worker_id, None)
         await self._store.delete_worker(worker_id)
+
+    def _remember(self, worker_id: str, worker: Worker | None) -> None:
+        if worker is None:
+            self._copies.pop(worker_id, None)
+        else:
+            self._copies[worker_id] = worker

@@ -6,6 +6,7 @@ job may move from (``domain.jobs.sources_of``), so two racing requests cannot bo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -185,7 +186,8 @@ class Store(Protocol):
     async def claim_jobs(
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
-        """Hand the oldest queued jobs (normal priority first) to a worker, atomically."""
+        """Hand the oldest queued jobs (normal priority first) to a worker, atomically. A worker
+        recorded as stopping (or to be recycled) gets none; one that gets some is running."""
         ...
 
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
@@ -230,7 +232,17 @@ class Store(Protocol):
         ...
 
     async def take_stop_signals(self, worker_id: str) -> list[str]:
-        """Ids of jobs this worker must stop (cancelled, timed out, expired); each once."""
+        """Ids of jobs this worker must stop (cancelled, timed out, expired); each once. The
+        signal itself stays until the worker lets go of the job (``release_holds``)."""
+        ...
+
+    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+        """The worker let go of these jobs (all, with ``None``): forget their stop signals, and
+        a running worker that holds no job any more becomes idle."""
+        ...
+
+    async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
+        """Workers still holding a job they were told to stop before the given time."""
         ...
 
     async def renew_leases(
@@ -265,7 +277,22 @@ class Store(Protocol):
         ...
 
     # -- workers --------------------------------------------------------------------
-    async def save_worker(self, worker: Worker) -> None: ...
+    async def save_worker(self, worker: Worker) -> None:
+        """Insert or replace the whole record (the owner's own writes at start-up)."""
+        ...
+
+    async def add_worker(self, worker: Worker) -> Worker:
+        """Insert unless a record with that id exists; returns the stored record."""
+        ...
+
+    async def update_worker(self, worker_id: str, fields: Mapping[str, object]) -> Worker | None:
+        """Set only the given columns (``rows.WORKER_FIELDS``), so replicas writing different
+        fields of one worker do not undo each other; returns the record, None if gone."""
+        ...
+
+    async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
+        """The worker called in: note when, and one that was starting is now idle."""
+        ...
 
     async def get_worker(self, worker_id: str) -> Worker | None: ...
 
@@ -273,4 +300,12 @@ class Store(Protocol):
 
     async def delete_worker(self, worker_id: str) -> None: ...
 
-    async def jobs_of_worker(self, worker_id: str) -> list[str]: ...
+    async def jobs_of_worker(self, worker_id: str) -> list[str]:
+        """Jobs the worker holds: running ones, and stopped ones it has not let go of yet."""
+        ...
+
+    async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:
+        """The endpoint's latest failed worker start (None clears it)."""
+        ...
+
+    async def worker_failure(self, endpoint_id: str) -> str | None: ...

@@ -8,7 +8,9 @@ once never wait on, nor hand out, the same job.
 
 from __future__ import annotations
 
+import enum
 import secrets
+from collections.abc import Mapping
 from dataclasses import replace
 from importlib import resources
 from typing import Any
@@ -33,12 +35,14 @@ from skiff.store.rows import (
     JOB_COLUMNS,
     JOB_COUNTS_SQL,
     WORKER_COLUMNS,
+    WORKER_FIELDS,
     endpoint_from_row,
     job_counts_from,
     job_from_row,
     sql_in,
     webhook_payload,
     worker_from_row,
+    worker_params,
 )
 
 #: The advisory lock key that serialises migrations (and schema creation) between replicas.
@@ -102,15 +106,21 @@ async def _after_final(conn: Any, jobs: list[Job]) -> None:
         )
 
 
-async def _signal_stop(conn: Any, jobs: list[tuple[str | None, str]], reason: str) -> None:
+async def _signal_stop(
+    conn: Any, jobs: list[tuple[str | None, str]], reason: str, now: float
+) -> None:
     """Queue job-stop signals for (worker id, job id) pairs; the row may be gone by then."""
-    pairs = [(worker, job_id, reason) for worker, job_id in jobs if worker is not None]
+    pairs = [(worker, job_id, reason, now) for worker, job_id in jobs if worker is not None]
     if pairs:
         await conn.executemany(
-            "INSERT INTO stop_signals (worker_id, job_id, reason) VALUES ($1, $2, $3)"
-            " ON CONFLICT DO NOTHING",
+            "INSERT INTO stop_signals (worker_id, job_id, reason, created_at)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
             pairs,
         )
+
+
+def _pg_value(value: object) -> object:
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 class PostgresStore:
@@ -452,14 +462,22 @@ class PostgresStore:
     async def claim_jobs(
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
+        # One statement: the worker's own record gates the claim (a stopping worker gets
+        # nothing) and turns running when it got something.
         rows = await self._fetch(
-            f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = $2, started_at = $1,"
-            f" lease_until = $3, attempt = attempt + 1,"
+            f"WITH claimed AS (UPDATE jobs SET status = 'IN_PROGRESS', worker_id = $2,"
+            f" started_at = $1, lease_until = $3, attempt = attempt + 1,"
             f" run_deadline = $1::float8 + execution_timeout_ms / 1000.0::float8"
             f" WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = $4"
             f" AND status = 'IN_QUEUE' AND expires_at > $1 ORDER BY low_priority, seq LIMIT $5"
             f" FOR UPDATE SKIP LOCKED)"
-            f" RETURNING {JOB_COLUMNS}",
+            f" AND NOT EXISTS (SELECT 1 FROM workers WHERE id = $2"
+            f" AND (state = 'stopping' OR recycle))"
+            f" RETURNING {JOB_COLUMNS}),"
+            f" busy AS (UPDATE workers SET state = 'running', idle_since = NULL"
+            f" WHERE id = $2 AND state IN ('initializing', 'idle')"
+            f" AND EXISTS (SELECT 1 FROM claimed))"
+            f" SELECT * FROM claimed",
             now,
             worker_id,
             lease_until,
@@ -531,7 +549,7 @@ class PostgresStore:
                 return job_from_row(row)
             job = job_from_row(row)
             if before[0] == JobStatus.IN_PROGRESS.value:
-                await _signal_stop(c, [(before[1], job_id)], "cancelled")
+                await _signal_stop(c, [(before[1], job_id)], "cancelled", now)
                 job.stop_pending = True
             await _after_final(c, [job])
         return job
@@ -575,7 +593,7 @@ class PostgresStore:
                 now,
             )
             jobs = [job_from_row(r) for r in rows]
-            await _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out")
+            await _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out", now)
             await _after_final(c, jobs)
         return jobs
 
@@ -590,7 +608,7 @@ class PostgresStore:
             )
             jobs = [job_from_row(r) for r in rows]
             running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
-            await _signal_stop(c, running, "ttl expired")
+            await _signal_stop(c, running, "ttl expired", now)
             if jobs:
                 await c.execute(
                     "DELETE FROM stream_chunks WHERE job_id = ANY($1::text[])",
@@ -655,9 +673,36 @@ class PostgresStore:
 
     async def take_stop_signals(self, worker_id: str) -> list[str]:
         rows = await self._fetch(
-            "DELETE FROM stop_signals WHERE worker_id = $1 RETURNING job_id", worker_id
+            "UPDATE stop_signals SET delivered = TRUE WHERE worker_id = $1 AND NOT delivered"
+            " RETURNING job_id",
+            worker_id,
         )
         return sorted(r[0] for r in rows)
+
+    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+        async with self.pool.acquire() as c, c.transaction():
+            if job_ids is None:
+                await c.execute("DELETE FROM stop_signals WHERE worker_id = $1", worker_id)
+            elif job_ids:
+                await c.execute(
+                    "DELETE FROM stop_signals WHERE worker_id = $1 AND job_id = ANY($2::text[])",
+                    worker_id,
+                    job_ids,
+                )
+            await c.execute(
+                "UPDATE workers SET state = 'idle', idle_since = $1 WHERE id = $2"
+                " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
+                " WHERE worker_id = $2 AND status = 'IN_PROGRESS')",
+                now,
+                worker_id,
+            )
+
+    async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
+        rows = await self._fetch(
+            "SELECT DISTINCT worker_id FROM stop_signals WHERE created_at <= $1 ORDER BY 1",
+            signalled_before,
+        )
+        return [r[0] for r in rows]
 
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
         if not job_ids:
@@ -772,25 +817,51 @@ class PostgresStore:
     async def save_worker(self, worker: Worker) -> None:
         await self._execute(
             f"INSERT INTO workers ({WORKER_COLUMNS})"
-            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
             f" ON CONFLICT (id) DO UPDATE SET endpoint_id = EXCLUDED.endpoint_id,"
             f" kind = EXCLUDED.kind, state = EXCLUDED.state, version = EXCLUDED.version,"
             f" started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen,"
             f" idle_since = EXCLUDED.idle_since, pid = EXCLUDED.pid, gpu = EXCLUDED.gpu,"
-            f" recycle = EXCLUDED.recycle, gpu_ids = EXCLUDED.gpu_ids",
-            worker.id,
-            worker.endpoint_id,
-            worker.kind.value,
-            worker.state.value,
-            worker.version,
-            worker.started_at,
-            worker.last_seen,
-            worker.idle_since,
-            worker.pid,
-            worker.gpu,
-            worker.recycle,
-            worker.gpu_ids,
+            f" recycle = EXCLUDED.recycle, gpu_ids = EXCLUDED.gpu_ids, owner = EXCLUDED.owner",
+            *worker_params(worker),
         )
+
+    async def add_worker(self, worker: Worker) -> Worker:
+        async with self.pool.acquire() as c, c.transaction():
+            await c.execute(
+                f"INSERT INTO workers ({WORKER_COLUMNS})"
+                f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)"
+                f" ON CONFLICT (id) DO NOTHING",
+                *worker_params(worker),
+            )
+            row = await c.fetchrow(f"SELECT {WORKER_COLUMNS} FROM workers WHERE id = $1", worker.id)
+        return worker_from_row(row)
+
+    async def update_worker(self, worker_id: str, fields: Mapping[str, object]) -> Worker | None:
+        unknown = set(fields) - WORKER_FIELDS
+        if unknown:
+            raise ValueError(f"not worker fields: {sorted(unknown)}")
+        if not fields:
+            return await self.get_worker(worker_id)
+        names = list(fields)
+        assignments = ", ".join(f"{name} = ${i}" for i, name in enumerate(names, start=2))
+        row = await self._fetchrow(
+            f"UPDATE workers SET {assignments} WHERE id = $1 RETURNING {WORKER_COLUMNS}",
+            worker_id,
+            *(_pg_value(fields[name]) for name in names),
+        )
+        return worker_from_row(row) if row else None
+
+    async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
+        row = await self._fetchrow(
+            f"UPDATE workers SET last_seen = $1,"
+            f" idle_since = CASE WHEN state = 'initializing' THEN $1 ELSE idle_since END,"
+            f" state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END"
+            f" WHERE id = $2 RETURNING {WORKER_COLUMNS}",
+            now,
+            worker_id,
+        )
+        return worker_from_row(row) if row else None
 
     async def get_worker(self, worker_id: str) -> Worker | None:
         row = await self._fetchrow(f"SELECT {WORKER_COLUMNS} FROM workers WHERE id = $1", worker_id)
@@ -807,11 +878,25 @@ class PostgresStore:
         return [worker_from_row(r) for r in rows]
 
     async def delete_worker(self, worker_id: str) -> None:
-        await self._execute("DELETE FROM workers WHERE id = $1", worker_id)
+        async with self.pool.acquire() as c, c.transaction():
+            await c.execute("DELETE FROM workers WHERE id = $1", worker_id)
+            await c.execute("DELETE FROM stop_signals WHERE worker_id = $1", worker_id)
 
     async def jobs_of_worker(self, worker_id: str) -> list[str]:
         rows = await self._fetch(
-            "SELECT id FROM jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS' ORDER BY seq",
+            "SELECT id FROM jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS'"
+            " UNION SELECT job_id FROM stop_signals WHERE worker_id = $1 ORDER BY 1",
             worker_id,
         )
         return [r[0] for r in rows]
+
+    async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:
+        await self._execute(
+            "UPDATE endpoints SET worker_failure = $1 WHERE id = $2", failure_json, endpoint_id
+        )
+
+    async def worker_failure(self, endpoint_id: str) -> str | None:
+        value: str | None = await self.pool.fetchval(
+            "SELECT worker_failure FROM endpoints WHERE id = $1", endpoint_id
+        )
+        return value

@@ -59,8 +59,46 @@ def endpoint_from_row(row: Any) -> Endpoint:
 
 WORKER_COLUMNS = (
     "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle,"
-    " gpu_ids"
+    " gpu_ids, owner"
 )
+
+#: Columns ``update_worker`` may set, and how a value is written (enums as their value).
+WORKER_FIELDS = frozenset(
+    {
+        "state",
+        "version",
+        "started_at",
+        "last_seen",
+        "idle_since",
+        "pid",
+        "gpu",
+        "gpu_ids",
+        "recycle",
+        "owner",
+    }
+)
+
+#: Only a worker in one of these states is moved between idle and running by its jobs.
+ACTIVITY_STATES = "('initializing', 'idle', 'running')"
+
+
+def worker_params(worker: Worker) -> tuple[Any, ...]:
+    """A worker's values in ``WORKER_COLUMNS`` order (both drivers take the bool as is)."""
+    return (
+        worker.id,
+        worker.endpoint_id,
+        worker.kind.value,
+        worker.state.value,
+        worker.version,
+        worker.started_at,
+        worker.last_seen,
+        worker.idle_since,
+        worker.pid,
+        worker.gpu,
+        worker.recycle,
+        worker.gpu_ids,
+        worker.owner,
+    )
 
 
 def worker_from_row(row: Any) -> Worker:
@@ -77,6 +115,7 @@ def worker_from_row(row: Any) -> Worker:
         gpu=row[9],
         recycle=bool(row[10]),
         gpu_ids=row[11],
+        owner=row[12],
     )
 
 

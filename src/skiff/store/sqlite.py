@@ -10,11 +10,12 @@ connection: in WAL mode readers never wait for the writer, and a read is a few m
 from __future__ import annotations
 
 import asyncio
+import enum
 import queue
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -35,7 +36,13 @@ from skiff.store.base import (
     WebhookDelivery,
 )
 from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
-from skiff.store.rows import JOB_COUNTS_SQL, job_counts_from, webhook_payload
+from skiff.store.rows import (
+    JOB_COUNTS_SQL,
+    WORKER_FIELDS,
+    job_counts_from,
+    webhook_payload,
+    worker_params,
+)
 from skiff.store.rows import WORKER_COLUMNS as _WORKER_COLUMNS
 from skiff.store.rows import endpoint_from_row as _endpoint
 from skiff.store.rows import job_from_row as _job
@@ -213,12 +220,23 @@ def _after_final(
         )
 
 
-def _signal_stop(c: sqlite3.Connection, jobs: list[tuple[str | None, str]], reason: str) -> None:
+def _signal_stop(
+    c: sqlite3.Connection, jobs: list[tuple[str | None, str]], reason: str, now: float
+) -> None:
     """Queue job-stop signals for (worker id, job id) pairs; the row may be gone by then."""
     c.executemany(
-        "INSERT OR IGNORE INTO stop_signals (worker_id, job_id, reason) VALUES (?, ?, ?)",
-        [(worker, job_id, reason) for worker, job_id in jobs if worker is not None],
+        "INSERT OR IGNORE INTO stop_signals (worker_id, job_id, reason, created_at)"
+        " VALUES (?, ?, ?, ?)",
+        [(worker, job_id, reason, now) for worker, job_id in jobs if worker is not None],
     )
+
+
+def _sqlite_value(value: object) -> object:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bool):
+        return int(value)
+    return value
 
 
 class SQLiteStore:
@@ -560,6 +578,12 @@ class SQLiteStore:
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
+            refused = c.execute(
+                "SELECT 1 FROM workers WHERE id = ? AND (state = 'stopping' OR recycle)",
+                (worker_id,),
+            ).fetchone()
+            if refused:
+                return []
             rows = c.execute(
                 f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = ?, started_at = ?,"
                 f" lease_until = ?, attempt = attempt + 1,"
@@ -569,6 +593,12 @@ class SQLiteStore:
                 f" RETURNING {_JOB_COLUMNS}",
                 (worker_id, now, lease_until, now, endpoint_id, now, limit),
             ).fetchall()
+            if rows:
+                c.execute(
+                    "UPDATE workers SET state = 'running', idle_since = NULL"
+                    " WHERE id = ? AND state IN ('initializing', 'idle')",
+                    (worker_id,),
+                )
             rows.sort(key=lambda r: (r[6], r[22]))
             return [_job(r) for r in rows]
 
@@ -638,7 +668,7 @@ class SQLiteStore:
                 return _job(row)
             job = _job(row)
             if before[0] == JobStatus.IN_PROGRESS.value:
-                _signal_stop(c, [(before[1], job_id)], "cancelled")
+                _signal_stop(c, [(before[1], job_id)], "cancelled", now)
                 job.stop_pending = True
             _after_final(c, [job])
             return job
@@ -687,7 +717,7 @@ class SQLiteStore:
                 (now, now, now),
             ).fetchall()
             jobs = [_job(r) for r in rows]
-            _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out")
+            _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out", now)
             _after_final(c, jobs)
             return jobs
 
@@ -703,7 +733,7 @@ class SQLiteStore:
             ).fetchall()
             jobs = [_job(r) for r in rows]
             running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
-            _signal_stop(c, running, "ttl expired")
+            _signal_stop(c, running, "ttl expired", now)
             c.executemany("DELETE FROM stream_chunks WHERE job_id = ?", [(j.id,) for j in jobs])
             return jobs
 
@@ -757,11 +787,38 @@ class SQLiteStore:
     async def take_stop_signals(self, worker_id: str) -> list[str]:
         def op(c: sqlite3.Connection) -> list[str]:
             rows = c.execute(
-                "DELETE FROM stop_signals WHERE worker_id = ? RETURNING job_id", (worker_id,)
+                "UPDATE stop_signals SET delivered = 1 WHERE worker_id = ? AND NOT delivered"
+                " RETURNING job_id",
+                (worker_id,),
             ).fetchall()
-            return [r[0] for r in rows]
+            return sorted(r[0] for r in rows)
 
         return await self._write(op)
+
+    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            if job_ids is None:
+                c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
+            else:
+                c.executemany(
+                    "DELETE FROM stop_signals WHERE worker_id = ? AND job_id = ?",
+                    [(worker_id, job_id) for job_id in job_ids],
+                )
+            c.execute(
+                "UPDATE workers SET state = 'idle', idle_since = ? WHERE id = ?"
+                " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
+                " WHERE worker_id = ? AND status = 'IN_PROGRESS')",
+                (now, worker_id, worker_id),
+            )
+
+        await self._write(op)
+
+    async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
+        rows = self._read(
+            "SELECT DISTINCT worker_id FROM stop_signals WHERE created_at <= ? ORDER BY worker_id",
+            (signalled_before,),
+        )
+        return [r[0] for r in rows]
 
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
         def op(c: sqlite3.Connection) -> None:
@@ -866,29 +923,67 @@ class SQLiteStore:
 
     # -- workers --------------------------------------------------------------------------
     async def save_worker(self, worker: Worker) -> None:
-        params = (
-            worker.id,
-            worker.endpoint_id,
-            worker.kind.value,
-            worker.state.value,
-            worker.version,
-            worker.started_at,
-            worker.last_seen,
-            worker.idle_since,
-            worker.pid,
-            worker.gpu,
-            int(worker.recycle),
-            worker.gpu_ids,
-        )
+        params = worker_params(worker)
 
         def op(c: sqlite3.Connection) -> None:
             c.execute(
                 f"INSERT OR REPLACE INTO workers ({_WORKER_COLUMNS})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 params,
             )
 
         await self._write(op)
+
+    async def add_worker(self, worker: Worker) -> Worker:
+        params = worker_params(worker)
+
+        def op(c: sqlite3.Connection) -> Worker:
+            c.execute(
+                f"INSERT OR IGNORE INTO workers ({_WORKER_COLUMNS})"
+                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+            row = c.execute(
+                f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker.id,)
+            ).fetchone()
+            return _worker(row)
+
+        return await self._write(op)
+
+    async def update_worker(self, worker_id: str, fields: Mapping[str, object]) -> Worker | None:
+        unknown = set(fields) - WORKER_FIELDS
+        if unknown:
+            raise ValueError(f"not worker fields: {sorted(unknown)}")
+        names = list(fields)
+        assignments = ", ".join(f"{name} = ?" for name in names)
+        values = tuple(_sqlite_value(fields[name]) for name in names)
+
+        def op(c: sqlite3.Connection) -> Worker | None:
+            if not names:
+                row = c.execute(
+                    f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker_id,)
+                ).fetchone()
+            else:
+                row = c.execute(
+                    f"UPDATE workers SET {assignments} WHERE id = ? RETURNING {_WORKER_COLUMNS}",
+                    (*values, worker_id),
+                ).fetchone()
+            return _worker(row) if row else None
+
+        return await self._write(op)
+
+    async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
+        def op(c: sqlite3.Connection) -> Worker | None:
+            row = c.execute(
+                f"UPDATE workers SET last_seen = ?,"
+                f" idle_since = CASE WHEN state = 'initializing' THEN ? ELSE idle_since END,"
+                f" state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END"
+                f" WHERE id = ? RETURNING {_WORKER_COLUMNS}",
+                (now, now, worker_id),
+            ).fetchone()
+            return _worker(row) if row else None
+
+        return await self._write(op)
 
     async def get_worker(self, worker_id: str) -> Worker | None:
         rows = self._read(f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker_id,))
@@ -907,12 +1002,26 @@ class SQLiteStore:
     async def delete_worker(self, worker_id: str) -> None:
         def op(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+            c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
 
         await self._write(op)
 
     async def jobs_of_worker(self, worker_id: str) -> list[str]:
         rows = self._read(
-            "SELECT id FROM jobs WHERE worker_id = ? AND status = 'IN_PROGRESS' ORDER BY seq",
-            (worker_id,),
+            "SELECT id FROM jobs WHERE worker_id = ? AND status = 'IN_PROGRESS'"
+            " UNION SELECT job_id FROM stop_signals WHERE worker_id = ? ORDER BY 1",
+            (worker_id, worker_id),
         )
         return [r[0] for r in rows]
+
+    async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "UPDATE endpoints SET worker_failure = ? WHERE id = ?", (failure_json, endpoint_id)
+            )
+
+        await self._write(op)
+
+    async def worker_failure(self, endpoint_id: str) -> str | None:
+        rows = self._read("SELECT worker_failure FROM endpoints WHERE id = ?", (endpoint_id,))
+        return rows[0][0] if rows else None

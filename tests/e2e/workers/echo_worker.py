@@ -4,13 +4,21 @@ Its input picks a behaviour: ``sleep`` seconds, ``progress`` updates, ``raise`` 
 return an ``error``, or echo the input back.
 """
 
+import os
 import time
 
 import runpod
 
+#: Tests that count handler runs name a file here; each run appends its job id (one short
+#: line per write, so concurrent workers' appends do not interleave).
+RECORD = os.environ.get("E2E_RECORD")
+
 
 def handler(job):
     job_input = job["input"]
+    if RECORD:
+        with open(RECORD, "a") as record:
+            record.write(job["id"] + "\n")
     for update in job_input.get("progress", []):
         runpod.serverless.progress_update(job, update)
         time.sleep(job_input.get("progress_pause", 0.5))

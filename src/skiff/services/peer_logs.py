@@ -1,0 +1,97 @@
+"""Worker logs across replicas.
+
+A worker's log is a file on the host of the replica that started it (the leader, or an earlier
+leader still alive as a follower). A replica asked for an endpoint's logs answers with its own
+lines merged with every other live replica's, asked with the caller's own credentials; a
+followed log is relayed from the leader, which runs every current worker. Replicas asked on
+another's behalf answer from their own files only (``LOCAL_HEADER``), so a request is never
+passed on twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from skiff.cluster.base import Cluster, ClusterUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Set on a request one replica makes to another: answer from your own files only.
+LOCAL_HEADER = "x-skiff-local-logs"
+_TIMEOUT = httpx.Timeout(10.0, read=None)
+
+
+class PeerLogs:
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=_TIMEOUT)
+        return self._client
+
+    async def others(self) -> list[str]:
+        """Base URLs of the other live replicas (none with one replica, or when the cluster
+        cannot tell right now: then this replica answers alone rather than not at all)."""
+        try:
+            peers = await self._cluster.peers()
+        except ClusterUnavailable:
+            return []
+        return [url for rid, url in peers.items() if rid != self._cluster.replica_id]
+
+    async def leader_url(self) -> str | None:
+        """The leader's base URL when it is another replica."""
+        try:
+            leader = await self._cluster.leader()
+        except ClusterUnavailable:
+            return None
+        if leader is None or leader[0] == self._cluster.replica_id:
+            return None
+        return leader[1]
+
+    async def lines(
+        self, path: str, params: dict[str, str], authorization: str | None
+    ) -> list[dict[str, Any]]:
+        """Every other replica's lines for this log request (a replica that does not answer
+        is left out and logged: its lines are unavailable, not the whole request)."""
+        found: list[dict[str, Any]] = []
+        for url in await self.others():
+            try:
+                response = await self._http().get(
+                    url + path, params=params, headers=_headers(authorization)
+                )
+            except httpx.HTTPError as exc:
+                log.warning("replica %s did not answer a log request: %s", url, exc)
+                continue
+            if response.status_code == 200:
+                found.extend(response.json().get("lines", []))
+            elif response.status_code != 404:
+                log.warning("replica %s answered a log request with %s", url, response.status_code)
+        return found
+
+    async def relay(
+        self, url: str, path: str, params: dict[str, str], authorization: str | None
+    ) -> AsyncIterator[bytes]:
+        """A followed log, streamed from another replica as it sends it."""
+        async with self._http().stream(
+            "GET", url + path, params=params, headers=_headers(authorization)
+        ) as response:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _headers(authorization: str | None) -> dict[str, str]:
+    headers = {LOCAL_HEADER: "1"}
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
