@@ -105,6 +105,10 @@ def create_app(
 
     async def take_up_lead() -> None:
         await services.fleet.sweep_dead(cluster.alive, same_host=isinstance(cluster, LocalCluster))
+        await services.fleet.forget_stale_own(leading=True)
+
+    async def follow() -> None:
+        await services.fleet.forget_stale_own(leading=False)
 
     leadership = Leadership(
         cluster,
@@ -116,6 +120,7 @@ def create_app(
         on_gain=take_up_lead,
         on_loss=services.fleet.abandon,
         interval=settings.leader_check_seconds,
+        on_follow=follow,
     )
 
     @contextlib.asynccontextmanager

@@ -19,7 +19,7 @@ from skiff import __version__
 from skiff.clock import SystemClock
 from skiff.config import Settings
 from skiff.services.auth import Auth, IssuedKey
-from skiff.store import open_store
+from skiff.store import open_store, safe_url
 from skiff.store.base import Store
 
 T = TypeVar("T")
@@ -134,7 +134,7 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
         return None
 
     _with_store(settings, noop)
-    where = settings.database_url or settings.sqlite_path()
+    where = safe_url(settings.database_url) if settings.database_url else settings.sqlite_path()
     click.echo(f"schema up to date in {where}")
 
 

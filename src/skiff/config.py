@@ -56,7 +56,6 @@ class Settings(BaseSettings):
     #: Dynamic rate limits: an operation's request limit per 10 s is
     #: max(its base limit, running workers x this).
     rate_requests_per_worker: int = Field(default=50, ge=0)
-    #: A worker's log file is rotated when it would pass this many bytes.
     #: Where the rate-limit budgets live: ``memory://`` (this process; several replicas each
     #: keep their own) or a ``redis://host:port`` shared by every replica.
     rate_limit_storage: str = "memory://"
@@ -68,6 +67,7 @@ class Settings(BaseSettings):
     wait_poll_seconds: float = Field(default=2.0, gt=0, le=60)
     #: How often a replica that is not the leader tries to take the leader lock.
     leader_check_seconds: float = Field(default=1.0, gt=0, le=60)
+    #: A worker's log file is rotated when it would pass this many bytes.
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)

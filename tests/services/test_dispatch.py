@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -151,3 +152,29 @@ async def test_a_lapsed_lease_requeues_then_fails_after_the_last_attempt(rig: Ri
     job = await rig.jobs.get(rig.endpoint, job_id)
     assert job.status is JobStatus.FAILED
     assert job.error is not None and "lease expired" in job.error
+
+
+async def test_a_worker_whose_last_job_lapsed_is_idle_again(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    rig.clock.advance(LEASE + 1)
+    released = await rig.dispatch.release_expired_leases()
+    assert [j.id for j in released] == [job_id]
+    worker = await rig.workers.get("w1")
+    assert worker is not None and worker.state is WorkerState.IDLE
+
+
+async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: Rig) -> None:
+    """The record says stopping (written by the leader elsewhere); the waiting take re-reads
+    it when woken instead of trusting this replica's copy."""
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, holds_jobs=False)
+
+    async def stop_elsewhere() -> None:
+        await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
+        rig.dispatch.wake_pollers("ep1")
+
+    poll = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, connected))
+    await asyncio.sleep(0.05)
+    await stop_elsewhere()
+    await rig.submit()
+    assert await asyncio.wait_for(poll, 2.0) == []

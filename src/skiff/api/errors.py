@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from skiff.api.responses import json_response
 from skiff.errors import Invalid, SkiffError, TooManyRequests
+from skiff.store import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,14 @@ def install(app: Any, key: str) -> None:
         return json_response(error_body(key, str(exc.detail)), exc.status_code)
 
     async def unexpected(_request: Request, exc: Exception) -> Response:
+        if unavailable(exc):
+            # Nothing was lost: what was accepted is committed, and the caller may retry.
+            log.warning("the database is unreachable: %r", exc)
+            response = json_response(
+                error_body(key, "the database is unreachable right now; try again shortly"), 503
+            )
+            response.headers["Retry-After"] = "1"
+            return response
         log.exception("unhandled error", exc_info=exc)
         return json_response(error_body(key, "internal server error"), 500)
 

@@ -42,6 +42,9 @@ _KEEPALIVES = {
     "tcp_keepalives_idle": "10",
     "tcp_keepalives_interval": "5",
     "tcp_keepalives_count": "3",
+    # Keepalive probes are not sent while unacknowledged data waits (a NOTIFY to a vanished
+    # host); this bounds that case too, so the server frees a dead leader's locks in seconds.
+    "tcp_user_timeout": "25000",
 }
 
 

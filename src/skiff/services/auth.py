@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from skiff.clock import Clock
 from skiff.domain import keys
-from skiff.errors import Unauthorized
+from skiff.errors import Conflict, Unauthorized
 from skiff.ids import short_id
 from skiff.store.base import ApiKey, Store, User
 
@@ -72,9 +73,15 @@ class Auth:
     async def ensure_user(self, name: str, is_admin: bool) -> User:
         user = await self._store.get_user_by_name(name)
         if user is None:
-            user = await self._store.create_user(
-                User(id=short_id(), name=name, is_admin=is_admin, created_at=self._clock.now())
-            )
+            try:
+                user = await self._store.create_user(
+                    User(id=short_id(), name=name, is_admin=is_admin, created_at=self._clock.now())
+                )
+            except Conflict:
+                # Another replica starting at the same time made it first.
+                user = await self._store.get_user_by_name(name)
+                if user is None:
+                    raise
         return user
 
     async def register_key(self, key: str, user: User, label: str) -> IssuedKey:
@@ -99,7 +106,8 @@ class Auth:
         admin = await self.ensure_user(ADMIN_USER, is_admin=True)
         if configured_key:
             if await self._store.find_api_key(keys.hash_key(configured_key)) is None:
-                await self.register_key(configured_key, admin, "SKIFF_API_KEY")
+                with contextlib.suppress(Conflict):  # registered by a replica starting too
+                    await self.register_key(configured_key, admin, "SKIFF_API_KEY")
             return None
         existing = [k for k, u in await self._store.list_api_keys() if u.id == admin.id]
         if existing:

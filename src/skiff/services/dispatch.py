@@ -15,7 +15,7 @@ from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
 from skiff.domain.streams import split_chunk
-from skiff.domain.workers import Worker, WorkerKind
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.metrics import Metrics
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
@@ -198,6 +198,13 @@ class Dispatch:
             self._max_attempts,
             "the worker holding this job stopped answering (lease expired)",
         )
+        if released:
+            # A worker whose last job lapsed holds nothing now: idle (and so, in time, stopped
+            # for idleness) rather than running for ever.
+            now = self._clock.now()
+            for worker in await self._workers.all():
+                if worker.state is WorkerState.RUNNING:
+                    await self._store.release_holds(worker.id, [], now)
         self._announce(released)
         return released
 

@@ -205,12 +205,13 @@ class Fleet:
         # replica, which then only moves it on from there.
         worker.started_at = self._clock.now()
         worker.state = WorkerState.INITIALIZING
+        self._launched[worker.id] = endpoint.id
         await self._workers.add(worker)
         try:
-            self._launched[worker.id] = endpoint.id
             pid = await self._provider().start(launch)
         except OSError as exc:
             self._gpus.release(worker.id)
+            self._launched.pop(worker.id, None)
             await self._workers.remove(worker.id)
             await self._fail(endpoint.id, f"the worker command could not start: {exc}")
             return None
@@ -334,6 +335,26 @@ class Fleet:
                 self._provider().kill_leftover(worker.id, worker.pid)
             await self._dispatch.worker_lost(worker, "the replica that ran the worker is gone")
         return dead
+
+    async def forget_stale_own(self, leading: bool) -> list[Worker]:
+        """Records of this replica's local workers that no process backs any more: their exit
+        could not be recorded (the database was out of reach then), or this replica stopped
+        leading and its throttled or unhealthy records are no longer wanted. Their jobs go back
+        to the queue and the records go, so that no phantom worker counts against
+        ``workersMax``."""
+        running = set(self.provider.running()) if self.provider is not None else set()
+        stale = [
+            w
+            for w in await self._workers.all()
+            if self._owns(w)
+            and w.id not in running
+            and w.id not in self._launched
+            and w.id not in self._reaping
+            and not (leading and w.is_pending)
+        ]
+        for worker in stale:
+            await self._dispatch.worker_lost(worker, "the worker's process is gone")
+        return stale
 
     async def reap_orphans(self) -> None:
         """Stop this replica's processes whose record says they should not run: the endpoint

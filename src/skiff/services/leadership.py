@@ -5,7 +5,9 @@ Every replica campaigns every ``interval`` seconds. The one that wins first clea
 replicas that died (``on_gain``: their workers' jobs go back to the queue), then starts the
 loops; while it leads it repeats that clean-up every ``sweep_every`` seconds. A replica that
 loses the lock (its database session dropped) stops the loops at once and then ``on_loss``
-(it ends its own workers, so that only the new leader decides how many run). With one replica
+(it ends its own workers, so that only the new leader decides how many run); a follower runs
+``on_follow`` every ``sweep_every`` seconds (it forgets records of its own workers that no
+process backs, e.g. exits it could not record while the database was away). With one replica
 (SQLite) the lock is always this replica's, and this is simply "start the loops".
 """
 
@@ -33,12 +35,14 @@ class Leadership:
         on_gain: Hook,
         on_loss: Hook,
         interval: float,
+        on_follow: Hook | None = None,
         sweep_every: float = 5.0,
     ) -> None:
         self._cluster = cluster
         self._loops = loops
         self._on_gain = on_gain
         self._on_loss = on_loss
+        self._on_follow = on_follow
         self._interval = interval
         self._sweep_every = sweep_every
         self._tasks: list[asyncio.Task[None]] = []
@@ -83,6 +87,9 @@ class Leadership:
                 self._next_sweep = loop.time() + self._sweep_every
             elif not leading and self._tasks:
                 await self._step_down()
+            elif not leading and self._on_follow is not None and loop.time() >= self._next_sweep:
+                await self._on_follow()
+                self._next_sweep = loop.time() + self._sweep_every
         except Exception:
             log.exception("taking up or giving up the lead failed; trying again")
 

@@ -32,10 +32,6 @@ class Workers:
         self._touched: dict[str, float] = {}
         self._live: dict[str, tuple[float, int]] = {}
 
-    async def load(self) -> list[Worker]:
-        """Every worker on record (the caller reconciles the ones left by a dead replica)."""
-        return await self._store.list_workers(None)
-
     async def add(self, worker: Worker) -> Worker:
         """Record a worker this replica starts (or replace its record)."""
         if worker.kind is WorkerKind.LOCAL and worker.owner is None:

@@ -1,4 +1,4 @@
--- Several replicas on one database (issue 5). On SQLite there is only ever one replica, but
+-- Several replicas on one database. On SQLite there is only ever one replica, but
 -- the model is the same on both backends.
 
 -- The replica that started a local worker owns its process; only it can stop it.
