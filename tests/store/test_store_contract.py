@@ -818,6 +818,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0002_lifetimes_webhooks.sql",
         "0003_worker_gpus.sql",
         "0004_replicas.sql",
+        "0005_job_counts.sql",
     ]
     assert {
         "jobs",
@@ -885,7 +886,7 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
         }
     finally:
         await conn.close()
-    assert names == ["0001_init.sql", "0002_replicas.sql"]
+    assert names == ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
     assert {
         "jobs",
         "endpoints",
@@ -1114,3 +1115,24 @@ async def test_an_endpoints_worker_failure_is_recorded_and_cleared(store: Store)
     await store.set_worker_failure(EP, None)
     assert await store.worker_failure(EP) is None
     assert await store.worker_failure("ep-gone") is None
+
+
+async def test_job_counts_are_the_same_before_and_after_folding_the_deltas(store: Store) -> None:
+    await store.create_endpoint(make_endpoint())
+    for job_id in ("j-1", "j-2", "j-3", "j-4"):
+        await store.insert_job(make_job(job_id))
+    await store.insert_job(make_job("j-low", low_priority=True))
+    await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 1)
+    await store.release_jobs("w-1", T0 + 2, 5, "lost")  # j-2 back to the queue, retried once
+    await store.cancel_job(EP, "j-3", T0 + 3)
+    before = await store.job_counts(EP)
+    assert (before.in_queue, before.in_queue_normal, before.completed) == (3, 2, 1)
+    assert (before.cancelled, before.retried) == (1, 1)
+    assert await store.fold_job_counts() > 0
+    assert await store.job_counts(EP) == before
+    assert await store.fold_job_counts() == 0
+    await store.purge_queue(EP)
+    await store.fold_job_counts()
+    after = await store.job_counts(EP)
+    assert (after.in_queue, after.completed, after.cancelled) == (0, 1, 1)

@@ -7,7 +7,8 @@
 - stop grace: a local worker that still holds a stopped job ``stop_grace`` seconds after it was
   told is ended (the scaler replaces it);
 - leases: jobs whose worker stopped renewing them go back to the queue;
-- silence: external workers that stopped calling in are forgotten.
+- silence: external workers that stopped calling in are forgotten;
+- counts: the job-count deltas are folded into the endpoint totals.
 """
 
 from __future__ import annotations
@@ -87,3 +88,5 @@ class Reaper:
                 self._fleet.stop_worker(worker)
         await self._dispatch.release_expired_leases()
         await self._dispatch.forget_silent_workers(self._worker_silence)
+        # Keep the job-count deltas few, so reading an endpoint's counts stays cheap.
+        await self._store.fold_job_counts()

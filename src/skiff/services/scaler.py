@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from skiff.clock import Clock
@@ -16,6 +17,8 @@ from skiff.store.base import Store
 log = logging.getLogger(__name__)
 
 SCALER_KEY = "scaler"
+#: The least time between two reconcile passes.
+MIN_GAP_SECONDS = 0.05
 
 
 class Scaler:
@@ -37,6 +40,9 @@ class Scaler:
 
     async def run(self) -> None:
         while not self._wakeups.closing:
+            # Every submission wakes the scaler; under a stream of them, passes would run back
+            # to back. One per MIN_GAP_SECONDS reacts as fast as anyone can see and costs little.
+            await asyncio.sleep(MIN_GAP_SECONDS)
             with self._wakeups.listen(SCALER_KEY) as event:
                 try:
                     await self.reconcile_all()

@@ -219,7 +219,14 @@ class Store(Protocol):
 
     async def purge_queue(self, endpoint_id: str) -> int: ...
 
-    async def job_counts(self, endpoint_id: str) -> JobCounts: ...
+    async def job_counts(self, endpoint_id: str) -> JobCounts:
+        """Read from counters kept by the store, not by scanning the endpoint's jobs."""
+        ...
+
+    async def fold_job_counts(self) -> int:
+        """Fold the count deltas written since the last fold; returns how many (one replica,
+        the leader, calls it regularly so the deltas stay few)."""
+        ...
 
     async def append_stream_chunks(
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]

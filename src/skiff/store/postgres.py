@@ -32,6 +32,7 @@ from skiff.store.base import (
     WebhookDelivery,
 )
 from skiff.store.rows import (
+    FOLD_JOB_COUNTS_SQL,
     JOB_COLUMNS,
     JOB_COUNTS_SQL,
     WORKER_COLUMNS,
@@ -626,6 +627,16 @@ class PostgresStore:
             endpoint_id,
         )
         return replace(counts, oldest_queued_at=oldest[0] if oldest else None)
+
+    async def fold_job_counts(self) -> int:
+        async with self.pool.acquire() as c, c.transaction():
+            top = await c.fetchval("SELECT MAX(id) FROM job_count_deltas")
+            if top is None:
+                return 0
+            await c.execute(FOLD_JOB_COUNTS_SQL.format(max="$1"), top)
+            status = await c.execute("DELETE FROM job_count_deltas WHERE id <= $1", top)
+            await c.execute("DELETE FROM job_counts WHERE n = 0 AND retries = 0")
+        return int(status.split()[-1])
 
     async def append_stream_chunks(
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]

@@ -133,9 +133,25 @@ def webhook_payload(job: Job, finished_at: float) -> str:
 
 
 #: The grouped count both adapters run (placeholder style aside) for ``job_counts``.
+#: Folded counts plus the deltas not folded yet (``job_counts`` and ``job_count_deltas``, kept
+#: by triggers on ``jobs``): a few rows per endpoint whatever its number of jobs. ``{p}`` is
+#: the adapter's placeholder for the endpoint id, used twice.
 JOB_COUNTS_SQL = (
-    "SELECT status, low_priority, COUNT(*), SUM(retries) FROM jobs WHERE endpoint_id = {p}"
-    " GROUP BY status, low_priority"
+    "SELECT status, low_priority, SUM(n), SUM(retries) FROM ("
+    " SELECT status, low_priority, n, retries FROM job_counts WHERE endpoint_id = {p}"
+    " UNION ALL"
+    " SELECT status, low_priority, n, retries FROM job_count_deltas WHERE endpoint_id = {p}"
+    ") AS c GROUP BY status, low_priority"
+)
+
+#: Fold the deltas up to ``{max}`` (a placeholder) into ``job_counts``; the same statement text
+#: works on both backends.
+FOLD_JOB_COUNTS_SQL = (
+    "INSERT INTO job_counts (endpoint_id, status, low_priority, n, retries)"
+    " SELECT endpoint_id, status, low_priority, SUM(n), SUM(retries) FROM job_count_deltas"
+    " WHERE id <= {max} GROUP BY endpoint_id, status, low_priority"
+    " ON CONFLICT (endpoint_id, status, low_priority) DO UPDATE"
+    " SET n = job_counts.n + excluded.n, retries = job_counts.retries + excluded.retries"
 )
 
 
@@ -146,8 +162,9 @@ def job_counts_from(rows: Iterable[Any]) -> JobCounts:
     normal_queued = 0
     retried = 0
     for status, low, count, retries in rows:
+        count = int(count or 0)
         by_status[status] = by_status.get(status, 0) + count
-        retried += retries or 0
+        retried += int(retries or 0)
         if status == "IN_QUEUE" and not low:
             normal_queued = count
     return JobCounts(

@@ -35,14 +35,15 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
-from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
 from skiff.store.rows import (
+    FOLD_JOB_COUNTS_SQL,
     JOB_COUNTS_SQL,
     WORKER_FIELDS,
     job_counts_from,
     webhook_payload,
     worker_params,
 )
+from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
 from skiff.store.rows import WORKER_COLUMNS as _WORKER_COLUMNS
 from skiff.store.rows import endpoint_from_row as _endpoint
 from skiff.store.rows import job_from_row as _job
@@ -65,6 +66,21 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _statements(script: str) -> list[str]:
+    """The script's statements one by one (a trigger's body holds semicolons of its own, so
+    a piece ends only where SQLite says the statement is complete)."""
+    statements, pending = [], ""
+    for piece in script.split(";\n"):
+        pending += piece + ";\n"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" ;\n"):
+                statements.append(pending)
+            pending = ""
+    if pending.strip(" ;\n"):
+        statements.append(pending)
+    return statements
+
+
 def migrate(conn: sqlite3.Connection) -> list[str]:
     """Apply the migrations not applied yet; returns their names."""
     conn.execute(
@@ -78,9 +94,8 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in entry.read_text().split(";\n"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(entry.read_text()):
+                conn.execute(statement)
             conn.execute(
                 "INSERT INTO schema_migrations VALUES (?, strftime('%s','now'))", (entry.name,)
             )
@@ -740,7 +755,9 @@ class SQLiteStore:
         return await self._write(op)
 
     async def job_counts(self, endpoint_id: str) -> JobCounts:
-        counts = job_counts_from(self._read(JOB_COUNTS_SQL.format(p="?"), (endpoint_id,)))
+        counts = job_counts_from(
+            self._read(JOB_COUNTS_SQL.format(p="?"), (endpoint_id, endpoint_id))
+        )
         if not counts.in_queue_normal:
             return counts
         oldest = self._read(
@@ -749,6 +766,18 @@ class SQLiteStore:
             (endpoint_id,),
         )
         return replace(counts, oldest_queued_at=oldest[0][0] if oldest else None)
+
+    async def fold_job_counts(self) -> int:
+        def op(c: sqlite3.Connection) -> int:
+            top = c.execute("SELECT MAX(id) FROM job_count_deltas").fetchone()[0]
+            if top is None:
+                return 0
+            c.execute(FOLD_JOB_COUNTS_SQL.format(max="?"), (top,))
+            folded = c.execute("DELETE FROM job_count_deltas WHERE id <= ?", (top,)).rowcount
+            c.execute("DELETE FROM job_counts WHERE n = 0 AND retries = 0")
+            return int(folded)
+
+        return await self._write(op)
 
     async def append_stream_chunks(
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
