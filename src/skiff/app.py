@@ -26,7 +26,7 @@ from skiff.api import jobs as jobs_api
 from skiff.api import openai as openai_api
 from skiff.api import workers as workers_api
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
-from skiff.api.responses import json_response
+from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.clock import Clock, SystemClock
 from skiff.cluster.base import Cluster
 from skiff.cluster.local import LocalCluster
@@ -60,6 +60,7 @@ def open_cluster(settings: Settings) -> Cluster:
 def _build_v2(services: Services) -> FastAPI:
     app = FastAPIOffline(
         title="skiff job interface",
+        telemetry=NO_TELEMETRY,
         version="0.1.0",
         description=(
             "The queue-based job interface (`/v2/{endpoint_id}/...`) that the runpod SDK's "

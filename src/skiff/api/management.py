@@ -16,7 +16,7 @@ from starlette.responses import Response, StreamingResponse
 
 from skiff.api import errors
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
-from skiff.api.responses import json_response
+from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
@@ -123,6 +123,7 @@ def build(services: Services) -> FastAPI:
 
     app = FastAPIOffline(
         title="skiff management API",
+        telemetry=NO_TELEMETRY,
         version="0.1.0",
         description=(
             "Management REST interface of skiff: container registry auths, templates, "

@@ -22,6 +22,11 @@ from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store, User
 
+#: How long the job routes reuse an endpoint they read (``Endpoints.for_jobs``).
+RECENT_SECONDS = 1.0
+#: Copies kept at most; past that the copies start over (they are cheap to read again).
+RECENT_MAX = 10_000
+
 
 class Endpoints:
     def __init__(
@@ -32,6 +37,8 @@ class Endpoints:
         self._wakeups = wakeups
         self._workers = workers
         self._fleet = fleet
+        # endpoint id -> (read at, endpoint): the job routes' copy (see ``for_jobs``).
+        self._recent: dict[str, tuple[float, Endpoint]] = {}
 
     async def _check_template(self, user: User, template_id: str) -> None:
         if await self._store.get_template(user.id, template_id) is None:
@@ -61,6 +68,28 @@ class Endpoints:
             raise NotFound(f"endpoint {endpoint_id} not found")
         return endpoint
 
+    async def for_jobs(self, user: User, endpoint_id: str) -> Endpoint:
+        """``get`` for the job routes, from a copy at most ``RECENT_SECONDS`` old: every job
+        request names its endpoint, and reading and parsing it each time was a seventh of a
+        ``/run``. A change made through this replica is seen at once; one made through another
+        replica within ``RECENT_SECONDS``."""
+        now = self._clock.now()
+        recent = self._recent.get(endpoint_id)
+        if recent is not None and now - recent[0] < RECENT_SECONDS:
+            endpoint = recent[1]
+        else:
+            found = await self._store.get_endpoint(endpoint_id)
+            if found is None:
+                self._recent.pop(endpoint_id, None)
+                raise NotFound(f"endpoint {endpoint_id} not found")
+            endpoint = found
+            if len(self._recent) >= RECENT_MAX:
+                self._recent.clear()
+            self._recent[endpoint_id] = (now, endpoint)
+        if endpoint.userId != user.id:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        return endpoint
+
     async def update(self, user: User, endpoint_id: str, data: EndpointUpdate) -> Endpoint:
         current = await self.get(user, endpoint_id)
         if data.templateId is not None:
@@ -75,6 +104,7 @@ class Endpoints:
         updated = await self._store.update_endpoint(
             endpoint_id, spec, bump_version=rolls_workers(current.spec, spec)
         )
+        self._recent.pop(endpoint_id, None)
         if updated is None:
             raise NotFound(f"endpoint {endpoint_id} not found")
         self._wakeups.notify("scaler")
@@ -87,6 +117,7 @@ class Endpoints:
         # The row goes first so the scaler starts nothing more for it (its workers' records go
         # with it: a replica running one of them stops it when it next reconciles).
         await self._store.delete_endpoint(endpoint_id)
+        self._recent.pop(endpoint_id, None)
         await self._fleet.remove_endpoint_workers(endpoint_id, workers)
         self._fleet.remove_files(endpoint_id, [w.id for w in workers])
         # Wake anything waiting on this endpoint so it notices it is gone, and the leader.
