@@ -113,3 +113,28 @@ def test_stopping_a_worker_ends_its_whole_process_group(server: Server) -> None:
     server.wait_for(
         lambda: _group_members(worker["pid"]) == [], timeout=15, what="the group to be gone"
     )
+
+
+def test_flashboot_serves_from_a_standby_worker_and_keeps_one_ready(server: Server) -> None:
+    """With flashboot, a worker is started ahead of demand and held back; the first job is
+    served by it (no process start on the job's path), and a worker that goes idle becomes the
+    standby again instead of stopping."""
+    eid = server.create_endpoint(workersMax=2, idleTimeout=1, flashboot=True)["id"]
+    standby = server.wait_for(
+        lambda: [w for w in _workers(server, eid) if w["state"] == "standby"],
+        what="a standby worker",
+    )
+    assert server.http.get(f"/v2/{eid}/health").json()["workers"]["standby"] == 1
+    done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"x": 1}}).json()
+    assert done["status"] == "COMPLETED"
+    assert done["workerId"] == standby[0]["id"]
+    # Room under workersMax: a new standby starts behind the promoted one; once the promoted
+    # one is idle past its timeout, it is the standby again and the extra one goes.
+    server.wait_for(
+        lambda: [w["state"] for w in _workers(server, eid)] == ["standby"],
+        timeout=30,
+        what="one standby again",
+    )
+    server.http.patch(f"/v1/endpoints/{eid}", json={"flashboot": False})
+    server.wait_for(lambda: _workers(server, eid) == [], timeout=30, what="no standby")
+    server.http.delete(f"/v1/endpoints/{eid}")

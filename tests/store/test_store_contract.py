@@ -1074,12 +1074,17 @@ async def test_a_worker_still_holding_a_job_stays_running_after_letting_go_of_an
     assert worker is not None and worker.state is WorkerState.RUNNING
 
 
-async def test_a_stopping_or_recycled_worker_claims_nothing(store: Store) -> None:
+async def test_a_stopping_standby_or_recycled_worker_claims_nothing(store: Store) -> None:
     await store.insert_job(make_job("j-1"))
     await store.save_worker(replace(make_worker("w-stop"), state=WorkerState.STOPPING))
+    await store.save_worker(replace(make_worker("w-ready"), state=WorkerState.STANDBY))
     await store.save_worker(replace(make_worker("w-old"), recycle=True))
     assert await store.claim_jobs(EP, "w-stop", 1, now=T0, lease_until=T0 + 60) == []
+    assert await store.claim_jobs(EP, "w-ready", 1, now=T0, lease_until=T0 + 60) == []
     assert await store.claim_jobs(EP, "w-old", 1, now=T0, lease_until=T0 + 60) == []
+    # A standby that calls in stays held back until it is promoted.
+    touched = await store.touch_worker("w-ready", T0 + 1)
+    assert touched is not None and touched.state is WorkerState.STANDBY
     claimed = await store.claim_jobs(EP, "w-unrecorded", 1, now=T0, lease_until=T0 + 60)
     assert [j.id for j in claimed] == ["j-1"]
 

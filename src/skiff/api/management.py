@@ -30,7 +30,9 @@ from skiff.store.base import User
 
 class WorkerOut(BaseModel):
     id: str
-    state: str = Field(description="initializing, idle, running, throttled, unhealthy or stopping")
+    state: str = Field(
+        description="initializing, idle, running, throttled, unhealthy, stopping or standby"
+    )
     kind: str = Field(description="local (started by skiff) or external")
     version: int
     startedAt: float

@@ -9,6 +9,9 @@
 - Workers of an older version (or that asked to be recycled) leave once they hold no job.
 - Throttled and unhealthy workers (wanted, but without a process yet) count as workers, so
   waiting for a GPU never makes the scaler ask for more.
+- ``flashboot``: one more worker is kept started but held back (``standby``: its imports done,
+  not taking jobs), within ``workersMax``. A scale-up promotes it instead of starting a
+  process, and a worker stopped for idleness becomes the standby instead, if there is none.
 """
 
 from __future__ import annotations
@@ -37,12 +40,19 @@ class Limits:
     version: int
     scaler_type: ScalerType = ScalerType.QUEUE_DELAY
     scaler_value: int = 4
+    flashboot: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     start: int = 0
     stop: list[str] = field(default_factory=list)
+    #: Standby workers to put to work (instead of starting that many).
+    promote: list[str] = field(default_factory=list)
+    #: Idle workers to hold back as the standby (instead of stopping them).
+    demote: list[str] = field(default_factory=list)
+    #: Standby workers to start.
+    start_standby: int = 0
 
 
 def _target(limits: Limits, load: Load, current: list[Worker]) -> int:
@@ -61,6 +71,45 @@ def _target(limits: Limits, load: Load, current: list[Worker]) -> int:
 
 
 def decide(limits: Limits, load: Load, workers: list[Worker], now: float) -> Decision:
+    """``serve``, then the standby: promote it rather than start a process, keep one ready
+    while there is room under the maximum (``flashboot``), stop the rest."""
+    standby = [w for w in workers if w.state is WorkerState.STANDBY]
+    serving = [w for w in workers if w.state is not WorkerState.STANDBY]
+    base = serve(limits, load, serving, now)
+    stop = list(base.stop)
+    fresh = [w for w in standby if w.version == limits.version and not w.recycle]
+    if not limits.flashboot:
+        fresh = []
+    promote = [w.id for w in fresh[: base.start]]
+    start = base.start - len(promote)
+    # Every process counts against the maximum, those on their way out included.
+    processes = len(serving) + start + len(promote)
+    room = max(0, limits.workers_max - processes)
+    kept = [w.id for w in fresh[len(promote) :]][:room]
+    stop.extend(w.id for w in standby if w.id not in promote and w.id not in kept)
+    demote: list[str] = []
+    start_standby = 0
+    if limits.flashboot and not kept:
+        idle_stops = [
+            w
+            for w in serving
+            if w.id in stop
+            and w.kind is WorkerKind.LOCAL
+            and w.state is WorkerState.IDLE
+            and w.version == limits.version
+            and not w.recycle
+        ]
+        if idle_stops:
+            demote = [idle_stops[0].id]
+            stop.remove(demote[0])
+        elif room >= 1:
+            start_standby = 1
+    return Decision(
+        start=start, stop=stop, promote=promote, demote=demote, start_standby=start_standby
+    )
+
+
+def serve(limits: Limits, load: Load, workers: list[Worker], now: float) -> Decision:
     """Start workers when the load asks for them (up to the maximum, counting those still
     on their way out), keep the minimum, stop idle and outdated ones.
 

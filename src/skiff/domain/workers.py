@@ -19,6 +19,8 @@ class WorkerState(enum.StrEnum):
     UNHEALTHY = "unhealthy"
     #: Told to stop; finishing its current job, if any.
     STOPPING = "stopping"
+    #: ``flashboot``: started and imported, its take held back until a scale-up needs it.
+    STANDBY = "standby"
 
 
 class WorkerKind(enum.StrEnum):

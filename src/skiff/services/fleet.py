@@ -137,9 +137,10 @@ class Fleet:
             protocol["NVIDIA_VISIBLE_DEVICES"] = worker.gpu_ids or "none"
         return {"PYTHONUNBUFFERED": "1"} | inherited | env | protocol
 
-    async def start_worker(self, endpoint: Endpoint) -> Worker | None:
+    async def start_worker(self, endpoint: Endpoint, standby: bool = False) -> Worker | None:
         """A new worker for the endpoint: started at once, or ``throttled`` (recorded, without a
-        process) when no GPU of the wanted types is free. None when it cannot start at all."""
+        process) when no GPU of the wanted types is free. None when it cannot start at all.
+        A ``standby`` worker (flashboot) is held back from jobs until it is promoted."""
         worker = await self._workers.add(
             Worker(
                 id=short_id(),
@@ -150,7 +151,16 @@ class Fleet:
                 started_at=self._clock.now(),
             )
         )
-        return await self._launch(endpoint, worker)
+        return await self._launch(endpoint, worker, standby)
+
+    async def promote(self, worker: Worker) -> None:
+        """Put a standby worker to work: its held take claims the next job at once."""
+        await self._workers.set_state(worker, WorkerState.IDLE)
+        self._dispatch.wake_pollers(worker.endpoint_id)
+
+    async def demote(self, worker: Worker) -> None:
+        """Hold an idle worker back as the endpoint's standby instead of stopping it."""
+        await self._workers.set_state(worker, WorkerState.STANDBY)
 
     async def retry_pending(self, endpoint: Endpoint) -> None:
         """Give throttled workers a GPU that freed up, and replace unhealthy ones once their
@@ -171,7 +181,9 @@ class Fleet:
                 if await self.start_worker(endpoint) is None:
                     return
 
-    async def _launch(self, endpoint: Endpoint, worker: Worker) -> Worker | None:
+    async def _launch(
+        self, endpoint: Endpoint, worker: Worker, standby: bool = False
+    ) -> Worker | None:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
         if not argv:
@@ -188,6 +200,10 @@ class Fleet:
         if endpoint.spec.computeType is ComputeType.GPU:
             gpus = self._gpus.allocate(worker.id, endpoint.spec.gpuTypeIds, endpoint.spec.gpuCount)
             if gpus is None:
+                if standby:
+                    # A standby is a nicety, not a want: no GPU, no standby.
+                    await self._workers.remove(worker.id)
+                    return None
                 # Wanted, but every listed type is full: it starts as soon as a GPU frees up.
                 await self._workers.set_state(worker, WorkerState.THROTTLED)
                 return worker
@@ -204,7 +220,7 @@ class Fleet:
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.
         worker.started_at = self._clock.now()
-        worker.state = WorkerState.INITIALIZING
+        worker.state = WorkerState.STANDBY if standby else WorkerState.INITIALIZING
         self._launched[worker.id] = endpoint.id
         await self._workers.add(worker)
         try:

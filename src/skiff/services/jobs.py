@@ -179,6 +179,8 @@ class Jobs:
                 "ready": by_state[WorkerState.IDLE],
                 "throttled": by_state[WorkerState.THROTTLED],
                 "unhealthy": by_state[WorkerState.UNHEALTHY],
+                # flashboot: started and ready to be put to work, not taking jobs yet.
+                "standby": by_state[WorkerState.STANDBY],
             },
         }
 

@@ -71,6 +71,7 @@ class Scaler:
                 version=endpoint.version,
                 scaler_type=spec.scalerType,
                 scaler_value=spec.scalerValue,
+                flashboot=spec.flashboot,
             ),
             Load(
                 queued=counts.in_queue_normal,
@@ -85,6 +86,10 @@ class Scaler:
             worker = by_id.get(worker_id)
             if worker is not None:
                 self._fleet.stop_worker(worker)
+        for worker_id in decision.promote:
+            await self._fleet.promote(by_id[worker_id])
+        for worker_id in decision.demote:
+            await self._fleet.demote(by_id[worker_id])
         if await self._store.get_endpoint(endpoint.id) is None:
             return  # deleted while this pass ran
         await self._fleet.retry_pending(endpoint)
@@ -92,3 +97,5 @@ class Scaler:
             for _ in range(decision.start):
                 if await self._fleet.start_worker(endpoint) is None:
                     break
+        if decision.start_standby and self._fleet.may_start(endpoint.id):
+            await self._fleet.start_worker(endpoint, standby=True)

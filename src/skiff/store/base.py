@@ -187,7 +187,8 @@ class Store(Protocol):
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         """Hand the oldest queued jobs (normal priority first) to a worker, atomically. A worker
-        recorded as stopping (or to be recycled) gets none; one that gets some is running."""
+        recorded as stopping or standby (or to be recycled) gets none; one that gets some is
+        running."""
         ...
 
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:

@@ -473,7 +473,7 @@ class PostgresStore:
             f" AND status = 'IN_QUEUE' AND expires_at > $1 ORDER BY low_priority, seq LIMIT $5"
             f" FOR UPDATE SKIP LOCKED)"
             f" AND NOT EXISTS (SELECT 1 FROM workers WHERE id = $2"
-            f" AND (state = 'stopping' OR recycle))"
+            f" AND (state IN ('stopping', 'standby') OR recycle))"
             f" RETURNING {JOB_COLUMNS}),"
             f" busy AS (UPDATE workers SET state = 'running', idle_since = NULL"
             f" WHERE id = $2 AND state IN ('initializing', 'idle')"

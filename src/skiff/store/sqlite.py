@@ -594,7 +594,8 @@ class SQLiteStore:
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
             refused = c.execute(
-                "SELECT 1 FROM workers WHERE id = ? AND (state = 'stopping' OR recycle)",
+                "SELECT 1 FROM workers WHERE id = ?"
+                " AND (state IN ('stopping', 'standby') OR recycle)",
                 (worker_id,),
             ).fetchone()
             if refused:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from skiff.domain.endpoints import ScalerType
-from skiff.domain.scaling import Limits, Load, decide
+from skiff.domain.scaling import Decision, Limits, Load, decide
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 
 NOW = 10_000.0
@@ -336,3 +336,60 @@ def test_decide_never_exceeds_workers_max(queued: int, live: int) -> None:
     decision = decide(Limits(0, 3, 5.0, VERSION), Load(queued, live), workers, NOW)
     assert live + decision.start - len(decision.stop) <= 3
     assert decision.start >= 0
+
+
+# -- flashboot: one standby worker, started but held back ------------------------------------
+
+
+def flash(
+    workers: list[Worker], queued: int = 0, workers_max: int = 3, flashboot: bool = True
+) -> Decision:
+    return decide(
+        Limits(0, workers_max, 5.0, VERSION, ScalerType.REQUEST_COUNT, 1, flashboot=flashboot),
+        Load(queued, sum(w.state is WorkerState.RUNNING for w in workers)),
+        workers,
+        NOW,
+    )
+
+
+def test_flashboot_keeps_one_standby_ready_while_nothing_runs() -> None:
+    assert flash([]) == Decision(start_standby=1)
+    assert flash([worker("s", WorkerState.STANDBY)]) == Decision()
+
+
+def test_a_scale_up_promotes_the_standby_instead_of_starting_a_process() -> None:
+    decision = flash([worker("s", WorkerState.STANDBY)], queued=1)
+    assert decision.promote == ["s"] and decision.start == 0
+    # Room is left under the maximum, so a new standby starts behind it.
+    assert decision.start_standby == 1
+
+
+def test_a_scale_up_beyond_the_standby_starts_the_rest() -> None:
+    decision = flash([worker("s", WorkerState.STANDBY)], queued=3)
+    assert decision.promote == ["s"] and decision.start == 2
+    assert decision.start_standby == 0  # three serving: no room for another
+
+
+def test_the_standby_counts_against_the_maximum() -> None:
+    busy = [worker("r1", WorkerState.RUNNING), worker("r2", WorkerState.RUNNING)]
+    decision = flash([*busy, worker("s", WorkerState.STANDBY)], queued=2, workers_max=3)
+    assert decision.promote == ["s"] and decision.start == 0
+    assert flash(busy, workers_max=2).start_standby == 0
+    full = flash([*busy, worker("s", WorkerState.STANDBY)], workers_max=2)
+    assert full.stop == ["s"]
+
+
+def test_an_idle_worker_past_its_timeout_becomes_the_standby_instead_of_stopping() -> None:
+    decision = flash([worker("i", WorkerState.IDLE, idle_for=60)])
+    assert decision.demote == ["i"] and decision.stop == [] and decision.start_standby == 0
+    with_standby = flash(
+        [worker("i", WorkerState.IDLE, idle_for=60), worker("s", WorkerState.STANDBY)]
+    )
+    assert with_standby.stop == ["i"] and with_standby.demote == []
+
+
+def test_standbys_of_an_old_version_or_without_flashboot_are_stopped() -> None:
+    old = worker("old", WorkerState.STANDBY, version=VERSION - 1)
+    assert flash([old]).stop == ["old"]
+    assert flash([worker("s", WorkerState.STANDBY)], flashboot=False).stop == ["s"]
+    assert flash([], flashboot=False) == Decision()
