@@ -1141,3 +1141,14 @@ async def test_job_counts_are_the_same_before_and_after_folding_the_deltas(store
     await store.fold_job_counts()
     after = await store.job_counts(EP)
     assert (after.in_queue, after.completed, after.cancelled) == (0, 1, 1)
+
+
+async def test_finishing_its_last_job_makes_the_worker_idle_in_the_same_step(
+    store: Store,
+) -> None:
+    await store.save_worker(make_worker("w-1"))
+    await claim_one(store, "j-1", "w-1")
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 2)
+    idle = await store.get_worker("w-1")
+    assert idle is not None
+    assert idle.state is WorkerState.IDLE and idle.idle_since == T0 + 2

@@ -121,10 +121,12 @@ class Dispatch:
             job_id, worker_id, status, result.output_json, result.error, self._clock.now()
         )
         if finished is not None:
+            # The store let the worker go of the job in the same transaction.
             self._wakeups.notify(f"job:{job_id}")
             if self.metrics is not None:
                 self.metrics.job_finished(finished)
-        await self._workers.jobs_released(worker, [job_id])
+        else:
+            await self._workers.jobs_released(worker, [job_id])
 
     async def stream(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
         output_json, metrics_json = parse_stream_chunk(body)

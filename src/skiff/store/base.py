@@ -204,8 +204,9 @@ class Store(Protocol):
         error: str | None,
         now: float,
     ) -> Job | None:
-        """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state.
-        ``None`` when the job is gone, final already, or held by another worker."""
+        """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state; the
+        worker lets go of it in the same transaction (as ``release_holds``). ``None`` when the
+        job is gone, final already, or held by another worker."""
         ...
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:

@@ -120,6 +120,26 @@ async def _signal_stop(
         )
 
 
+async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+    """The worker let go of these jobs (all, with None): their stop signals go, and a running
+    worker holding no job any more is idle."""
+    if job_ids is None:
+        await conn.execute("DELETE FROM stop_signals WHERE worker_id = $1", worker_id)
+    elif job_ids:
+        await conn.execute(
+            "DELETE FROM stop_signals WHERE worker_id = $1 AND job_id = ANY($2::text[])",
+            worker_id,
+            job_ids,
+        )
+    await conn.execute(
+        "UPDATE workers SET state = 'idle', idle_since = $1 WHERE id = $2"
+        " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
+        " WHERE worker_id = $2 AND status = 'IN_PROGRESS')",
+        now,
+        worker_id,
+    )
+
+
 def _pg_value(value: object) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
@@ -526,6 +546,8 @@ class PostgresStore:
                 return None
             job = job_from_row(row)
             await _after_final(c, [job])
+            if worker_id is not None:
+                await _let_go(c, worker_id, [job_id], now)
         return job
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
@@ -692,21 +714,7 @@ class PostgresStore:
 
     async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         async with self.pool.acquire() as c, c.transaction():
-            if job_ids is None:
-                await c.execute("DELETE FROM stop_signals WHERE worker_id = $1", worker_id)
-            elif job_ids:
-                await c.execute(
-                    "DELETE FROM stop_signals WHERE worker_id = $1 AND job_id = ANY($2::text[])",
-                    worker_id,
-                    job_ids,
-                )
-            await c.execute(
-                "UPDATE workers SET state = 'idle', idle_since = $1 WHERE id = $2"
-                " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
-                " WHERE worker_id = $2 AND status = 'IN_PROGRESS')",
-                now,
-                worker_id,
-            )
+            await _let_go(c, worker_id, job_ids, now)
 
     async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
         rows = await self._fetch(

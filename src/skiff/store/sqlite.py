@@ -246,6 +246,24 @@ def _signal_stop(
     )
 
 
+def _let_go(c: sqlite3.Connection, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+    """The worker let go of these jobs (all, with None): their stop signals go, and a running
+    worker holding no job any more is idle."""
+    if job_ids is None:
+        c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
+    else:
+        c.executemany(
+            "DELETE FROM stop_signals WHERE worker_id = ? AND job_id = ?",
+            [(worker_id, job_id) for job_id in job_ids],
+        )
+    c.execute(
+        "UPDATE workers SET state = 'idle', idle_since = ? WHERE id = ?"
+        " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
+        " WHERE worker_id = ? AND status = 'IN_PROGRESS')",
+        (now, worker_id, worker_id),
+    )
+
+
 def _sqlite_value(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
@@ -658,6 +676,8 @@ class SQLiteStore:
                 return None
             job = _job(row)
             _after_final(c, [job])
+            if worker_id is not None:
+                _let_go(c, worker_id, [job_id], now)
             return job
 
         return await self._write(op)
@@ -827,19 +847,7 @@ class SQLiteStore:
 
     async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         def op(c: sqlite3.Connection) -> None:
-            if job_ids is None:
-                c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
-            else:
-                c.executemany(
-                    "DELETE FROM stop_signals WHERE worker_id = ? AND job_id = ?",
-                    [(worker_id, job_id) for job_id in job_ids],
-                )
-            c.execute(
-                "UPDATE workers SET state = 'idle', idle_since = ? WHERE id = ?"
-                " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
-                " WHERE worker_id = ? AND status = 'IN_PROGRESS')",
-                (now, worker_id, worker_id),
-            )
+            _let_go(c, worker_id, job_ids, now)
 
         await self._write(op)
 
