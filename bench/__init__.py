@@ -1,0 +1,1 @@
+"""skiff's benchmark suite: ``python -m bench`` (see docs/performance.md)."""
