@@ -7,6 +7,7 @@ Error bodies: ``{"message": ...}`` on ``/v1`` (the management reference's shape)
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -41,7 +42,12 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
     return "; ".join(parts) or "invalid request", first_field
 
 
-def install(app: Any, key: str) -> None:
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+def handlers(key: str) -> dict[type[Exception], ErrorHandler]:
+    """Exception class -> its answer, with ``key`` naming the message field."""
+
     async def skiff_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, SkiffError)
         field = exc.field if isinstance(exc, Invalid) else None
@@ -74,7 +80,28 @@ def install(app: Any, key: str) -> None:
         log.exception("unhandled error", exc_info=exc)
         return json_response(error_body(key, "internal server error"), 500)
 
-    app.add_exception_handler(SkiffError, skiff_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(HTTPException, http_error)
-    app.add_exception_handler(Exception, unexpected)
+    return {
+        SkiffError: skiff_error,
+        RequestValidationError: validation_error,
+        HTTPException: http_error,
+        Exception: unexpected,
+    }
+
+
+def install(app: Any, key: str) -> None:
+    for exc_class, handler in handlers(key).items():
+        app.add_exception_handler(exc_class, handler)
+
+
+def responder(key: str) -> ErrorHandler:
+    """One function answering any exception as ``install`` makes an app answer it: the handler
+    of the exception's nearest class, as Starlette looks it up."""
+    table = handlers(key)
+
+    async def respond(request: Request, exc: Exception) -> Response:
+        for cls in type(exc).__mro__:
+            if cls in table:
+                return await table[cls](request, exc)
+        raise exc  # not an Exception: let it go on
+
+    return respond

@@ -12,7 +12,6 @@ from skiff.api.body import read_body
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
-from skiff.errors import NotFound
 from skiff.services.hub import Services
 
 RESULT_LIMIT = 64 * 1024 * 1024
@@ -28,10 +27,7 @@ def build(services: Services) -> APIRouter:
     async def endpoint_of(request: Request) -> Endpoint:
         endpoint_id = request.path_params["endpoint_id"]
         await services.auth.check_worker(endpoint_id, request.headers.get("authorization"))
-        endpoint = await services.store.get_endpoint(endpoint_id)
-        if endpoint is None:
-            raise NotFound(f"endpoint {endpoint_id} not found")
-        return endpoint
+        return await services.endpoints.recent_copy(endpoint_id)
 
     def holds_jobs(request: Request) -> bool | None:
         flag = request.query_params.get("job_in_progress")

@@ -12,6 +12,8 @@ from skiff.ids import short_id
 from skiff.store.base import ApiKey, Store, User
 
 ADMIN_USER = "admin"
+#: Worker tokens remembered as checked; past this many the memory starts over.
+_CHECKED_TOKENS_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,8 @@ class Auth:
         # hash -> (user or None, cached at); a revoked key stops working within cache_seconds.
         self._cache: dict[str, tuple[User | None, float]] = {}
         self._worker_secret: bytes | None = None
+        #: worker token -> the endpoint it was checked for.
+        self._checked_tokens: dict[str, str] = {}
 
     async def authenticate(self, raw: str | None) -> User:
         if not raw:
@@ -67,8 +71,15 @@ class Auth:
         if not raw:
             raise Unauthorized("missing worker token")
         token = _strip_scheme(raw)
+        # Every worker request carries its token: remember the ones already checked rather
+        # than compute an HMAC each time (the secret never changes while skiff runs).
+        if self._checked_tokens.get(token) == endpoint_id:
+            return
         if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
             raise Unauthorized("invalid worker token for this endpoint")
+        if len(self._checked_tokens) >= _CHECKED_TOKENS_MAX:
+            self._checked_tokens.clear()
+        self._checked_tokens[token] = endpoint_id
 
     async def ensure_user(self, name: str, is_admin: bool) -> User:
         user = await self._store.get_user_by_name(name)

@@ -1,0 +1,145 @@
+"""A direct way in for the job and worker routes, the ones every job crosses several times.
+
+Through the full stack a ``/run`` passes Starlette's and FastAPI's middlewares, the mounted
+``/v2`` app and a regular-expression match against every route, before and after skiff's own
+code: about two thirds of its CPU (docs/performance.md). ``HotRoutes`` sits in front of the whole
+app and, for a request whose method and path name one of these routes exactly, calls that
+route's own handler function with a plain Starlette ``Request`` and answers its exceptions with
+the same handlers ``errors.install`` registers. Anything else (another method, a trailing slash,
+``/v2/docs``, HEAD) goes on to the full app unchanged, which also still serves these routes'
+OpenAPI description: one handler per route, two ways to reach it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from fastapi.routing import APIRoute
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+Handler = Callable[..., Awaitable[Response]]
+ErrorResponder = Callable[[Request, Exception], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    #: The path's segments after the mount prefix; ``None`` where a parameter goes.
+    literals: tuple[str | None, ...]
+    names: tuple[str, ...]
+    handler: Handler
+    #: Path parameters the handler takes as keyword arguments (the rest: ``request.path_params``).
+    kwargs: tuple[str, ...]
+
+
+def _segments(template: str) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
+    literals: list[str | None] = []
+    names: list[str] = []
+    for part in template.strip("/").split("/"):
+        if part.startswith("{") and part.endswith("}") and ":" not in part:
+            literals.append(None)
+            names.append(part[1:-1])
+        elif "{" in part or "}" in part:
+            raise ValueError(f"route {template!r}: only whole-segment str parameters go direct")
+        else:
+            literals.append(part)
+    return tuple(literals), tuple(names)
+
+
+def _compile(route: APIRoute) -> Iterable[_Route]:
+    literals, names = _segments(route.path)
+    params = inspect.signature(route.endpoint).parameters
+    extra = set(params) - {"request"} - set(names)
+    if extra or "request" not in params:
+        raise ValueError(f"route {route.path!r}: its handler must take (request, path params)")
+    kwargs = tuple(n for n in names if n in params)
+    for method in sorted(route.methods or ()):
+        yield _Route(method, literals, names, route.endpoint, kwargs)
+
+
+class HotRoutes:
+    """``routes`` (mounted at ``prefix``) straight to their handlers."""
+
+    def __init__(self, prefix: str, routes: Sequence[APIRoute], on_error: ErrorResponder) -> None:
+        self.prefix = prefix.rstrip("/") + "/"
+        self.on_error = on_error
+        # Keyed by (method, segment count, where the first literal segment is, what it says):
+        # a dict lookup per possible position finds the only candidate, so no path is matched
+        # against every route.
+        self._table: dict[tuple[str, int, int, str], _Route] = {}
+        for api_route in routes:
+            for route in _compile(api_route):
+                at = next((i for i, s in enumerate(route.literals) if s is not None), -1)
+                if at < 0:
+                    raise ValueError(f"route {api_route.path!r} has no literal segment")
+                key = (route.method, len(route.literals), at, route.literals[at] or "")
+                if key in self._table:
+                    raise ValueError(f"two direct routes share the shape {key}")
+                self._table[key] = route
+        self._positions = sorted({key[2] for key in self._table})
+
+    def _match(self, method: str, path: str) -> tuple[_Route, dict[str, str]] | None:
+        if not path.startswith(self.prefix):
+            return None
+        parts = path[len(self.prefix) :].split("/")
+        for at in self._positions:
+            if at >= len(parts):
+                break
+            route = self._table.get((method, len(parts), at, parts[at]))
+            if route is not None and _fits(route, parts):
+                values = (p for p, lit in zip(parts, route.literals, strict=True) if lit is None)
+                return route, dict(zip(route.names, values, strict=True))
+        return None
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Serve the request when it is for one of the routes; whether it was."""
+        if scope["type"] != "http":
+            return False
+        found = self._match(scope["method"], scope["path"])
+        if found is None:
+            return False
+        await self._serve(scope, receive, send, *found)
+        return True
+
+    async def _serve(
+        self, scope: Scope, receive: Receive, send: Send, route: _Route, params: dict[str, str]
+    ) -> None:
+        # What the mount and the route would have added to the scope.
+        scope = {
+            **scope,
+            "root_path": scope.get("root_path", "") + self.prefix.rstrip("/"),
+            "path_params": params,
+            "endpoint": route.handler,
+        }
+        request = Request(scope, receive)
+        try:
+            response = await route.handler(request, **{k: params[k] for k in route.kwargs})
+        except Exception as exc:
+            response = await self.on_error(request, exc)
+        await response(scope, receive, send)
+
+
+def _fits(route: _Route, parts: list[str]) -> bool:
+    for part, literal in zip(parts, route.literals, strict=True):
+        if literal is None:
+            if not part:
+                return False
+        elif part != literal:
+            return False
+    return True
+
+
+class WithHotRoutes(Starlette):
+    """A Starlette app that first offers each request to its ``hot`` routes."""
+
+    hot: HotRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.hot is not None and await self.hot.handle(scope, receive, send):
+            return
+        await super().__call__(scope, receive, send)

@@ -1,0 +1,173 @@
+"""The direct way in for the job and worker routes (api/hot.py): a request that names one of
+them exactly reaches its handler without the framework's routing and middleware, and answers
+exactly what the full stack would; anything else goes on to the full app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from skiff.api import errors
+from skiff.api.hot import HotRoutes, WithHotRoutes
+from skiff.api.responses import json_response
+from skiff.errors import Invalid, NotFound
+
+
+def _router() -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/{endpoint_id}/run")
+    async def run(request: Request) -> Response:
+        body = await request.body()
+        return json_response({"endpoint": request.path_params["endpoint_id"], "body": len(body)})
+
+    @router.get("/{endpoint_id}/status/{job_id}")
+    async def status(request: Request, job_id: str) -> Response:
+        if job_id == "missing":
+            raise NotFound(f"job {job_id} not found")
+        if job_id == "bad":
+            raise Invalid("ttl must be a number", field="ttl")
+        if job_id == "boom":
+            raise RuntimeError("a bug")
+        return json_response({"id": job_id, "root": request.scope["root_path"]})
+
+    @router.post("/{endpoint_id}/job-done/{worker_id}/{job_id}")
+    async def done(request: Request, worker_id: str, job_id: str) -> Response:
+        return json_response({"worker": worker_id, "job": job_id})
+
+    return router
+
+
+class _Counting:
+    """Middleware counting the requests that went through the full stack."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.seen: list[str] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.seen.append(f"{scope['method']} {scope['path']}")
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, _Counting]]:
+    router = _router()
+    inner = FastAPI()
+    errors.install(inner, "error")
+    inner.include_router(router)
+    counting = _Counting(inner)
+    app = WithHotRoutes(routes=[Mount("/v2", app=counting)])
+    routes = [r for r in router.routes if isinstance(r, APIRoute)]
+    app.hot = HotRoutes("/v2", routes, errors.responder("error"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://skiff") as client:
+        yield client, counting
+
+
+async def test_a_named_route_reaches_its_handler_without_the_framework(
+    setup: tuple[httpx.AsyncClient, _Counting],
+) -> None:
+    client, counting = setup
+    answer = await client.post("/v2/ep1/run", content=b"12345")
+    assert answer.status_code == 200
+    assert answer.json() == {"endpoint": "ep1", "body": 5}
+    answer = await client.post("/v2/ep1/job-done/w7/j9")
+    assert answer.json() == {"worker": "w7", "job": "j9"}
+    assert counting.seen == []
+
+
+async def test_the_handler_sees_the_mount_as_its_root_path(
+    setup: tuple[httpx.AsyncClient, _Counting],
+) -> None:
+    client, _ = setup
+    answer = await client.get("/v2/ep1/status/j1")
+    assert answer.json() == {"id": "j1", "root": "/v2"}
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/v2/ep1/run"),  # another method: the full app answers 405
+        ("POST", "/v2/ep1/run/"),  # a trailing slash
+        ("GET", "/v2//status/j1"),  # an empty parameter
+        ("GET", "/v2/ep1/status"),  # a segment short
+        ("GET", "/v2/ep1/statuses/j1"),  # another literal
+        ("HEAD", "/v2/ep1/status/j1"),
+    ],
+)
+async def test_anything_else_goes_on_to_the_full_app(
+    setup: tuple[httpx.AsyncClient, _Counting], method: str, path: str
+) -> None:
+    client, counting = setup
+    await client.request(method, path)
+    assert counting.seen == [f"{method} {path}"]
+
+
+@pytest.mark.parametrize(
+    "job_id, status, body",
+    [
+        ("missing", 404, {"error": "job missing not found"}),
+        ("bad", 400, {"error": "ttl must be a number", "field": "ttl"}),
+        ("boom", 500, {"error": "internal server error"}),
+    ],
+)
+async def test_errors_answer_as_the_full_stack_answers_them(
+    setup: tuple[httpx.AsyncClient, _Counting], job_id: str, status: int, body: dict[str, str]
+) -> None:
+    client, counting = setup
+    direct = await client.get(f"/v2/ep1/status/{job_id}")
+    # The same route through the full app, with no direct routes attached.
+    full = await _full_stack(f"/v2/ep1/status/{job_id}")
+    assert (direct.status_code, direct.json()) == (status, body)
+    assert (full.status_code, full.json()) == (status, body)
+    assert counting.seen == []
+
+
+async def _full_stack(path: str) -> httpx.Response:
+    inner = FastAPI()
+    errors.install(inner, "error")
+    inner.include_router(_router())
+    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://skiff") as client:
+        return await client.get(path)
+
+
+def test_a_handler_taking_more_than_path_parameters_cannot_go_direct() -> None:
+    router = APIRouter()
+
+    @router.get("/{endpoint_id}/odd")
+    async def odd(request: Request, limit: int = 5) -> Response:
+        return json_response({"limit": limit})
+
+    with pytest.raises(ValueError, match="path params"):
+        HotRoutes("/v2", [r for r in router.routes if isinstance(r, APIRoute)], _never)
+
+
+def test_two_routes_of_one_shape_are_refused() -> None:
+    router = APIRouter()
+
+    @router.get("/{endpoint_id}/a/{x}")
+    async def first(request: Request, x: str) -> Response:
+        return json_response({})
+
+    @router.get("/{endpoint_id}/a/{y}")
+    async def second(request: Request, y: str) -> Response:
+        return json_response({})
+
+    with pytest.raises(ValueError, match="share the shape"):
+        HotRoutes("/v2", [r for r in router.routes if isinstance(r, APIRoute)], _never)
+
+
+async def _never(_request: Request, exc: Exception) -> Response:
+    raise exc
