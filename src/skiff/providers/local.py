@@ -79,6 +79,11 @@ class LogFile:
         if self._file is None:
             return
         prefix = stamp(ts)
+        size = len(prefix) * len(lines) + sum(map(len, lines)) + len(lines)
+        if self._size + size <= self._max_bytes:
+            # The usual case, whole in the current file: one join instead of a loop per line.
+            self._append(b"".join(b"%s%s\n" % (prefix, line) for line in lines))
+            return
         batch = bytearray()
         for line in lines:
             used = self._size + len(batch)
@@ -93,7 +98,7 @@ class LogFile:
             batch += b"\n"
         self._append(batch)
 
-    def _append(self, data: bytearray) -> None:
+    def _append(self, data: bytes | bytearray) -> None:
         # One write() per batch: a reader never sees the file grow by half a line (but for
         # batches past a page, which readers tolerate by keeping only complete lines).
         view = memoryview(data)
@@ -150,13 +155,16 @@ async def copy_lines(reader: asyncio.StreamReader, log_file: LogFile) -> None:
             pending += chunk
             lines = pending.split(b"\n")
             pending = lines.pop()
-            out: list[bytes] = []
-            for line in lines:
-                out.extend(
-                    line[i : i + MAX_LINE_BYTES] for i in range(0, len(line), MAX_LINE_BYTES)
-                )
-                if not line:
-                    out.append(line)
+            if max(map(len, lines), default=0) <= MAX_LINE_BYTES:
+                out = lines  # no line to cut (the usual case)
+            else:
+                out = []
+                for line in lines:
+                    out.extend(
+                        line[i : i + MAX_LINE_BYTES] for i in range(0, len(line), MAX_LINE_BYTES)
+                    )
+                    if not line:
+                        out.append(line)
             while len(pending) >= MAX_LINE_BYTES:
                 out.append(pending[:MAX_LINE_BYTES])
                 pending = pending[MAX_LINE_BYTES:]

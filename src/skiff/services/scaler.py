@@ -39,10 +39,16 @@ class Scaler:
         self._interval = interval
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_pass = float("-inf")
         while not self._wakeups.closing:
             # Every submission wakes the scaler; under a stream of them, passes would run back
-            # to back. One per MIN_GAP_SECONDS reacts as fast as anyone can see and costs little.
-            await asyncio.sleep(MIN_GAP_SECONDS)
+            # to back. One per MIN_GAP_SECONDS reacts as fast as anyone can see and costs little;
+            # a wake after a quiet spell passes at once (a scale-up from zero waits for nothing).
+            gap = MIN_GAP_SECONDS - (loop.time() - last_pass)
+            if gap > 0:
+                await asyncio.sleep(gap)
+            last_pass = loop.time()
             with self._wakeups.listen(SCALER_KEY) as event:
                 try:
                     await self.reconcile_all()

@@ -185,17 +185,26 @@ class _Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             outcomes = [(None, exc)] * len(batch)
+        # One wake-up per event loop for the whole batch, not one per operation: each
+        # call_soon_threadsafe writes to the loop's self-pipe.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
         for (_op, future, loop), (result, error) in zip(batch, outcomes, strict=True):
-            loop.call_soon_threadsafe(_settle, future, result, error)
+            by_loop.setdefault(loop, []).append((future, result, error))
+        for loop, settled in by_loop.items():
+            loop.call_soon_threadsafe(_settle_all, settled)
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+_Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _settle_all(outcomes: list[_Outcome]) -> None:
+    for future, result, error in outcomes:
+        if future.cancelled():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 #: ``retain_until`` of a job that just became final, in SQL (with ``?`` for now).
