@@ -1,9 +1,13 @@
 """B5: scale from zero, phase by phase: from a job's submission to its handler running.
 
-Each repetition creates a new endpoint (``workersMin: 0``, ``workersMax: 1``, ``flashboot:
-false``), so no worker exists, and sends one ``POST /runsync``. The phases come from outside
-skiff's code: the client's own clock at submit and answer, the worker's ``startedAt`` from
-``GET /v1/endpoints/{id}?includeWorkers=true`` (set just before its process is spawned), the
+Each repetition creates a new endpoint (``workersMin: 0``, ``workersMax: 1``), so no worker
+takes jobs, and sends one ``POST /runsync``. With ``flashboot: false`` no worker exists at all;
+with ``flashboot: true`` skiff keeps one started but held back (a standby: its process running,
+the SDK imported, its job-take held but refused), and the repetition waits for that standby (its
+``BENCH ready`` line) before it submits, so the scale-up promotes it rather than start a process.
+The phases come from outside skiff's code: the client's own clock at submit and answer, the
+worker's ``startedAt`` from ``GET /v1/endpoints/{id}?includeWorkers=true`` (set just before its
+process is spawned), the
 ``BENCH imported|ready|first-job`` lines the handler prints with its own ``time.time()`` (read
 back with ``GET /v1/endpoints/{id}/logs``) and the job's ``startedAt`` (when the worker's
 job-take claimed it, millisecond resolution) from ``GET /v2/{id}/requests``. Every clock is the
@@ -11,20 +15,33 @@ same host's wall clock. The endpoint is then deleted and its worker waited out, 
 repetition starts from an idle machine; the first repetition of a full run is a warm-up (page
 cache) and not counted.
 
-``flashboot: true`` is not implemented in skiff yet: that row says so instead of a number.
-The reference does not scale (it is one process serving requests): n/a.
+With flashboot the process start and the SDK import happen before the submission, so its phases
+are the claim (submit -> job claimed: the scaler's decision and the promotion, which wakes the
+standby's held take), the SDK's tick and the answer. The reference does not scale (it is one
+process serving requests): n/a.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench import servers
 from bench.common import BODY
 from bench.load import percentile
 from bench.results import BenchResult, Options, Row
+
+#: With flashboot: (key, row label), in order.
+FLASH_PHASES = [
+    ("to_claim", "flashboot: submit -> job claimed by the promoted standby"),
+    ("to_handler", "flashboot: claimed -> handler runs (SDK loop tick)"),
+    ("answer", "flashboot: handler -> runsync answer"),
+    ("to_handler_total", "flashboot: total: submit -> handler runs"),
+    ("total", "flashboot: total: submit -> runsync answer"),
+]
 
 #: (key, row label), in order; each a span between two of the moments above, in ms.
 PHASES = [
@@ -42,32 +59,38 @@ PHASES = [
 def run(opts: Options) -> BenchResult:
     reps = opts.pick(5, 1)
     warmups = opts.pick(1, 0)
-    result = BenchResult("B5", f"scale from zero, {reps} repetitions (flashboot: false)")
+    result = BenchResult(
+        "B5", f"scale from zero, {reps} repetitions each without and with flashboot"
+    )
     samples: list[dict[str, float]] = []
+    flash: list[dict[str, float]] = []
     # Only how fast a deleted endpoint's worker is stopped between repetitions.
     settings = {"SKIFF_WORKER_STOP_GRACE_SECONDS": "1"}
     with servers.skiff(opts.logs, "b5", opts.scratch, settings) as skiff:
-        for rep in range(warmups + reps):
-            counted = rep - warmups + 1
-            opts.say(f"B5: repetition {counted} of {reps}" if counted > 0 else "B5: warm-up")
-            sample = _once(skiff, opts)
-            if rep >= warmups:
-                samples.append(sample)
+        for mode, into, once in (("cold", samples, _once), ("flashboot", flash, _once_flashboot)):
+            for rep in range(warmups + reps):
+                counted = rep - warmups + 1
+                label = f"repetition {counted} of {reps}" if counted > 0 else "warm-up"
+                opts.say(f"B5 ({mode}): {label}")
+                sample = once(skiff, opts)
+                if rep >= warmups:
+                    into.append(sample)
+    goals = {"to_handler_total": 1500.0}
     for key, label in PHASES:
-        values = sorted(s[key] for s in samples)
-        cell = f"{percentile(values, 50):.1f} / {percentile(values, 99):.1f}"
-        result.rows.append(Row("B5", f"{label}, ms p50 / p99", cell, "n/a: no scaling"))
+        result.rows.append(_row(label, samples, key, "n/a: no scaling", goals.get(key)))
     delays = sorted(s["delay_time"] for s in samples)
-    result.rows += [
+    result.rows.append(
         Row(
             "B5",
             "job delayTime reported by skiff, ms p50 / p99",
             f"{percentile(delays, 50):.0f} / {percentile(delays, 99):.0f}",
             "n/a",
-        ),
-        Row("B5", "flashboot: true, submit -> handler runs", "not implemented yet", "n/a"),
-    ]
-    errors = sum(1 for s in samples if not s["completed"])
+        )
+    )
+    flash_goals = {"to_handler_total": 200.0}
+    for key, label in FLASH_PHASES:
+        result.rows.append(_row(label, flash, key, "n/a", flash_goals.get(key)))
+    errors = sum(1 for s in (*samples, *flash) if not s["completed"])
     result.errors = {"skiff": errors}
     result.rows.append(result.error_row())
     result.curves["B5 scale from zero, phases (ms, p50)"] = {
@@ -81,14 +104,86 @@ def run(opts: Options) -> BenchResult:
         },
         "labels": [k for k, _ in PHASES[:6]],
     }
-    result.details = {"samples": samples, "warmups": warmups}
+    result.details = {"samples": samples, "flashboot_samples": flash, "warmups": warmups}
     return result
+
+
+def _row(
+    label: str, samples: list[dict[str, float]], key: str, reference: str, goal_ms: float | None
+) -> Row:
+    values = sorted(s[key] for s in samples)
+    p50 = percentile(values, 50)
+    cell = f"{p50:.1f} / {percentile(values, 99):.1f}"
+    if goal_ms is None:
+        return Row("B5", f"{label}, ms p50 / p99", cell, reference)
+    return Row(
+        "B5", f"{label}, ms p50 / p99", cell, reference, f"p50 <= {goal_ms:,.0f} ms", p50 <= goal_ms
+    )
+
+
+def _once_flashboot(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
+    endpoint = skiff.create_endpoint(
+        opts.worker_env(), workersMin=0, workersMax=1, flashboot=True, idleTimeout=3600
+    )
+
+    def standby_ready() -> bool:
+        workers = skiff.workers(endpoint)
+        if not (len(workers) == 1 and workers[0]["state"] == "standby"):
+            return False
+        return any(str(e["line"]).startswith("BENCH ready") for e in skiff.log_lines(endpoint))
+
+    skiff.wait_for("the standby worker", standby_ready, timeout_s=60, every_s=0.2)
+    # The SDK starts its job-take right after "ready": give it a moment to be held.
+    time.sleep(0.5)
+    t = _one_job(skiff, endpoint)
+    ms = 1000.0
+    return {
+        "to_claim": (t.claimed - t.submitted) * ms,
+        "to_handler": (t.marks["first-job"] - t.claimed) * ms,
+        "answer": (t.replied - t.marks["first-job"]) * ms,
+        "to_handler_total": (t.marks["first-job"] - t.submitted) * ms,
+        "total": (t.replied - t.submitted) * ms,
+        "completed": float(t.completed),
+    }
 
 
 def _once(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
     endpoint = skiff.create_endpoint(
         opts.worker_env(), workersMin=0, workersMax=1, flashboot=False, idleTimeout=3600
     )
+    t = _one_job(skiff, endpoint)
+    spawned = float(t.worker["startedAt"])
+    marks = t.marks
+    ms = 1000.0
+    return {
+        "decision": (spawned - t.submitted) * ms,
+        "process": (marks["imported"] - spawned) * ms,
+        "sdk_import": (marks["ready"] - marks["imported"]) * ms,
+        "first_take": (t.claimed - marks["ready"]) * ms,
+        "to_handler": (marks["first-job"] - t.claimed) * ms,
+        "answer": (t.replied - marks["first-job"]) * ms,
+        "to_handler_total": (marks["first-job"] - t.submitted) * ms,
+        "total": (t.replied - t.submitted) * ms,
+        "delay_time": float(t.body.get("delayTime", -1)),
+        "completed": float(t.completed),
+    }
+
+
+@dataclass
+class _Timed:
+    """One ``/runsync`` on a fresh endpoint: the moments B5's phases are cut from."""
+
+    submitted: float
+    replied: float
+    claimed: float
+    body: dict[str, Any]
+    completed: bool
+    worker: dict[str, Any]
+    marks: dict[str, float]
+
+
+def _one_job(skiff: servers.Skiff, endpoint: str) -> _Timed:
+    """Send the job, read back the moments, then delete the endpoint and wait its worker out."""
     submitted = time.time()
     answer = skiff.http.post(
         f"/v2/{endpoint}/runsync",
@@ -102,24 +197,11 @@ def _once(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
     worker = skiff.workers(endpoint)[0]
     marks = _marks(skiff.log_lines(endpoint))
     job = skiff.http.get(f"/v2/{endpoint}/requests", params={"limit": 1}).json()["requests"][0]
-    claimed = _ts(job["startedAt"])
-    spawned = float(worker["startedAt"])
     skiff.delete_endpoint(endpoint)
     if worker.get("pid"):
         skiff.wait_for("the worker to exit", lambda: _gone(int(worker["pid"])), timeout_s=30)
-    ms = 1000.0
-    return {
-        "decision": (spawned - submitted) * ms,
-        "process": (marks["imported"] - spawned) * ms,
-        "sdk_import": (marks["ready"] - marks["imported"]) * ms,
-        "first_take": (claimed - marks["ready"]) * ms,
-        "to_handler": (marks["first-job"] - claimed) * ms,
-        "answer": (replied - marks["first-job"]) * ms,
-        "to_handler_total": (marks["first-job"] - submitted) * ms,
-        "total": (replied - submitted) * ms,
-        "delay_time": float(body.get("delayTime", -1)),
-        "completed": float(answer.status_code == 200 and body.get("status") == "COMPLETED"),
-    }
+    completed = answer.status_code == 200 and body.get("status") == "COMPLETED"
+    return _Timed(submitted, replied, _ts(job["startedAt"]), body, completed, worker, marks)
 
 
 def _marks(lines: list[dict[str, object]]) -> dict[str, float]:
