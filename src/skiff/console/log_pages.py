@@ -1,0 +1,83 @@
+"""Worker logs: the last lines of an endpoint's workers (or one worker's), and a follow that
+the page's script keeps up to date by asking for the lines since the last one it has."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from skiff.console.app import Console, json_answer
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.logs import LogLine, iso
+from skiff.services.logs import WorkerLogs
+
+TAIL_DEFAULT = 200
+TAIL_CHOICES = (50, 200, 1000, 5000)
+
+
+def _tail(request: Request) -> int:
+    raw = request.query_params.get("tail", "")
+    return int(raw) if raw.isdigit() and int(raw) in TAIL_CHOICES else TAIL_DEFAULT
+
+
+def line_view(line: LogLine) -> dict[str, Any]:
+    return {
+        "worker": line.worker,
+        "time": line.time,
+        "stamp": iso(line.time) if line.time is not None else "",
+        "line": line.line,
+    }
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    services = console.services
+    # Reading files needs nothing but the data directory (as the /v1 log route does).
+    worker_logs = WorkerLogs(services.settings.data_dir)
+
+    async def read(
+        endpoint: Endpoint, worker: str | None, since: float | None, tail: int
+    ) -> list[LogLine]:
+        return await asyncio.to_thread(worker_logs.read, endpoint.id, worker, since, tail)
+
+    async def logs_page(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        endpoint = await console.endpoint(visitor, request)
+        worker = request.query_params.get("worker") or None
+        tail = _tail(request)
+        workers = sorted(
+            set(await asyncio.to_thread(worker_logs.workers, endpoint.id))
+            | {w["id"] for w in await services.endpoints.workers_view(endpoint.id)}
+        )
+        return console.page(
+            request,
+            "logs.html",
+            visitor,
+            title=f"Logs of {endpoint.spec.name}",
+            endpoint=endpoint,
+            worker=worker,
+            workers=workers,
+            tail=tail,
+            tails=TAIL_CHOICES,
+            lines=[line_view(x) for x in await read(endpoint, worker, None, tail)],
+        )
+
+    async def lines(request: Request) -> Response:
+        """Lines stamped at or after ``since`` (epoch seconds), for the follow."""
+        visitor = await console.signed_in(request)
+        endpoint = await console.endpoint(visitor, request)
+        worker = request.query_params.get("worker") or None
+        try:
+            since = float(request.query_params.get("since", ""))
+        except ValueError:
+            since = None
+        found = await read(endpoint, worker, since, _tail(request))
+        return json_answer({"lines": [line_view(x) for x in found]})
+
+    return [
+        Route("/endpoints/{endpoint_id}/logs", logs_page, methods=["GET"]),
+        Route("/endpoints/{endpoint_id}/logs/lines.json", lines, methods=["GET"]),
+    ]

@@ -1,0 +1,111 @@
+"""From the console's forms to the API's input models, and their errors back to fields."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiff.console import forms
+from skiff.domain.endpoints import EndpointCreate, EndpointUpdate
+from skiff.domain.templates import TemplateCreate
+from skiff.errors import Conflict, Invalid
+
+
+def endpoint_form(**fields: str) -> dict[str, str]:
+    return {"name": "ep", "templateId": "tpl", "computeType": "CPU", **fields}
+
+
+def test_a_full_endpoint_form_becomes_the_create_model() -> None:
+    data, errors = forms.endpoint_data(
+        endpoint_form(
+            gpuTypeIds="NVIDIA A100\n\n  NVIDIA L4  \n",
+            gpuCount="2",
+            workersMin="0",
+            workersMax="3",
+            idleTimeout="30",
+            scalerType="REQUEST_COUNT",
+            scalerValue="2",
+            executionTimeoutMs="60000",
+            env="A=1\n# a comment\nB = two=2\n",
+            flashboot="on",
+        ),
+        creating=True,
+    )
+    model, invalid = forms.validate(EndpointCreate, data, forms.ENDPOINT_FIELDS, "workersMin")
+    assert errors == {} and invalid == {} and model is not None
+    assert model.gpuTypeIds == ["NVIDIA A100", "NVIDIA L4"]
+    assert (model.gpuCount, model.workersMax, model.scalerValue) == (2, 3, 2)
+    assert model.env == {"A": "1", "B": " two=2"}
+    assert model.flashboot is True
+
+
+def test_empty_numbers_are_left_to_the_defaults() -> None:
+    data, _ = forms.endpoint_data(endpoint_form(gpuCount="", workersMax=" "), creating=True)
+    assert "gpuCount" not in data and "workersMax" not in data
+    model, _ = forms.validate(EndpointCreate, data, forms.ENDPOINT_FIELDS, "workersMin")
+    assert model is not None and model.gpuCount is None
+
+
+def test_an_edit_sends_emptied_lists_and_fixed_compute_type_is_left_out() -> None:
+    data, _ = forms.endpoint_data(endpoint_form(gpuTypeIds="", env=""), creating=False)
+    assert data["gpuTypeIds"] == [] and data["env"] == {} and "computeType" not in data
+    assert data["flashboot"] is False
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"gpuCount": "two"}, "gpuCount", "valid integer"),
+        ({"gpuCount": "99"}, "gpuCount", "less than or equal to 16"),
+        ({"workersMin": "3", "workersMax": "1"}, "workersMin", "not be greater than workersMax"),
+        ({"scalerType": "SOMETIMES"}, "scalerType", "QUEUE_DELAY"),
+        ({"gpuTypeIds": "A\nA"}, "gpuTypeIds", "must not repeat"),
+        ({"templateId": ""}, "templateId", "required"),
+    ],
+)
+def test_each_refusal_lands_on_its_field(fields: dict[str, str], field: str, words: str) -> None:
+    data, errors = forms.endpoint_data(endpoint_form(**fields), creating=True)
+    model, invalid = forms.validate(EndpointCreate, data, forms.ENDPOINT_FIELDS, "workersMin")
+    assert model is None and errors == {}
+    assert words in invalid[field], invalid
+
+
+def test_a_bad_env_line_is_named() -> None:
+    _, errors = forms.endpoint_data(endpoint_form(env="A=1\nno equals sign"), creating=False)
+    assert errors == {"env": "line 2: expected KEY=VALUE"}
+
+
+def test_update_model_checks_min_against_max_too() -> None:
+    data, _ = forms.endpoint_data(endpoint_form(workersMin="5", workersMax="2"), creating=False)
+    _, invalid = forms.validate(EndpointUpdate, data, forms.ENDPOINT_FIELDS, "workersMin")
+    assert "workersMin" in invalid
+
+
+def test_a_template_form_splits_commands_like_a_shell() -> None:
+    data, errors = forms.template_data(
+        {
+            "t_name": "tpl",
+            "t_imageName": "img",
+            "t_dockerStartCmd": "python 'my handler.py' --flag",
+            "t_env": "X=1",
+        },
+        prefix="t_",
+    )
+    assert errors == {}
+    model, invalid = forms.validate(TemplateCreate, data, forms.TEMPLATE_FIELDS, "name")
+    assert invalid == {} and model is not None
+    assert model.dockerStartCmd == ["python", "my handler.py", "--flag"]
+    assert forms.format_command(model.dockerStartCmd) == "python 'my handler.py' --flag"
+
+
+def test_template_errors_keep_the_forms_own_names() -> None:
+    data, errors = forms.template_data({"t_dockerStartCmd": "python 'open"}, prefix="t_")
+    assert list(errors) == ["t_dockerStartCmd"]
+    _, invalid = forms.validate(TemplateCreate, data, forms.TEMPLATE_FIELDS, "name")
+    assert set(forms.prefixed(invalid, "t_")) == {"t_name", "t_imageName"}
+
+
+def test_service_refusals_land_on_their_field_without_its_prefix() -> None:
+    missing = Invalid("templateId: no template x", field="templateId")
+    assert forms.service_error(missing, "name") == {"templateId": "no template x"}
+    taken = Conflict("a template named 'x' already exists")
+    assert forms.service_error(taken, "name") == {"name": "a template named 'x' already exists"}
