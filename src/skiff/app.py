@@ -4,6 +4,7 @@
 /metrics          Prometheus metrics (no auth)
 /v1/...           management REST          (api/management.py)
 /v2/...           job interface + workers  (api/jobs.py, api/workers.py)
+/console/...      web console              (console/)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from skiff.cluster.base import Cluster
 from skiff.cluster.local import LocalCluster
 from skiff.cluster.postgres import PostgresCluster
 from skiff.config import Settings
+from skiff.console import mount as console_mount
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
@@ -204,6 +206,7 @@ def create_app(
             Route("/metrics", metrics),
             Mount("/v1", app=management.build(services)),
             Mount("/v2", app=_build_v2(services, job_routes, worker_routes)),
+            console_mount(services),
         ],
         lifespan=lifespan,
     )

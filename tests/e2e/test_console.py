@@ -1,0 +1,332 @@
+"""The web console in a real browser: headless Chromium (Debian's ``chromium`` package) driven
+by Playwright, against a real ``skiff serve`` with real runpod-SDK workers.
+
+Every page the console serves is visited here, and a screenshot of each is kept under
+``artifacts/console/`` (git-ignored; the README shows copies from ``docs/console/``). Without
+a Chromium these tests fail, saying how to install one; ``SKIFF_TEST_NO_BROWSER=1`` skips them
+on purpose (CI never sets it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import WORKERS, Server, running
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = ROOT / "artifacts" / "console"
+LAPTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+#: Long enough for a runpod-SDK worker to start and answer (seconds, as Playwright's ms).
+JOB_WAIT_MS = 90_000
+
+
+#: The walk's start command: the interpreter and the worker come from the server's environment
+#: (its workers inherit it), so the screenshots show no path of the machine they were taken on.
+START_COMMAND = """sh -c 'exec "$E2E_PYTHON" "$E2E_WORKERS/echo_worker.py"'"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    env: dict[str, str | None] = {"E2E_PYTHON": sys.executable, "E2E_WORKERS": str(WORKERS)}
+    with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
+        yield srv
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (or ``SKIFF_TEST_CHROMIUM``); never a browser Playwright downloads."""
+    configured = os.environ.get("SKIFF_TEST_CHROMIUM")
+    found = configured or shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    if os.environ.get("SKIFF_TEST_NO_BROWSER") == "1":
+        pytest.skip("SKIFF_TEST_NO_BROWSER=1: the console's browser tests are skipped")
+    pytest.fail(
+        "no Chromium found for the console's browser tests: install Debian's package "
+        "(apt-get install chromium), point SKIFF_TEST_CHROMIUM at one, or set "
+        "SKIFF_TEST_NO_BROWSER=1 to skip them"
+    )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+        launched = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport=LAPTOP)
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+def shot(page: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Any, server: Server) -> None:
+    page.goto(f"{server.url}/console")
+    page.get_by_label("API key").fill(server.key)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Endpoints").wait_for()
+
+
+def expect_text(locator: Any, pattern: str, timeout: int = 15_000) -> None:
+    from playwright.sync_api import expect
+
+    expect(locator).to_contain_text(re.compile(pattern), timeout=timeout)
+
+
+def test_sign_in_create_run_watch_logs_delete(page: Any, server: Server) -> None:
+    """The walk the issue names: sign in, create an endpoint, send a job from the request
+    panel, see it COMPLETED, see the worker's log, delete the endpoint by typing its name."""
+    # Sign in by keyboard alone: the key field has the focus, Enter sends the form.
+    page.goto(f"{server.url}/console")
+    assert page.get_by_role("heading", name="Sign in to skiff").is_visible()
+    shot(page, "signin")
+    page.keyboard.type("sk_not_a_key")
+    page.keyboard.press("Enter")
+    expect_text(page.locator("#e-api_key"), "not valid")
+    shot(page, "signin-error")
+    page.keyboard.type(server.key)
+    page.keyboard.press("Enter")
+    page.get_by_role("heading", name="Endpoints").wait_for()
+    if page.locator("table.endpoints").count() == 0:
+        shot(page, "endpoints-empty")
+
+    # Create an endpoint with a new template; a first try with min above max is refused.
+    page.get_by_role("link", name="New endpoint").click()
+    page.get_by_label("Name", exact=True).fill("console-walk")
+    page.get_by_label("Template", exact=True).select_option(label="Create a new template…")
+    page.get_by_label("Template name").fill("console-echo")
+    page.get_by_label("Image").fill("local/echo")
+    page.get_by_label("Start command").fill(START_COMMAND)
+    page.get_by_label("Compute type").select_option("CPU")
+    page.get_by_label("Min workers").fill("3")
+    page.get_by_label("Max workers").fill("1")
+    page.get_by_label("Idle timeout (s)").fill("120")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect_text(page.locator("#e-workersMin"), "workersMin must not be greater than workersMax")
+    assert page.get_by_label("Template name").input_value() == "console-echo"
+    shot(page, "endpoint-form-errors")
+    page.get_by_label("Min workers").fill("0")
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("heading", name="console-walk").wait_for()
+    expect_text(page.locator(".notice"), "Endpoint created")
+    endpoint_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+
+    # Send a job from the request panel and watch it finish.
+    page.get_by_label(re.compile("Job body")).fill('{"input": {"name": "from the console"}}')
+    page.get_by_role("button", name="Send").click()
+    expect_text(page.locator("[data-job-status]"), "^COMPLETED$", timeout=JOB_WAIT_MS)
+    expect_text(page.locator("[data-output-text]"), "from the console")
+    job_id = page.locator("[data-job-link]").inner_text()
+    # The live part of the page catches up by itself: the job, then the worker.
+    expect_text(page.locator(f'tr[data-job="{job_id}"]'), "COMPLETED")
+    expect_text(page.locator("[data-worker]").first, "idle|running")
+    shot(page, "endpoint")
+
+    # The job's own page: timings, input and output.
+    page.locator("[data-job-link]").click()
+    expect_text(page.locator("[data-job-state]"), "COMPLETED")
+    expect_text(page.locator("[data-job-output]"), "from the console")
+    shot(page, "job")
+
+    # The job history, filtered by state.
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    page.get_by_label("State").select_option("COMPLETED")
+    page.get_by_label("Submitted").select_option("15m")
+    page.get_by_role("button", name="Filter").click()
+    assert page.locator(f'tr[data-job="{job_id}"]').count() == 1
+    shot(page, "jobs")
+    page.get_by_label("State").select_option("FAILED")
+    page.get_by_role("button", name="Filter").click()
+    expect_text(page.locator(".empty"), "No jobs match")
+
+    # The worker's log, followed: its lines name the job it ran.
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}")
+    page.locator("[data-worker]").first.get_by_role("link", name="Logs").click()
+    page.get_by_label("Follow").check()
+    expect_text(page.locator("[data-log]"), re.escape(job_id), timeout=30_000)
+    expect_text(page.locator("[data-log]"), "Starting Serverless Worker")
+    shot(page, "logs")
+
+    # Delete: the button stays disabled until the exact name is typed.
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}")
+    page.get_by_role("link", name="Delete").click()
+    button = page.get_by_role("button", name="Delete this endpoint")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-wal")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-walk")
+    assert button.is_enabled()
+    shot(page, "endpoint-delete")
+    button.click()
+    expect_text(page.locator(".notice"), "console-walk.* was deleted")
+    assert page.locator('tr[data-endpoint="console-walk"]').count() == 0
+
+    # Gone for the API too: configuration, jobs and logs.
+    assert server.http.get(f"/v1/endpoints/{endpoint_id}").status_code == 404
+    assert server.http.get(f"/v1/endpoints/{endpoint_id}/logs").status_code == 404
+    assert server.http.get(f"/v2/{endpoint_id}/status/{job_id}").status_code == 404
+
+
+def test_the_list_refreshes_itself_and_reads_on_a_phone(page: Any, server: Server) -> None:
+    endpoint = server.create_endpoint(name="console-live", workersMax=1, idleTimeout=30)
+    sign_in(page, server)
+    row = page.locator('tr[data-endpoint="console-live"]')
+    expect_text(row.locator('[data-count="completed"]'), "^0$")
+    # A job sent by the SDK's way, not the console's: the list sees it finish by itself.
+    answer = server.http.post(f"/v2/{endpoint['id']}/runsync", json={"input": {"n": 1}})
+    assert answer.json()["status"] == "COMPLETED", answer.text
+    expect_text(row.locator('[data-count="completed"]'), "^1$")
+    shot(page, "endpoints")
+
+    page.set_viewport_size(PHONE)
+    page.reload()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "phone-endpoints")
+    page.get_by_role("link", name="console-live").click()
+    page.get_by_role("heading", name="Health").wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "phone-endpoint")
+
+
+def test_editing_says_when_workers_restart(page: Any, server: Server) -> None:
+    endpoint = server.create_endpoint(name="console-edit", workersMax=2)
+    sign_in(page, server)
+    page.goto(f"{server.url}/console/endpoints/{endpoint['id']}/edit")
+    notice = page.locator("#restart-notice")
+    page.get_by_label("Max workers").fill("3")
+    assert notice.is_hidden()
+    page.get_by_label("GPUs per worker").fill("2")
+    expect_text(notice, "restarts this endpoint's workers.*GPU count")
+    page.get_by_label("Environment", exact=True).fill("GREETING=hello")
+    expect_text(notice, "GPU count, environment")
+    shot(page, "endpoint-edit")
+    page.get_by_label("Idle timeout (s)").fill("0")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator("#e-idleTimeout"), "greater than or equal to 1")
+    page.get_by_label("Idle timeout (s)").fill("10")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator(".notice"), "Saved. The workers restart")
+    after = server.http.get(f"/v1/endpoints/{endpoint['id']}").json()
+    assert (after["workersMax"], after["gpuCount"], after["env"]) == (3, 2, {"GREETING": "hello"})
+    assert after["idleTimeout"] == 10
+    assert after["version"] == endpoint["version"] + 1
+
+
+def test_an_edit_without_script_is_confirmed_before_saving(browser: Any, server: Server) -> None:
+    """With scripts off the server itself asks: nothing is saved until it is confirmed."""
+    endpoint = server.create_endpoint(name="console-noscript")
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page, server)
+        page.goto(f"{server.url}/console/endpoints/{endpoint['id']}/edit")
+        page.get_by_label("GPUs per worker").fill("4")
+        page.get_by_role("button", name="Save").click()
+        expect_text(page.locator("#restart-confirm"), "You changed: GPU count")
+        assert server.http.get(f"/v1/endpoints/{endpoint['id']}").json()["gpuCount"] == 1
+        page.get_by_role("button", name="Save and restart workers").click()
+        expect_text(page.locator(".notice"), "Saved")
+        assert server.http.get(f"/v1/endpoints/{endpoint['id']}").json()["gpuCount"] == 4
+    finally:
+        context.close()
+
+
+def test_templates_and_registry_auths(page: Any, server: Server) -> None:
+    sign_in(page, server)
+    page.get_by_role("link", name="Registry auths").click()
+    page.get_by_role("heading", name="Container registry auths").wait_for()
+    page.get_by_label("Name", exact=True).fill("console-registry")
+    page.get_by_label("Username").fill("robot")
+    page.get_by_label("Password or token").fill("hunter2-secret")
+    page.get_by_role("button", name="Save registry auth").click()
+    expect_text(page.locator(".notice"), "console-registry")
+    # The same name again is refused next to the name; the password is never sent back.
+    page.get_by_label("Name", exact=True).fill("console-registry")
+    page.get_by_label("Username").fill("robot")
+    page.get_by_label("Password or token").fill("hunter2-secret")
+    page.get_by_role("button", name="Save registry auth").click()
+    expect_text(page.locator("#e-name"), "already")
+    assert page.get_by_label("Password or token").input_value() == ""
+    assert "hunter2-secret" not in page.content()
+    shot(page, "registry-auths")
+
+    page.get_by_role("link", name="Templates").click()
+    page.get_by_label("Name", exact=True).fill("console-private")
+    page.get_by_label("Image").fill("registry.example/private:1")
+    page.get_by_label("Start command").fill("python 'unbalanced")
+    page.get_by_label("Registry auth").select_option(label="console-registry")
+    page.get_by_role("button", name="Create template").click()
+    expect_text(page.locator("#e-dockerStartCmd"), "cannot split")
+    page.get_by_label("Start command").fill("python handler.py")
+    page.get_by_role("button", name="Create template").click()
+    expect_text(page.locator(".notice"), "console-private")
+    row = page.locator('tr[data-template="console-private"]')
+    expect_text(row, "python handler.py")
+    shot(page, "templates")
+
+    # In use by the template, the auth offers no delete; once the template is gone it does.
+    page.get_by_role("link", name="Registry auths").click()
+    assert page.get_by_role("button", name="Delete registry auth console-registry").count() == 0
+    page.get_by_role("link", name="Templates").click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete template console-private").click()
+    expect_text(page.locator(".notice"), "console-private.* deleted")
+    page.get_by_role("link", name="Registry auths").click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Delete registry auth console-registry").click()
+    expect_text(page.locator(".notice"), "console-registry.* deleted")
+    names = [a["name"] for a in server.http.get("/v1/containerregistryauth").json()]
+    assert "console-registry" not in names
+
+
+def test_session_cookie_csrf_and_sign_out(page: Any, server: Server) -> None:
+    page.goto(f"{server.url}/console/templates")
+    # Not signed in: the sign-in form, which brings the visitor back where they were going.
+    page.get_by_label("API key").fill(server.key)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("heading", name="Templates").wait_for()
+    (cookie,) = [c for c in page.context.cookies() if c["name"] == "skiff_session"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/console"
+    assert server.key not in cookie["value"]
+
+    # A form post without the page's token (as another site would send it) is refused.
+    refused = page.request.post(
+        f"{server.url}/console/registry-auths",
+        form={"name": "forged", "username": "u", "password": "p"},
+    )
+    assert refused.status == 403
+    assert "forged" not in [a["name"] for a in server.http.get("/v1/containerregistryauth").json()]
+
+    # Unknown pages and ids answer the console's own 404 page.
+    page.goto(f"{server.url}/console/endpoints/nosuchendpoint")
+    page.get_by_role("heading", name="Not found").wait_for()
+    shot(page, "not-found")
+
+    page.get_by_role("button", name="Sign out").click()
+    page.get_by_role("heading", name="Sign in to skiff").wait_for()
+    assert not [c for c in page.context.cookies() if c["name"] == "skiff_session"]
+    page.goto(f"{server.url}/console/registry-auths")
+    page.get_by_role("heading", name="Sign in to skiff").wait_for()
