@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import Iterator
@@ -40,6 +41,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env: dict[str, str | None] = {"E2E_PYTHON": sys.executable, "E2E_WORKERS": str(WORKERS)}
     with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
         yield srv
+
+
+def echo_endpoint(server: Server, name: str, **fields: Any) -> dict[str, Any]:
+    """An endpoint of the echo worker whose template starts it with ``START_COMMAND``."""
+    template = server.create_template(
+        "echo_worker.py",
+        name=f"{name}-echo",
+        category="CPU",
+        dockerStartCmd=shlex.split(START_COMMAND),
+    )
+    body = {"name": name, "templateId": template["id"], "computeType": "CPU", **fields}
+    response = server.http.post("/v1/endpoints", json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
 
 
 def chromium_path() -> str:
@@ -191,7 +206,7 @@ def test_sign_in_create_run_watch_logs_delete(page: Any, server: Server) -> None
 
 
 def test_the_list_refreshes_itself_and_reads_on_a_phone(page: Any, server: Server) -> None:
-    endpoint = server.create_endpoint(name="console-live", workersMax=1, idleTimeout=30)
+    endpoint = echo_endpoint(server, "console-live", workersMax=1, idleTimeout=30)
     sign_in(page, server)
     row = page.locator('tr[data-endpoint="console-live"]')
     expect_text(row.locator('[data-count="completed"]'), "^0$")
@@ -212,7 +227,7 @@ def test_the_list_refreshes_itself_and_reads_on_a_phone(page: Any, server: Serve
 
 
 def test_editing_says_when_workers_restart(page: Any, server: Server) -> None:
-    endpoint = server.create_endpoint(name="console-edit", workersMax=2)
+    endpoint = echo_endpoint(server, "console-edit", workersMax=2)
     sign_in(page, server)
     page.goto(f"{server.url}/console/endpoints/{endpoint['id']}/edit")
     notice = page.locator("#restart-notice")
@@ -237,7 +252,7 @@ def test_editing_says_when_workers_restart(page: Any, server: Server) -> None:
 
 def test_an_edit_without_script_is_confirmed_before_saving(browser: Any, server: Server) -> None:
     """With scripts off the server itself asks: nothing is saved until it is confirmed."""
-    endpoint = server.create_endpoint(name="console-noscript")
+    endpoint = echo_endpoint(server, "console-noscript")
     context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
     page = context.new_page()
     try:
