@@ -345,3 +345,20 @@ def test_session_cookie_csrf_and_sign_out(page: Any, server: Server) -> None:
     assert not [c for c in page.context.cookies() if c["name"] == "skiff_session"]
     page.goto(f"{server.url}/console/registry-auths")
     page.get_by_role("heading", name="Sign in to skiff").wait_for()
+
+
+def test_a_jobs_page_never_shows_its_s3_config(page: Any, server: Server) -> None:
+    endpoint = echo_endpoint(server, "console-s3", workersMax=1)
+    s3 = {"accessId": "AKIA-console", "accessSecret": "console-s3-secret", "bucketName": "b"}
+    body = {"input": {"n": 1}, "s3Config": s3}
+    job = server.http.post(f"/v2/{endpoint['id']}/runsync", json=body).json()
+    assert job["status"] == "COMPLETED", job
+    sign_in(page, server)
+    page.goto(f"{server.url}/console/endpoints/{endpoint['id']}/jobs/{job['id']}")
+    expect_text(page.locator("[data-job-state]"), "COMPLETED")
+    expect_text(page.locator("main"), "s3Config given \\(not shown\\)")
+    watched = page.request.get(
+        f"{server.url}/console/endpoints/{endpoint['id']}/jobs/{job['id']}/watch.json"
+    )
+    for text in (page.content(), watched.text()):
+        assert "console-s3-secret" not in text and "AKIA-console" not in text
