@@ -6,6 +6,13 @@ clock starts when the first job leaves the queue and stops when every job is com
 both moments are seen by polling ``/health`` every 50 ms (the resolution of the figure). The
 workers' start-up (PATCH to first take) is reported on its own row.
 
+It runs twice, each time on a fresh server: first with the workers sharing CPU 0 with skiff
+(like every other benchmark: the server under test and everything it starts on one core), then
+with the workers moved to CPU 1 as soon as they appear (their processes re-pinned with
+``sched_setaffinity`` before the SDK forks its heartbeat process, which inherits it), the way a
+host with GPUs gives workers cores of their own; the load generator is idle during a drain, so
+CPU 1 holds only the workers and the orchestrator's polling.
+
 The reference has no queue (its ``/run`` keeps the job in a dict and nothing takes it), so
 there is nothing comparable to drain: its column is n/a. Its nearest figure is B2's
 ``/runsync`` rate, where the handler runs inline.
@@ -13,10 +20,13 @@ there is nothing comparable to drain: its column is n/a. Its nearest figure is B
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from bench import servers
+from bench import pinning, servers
 from bench.common import skiff_load
 from bench.load import run_load
 from bench.results import BenchResult, Options, Row, summary
@@ -28,55 +38,99 @@ POLL_S = 0.05
 def run(opts: Options) -> BenchResult:
     jobs = opts.pick(10_000, 300)
     result = BenchResult("B3", f"drain {jobs} queued jobs through {WORKERS} workers")
-    with servers.skiff(opts.logs, "b3", opts.scratch) as skiff:
-        endpoint = skiff.create_endpoint(
-            opts.worker_env(), workersMin=0, workersMax=0, idleTimeout=3600
-        )
-        opts.say(f"B3: queueing {jobs} jobs")
-        fill = run_load(skiff_load(skiff, "POST", [f"/v2/{endpoint}/run"], jobs, 16))
-        result.add_errors("skiff", fill)
-        queued = skiff.health(endpoint)["jobs"]["inQueue"]
-        opts.say(f"B3: {queued} queued; starting {WORKERS} workers")
-        patched = time.time()
-        skiff.update_endpoint(endpoint, workersMin=WORKERS, workersMax=WORKERS)
-        watched = _watch(skiff, endpoint, queued, timeout_s=600)
-    first, emptied, done, counts = watched.first, watched.emptied, watched.done, watched.counts
-    failed = counts["failed"] + counts["timedOut"] + counts["cancelled"]
-    result.errors["skiff"] = result.errors.get("skiff", 0) + failed
-    drain_s = max(1e-9, done - first)
+    details: dict[str, Any] = {"jobs": jobs, "worker_concurrency": opts.worker_concurrency}
+    for own_core in (False, True):
+        where = f"workers on CPU {pinning.LOAD_CPU}" if own_core else "one core"
+        if own_core and not pinning.enabled():
+            continue
+        with servers.skiff(opts.logs, "b3-own" if own_core else "b3", opts.scratch) as skiff:
+            endpoint = skiff.create_endpoint(
+                opts.worker_env(), workersMin=0, workersMax=0, idleTimeout=3600
+            )
+            opts.say(f"B3 ({where}): queueing {jobs} jobs")
+            fill = run_load(skiff_load(skiff, "POST", [f"/v2/{endpoint}/run"], jobs, 16))
+            result.add_errors("skiff", fill)
+            queued = skiff.health(endpoint)["jobs"]["inQueue"]
+            opts.say(f"B3 ({where}): {queued} queued; starting {WORKERS} workers")
+            patched = time.time()
+            skiff.update_endpoint(endpoint, workersMin=WORKERS, workersMax=WORKERS)
+            if own_core:
+                _move_workers(skiff, endpoint)
+            watched = _watch(skiff, endpoint, queued, timeout_s=600)
+        result.rows += _rows(watched, queued, patched, fill.rate, where, first=not own_core)
+        failed = sum(watched.counts[k] for k in ("failed", "timedOut", "cancelled"))
+        result.errors["skiff"] = result.errors.get("skiff", 0) + failed
+        details[where] = {"queued": queued, "final_counts": watched.counts, "fill": summary(fill)}
+    result.rows.append(result.error_row())
+    result.details = details
+    return result
+
+
+def _rows(
+    watched: _Drain, queued: int, patched: float, fill_rate: float, where: str, first: bool
+) -> list[Row]:
+    drain_s = max(1e-9, watched.done - watched.first)
     n = max(1, queued) / 1e6  # jobs, for CPU per job in µs
     rate = queued / drain_s
-    result.rows += [
+    rows = [
         Row(
             "B3",
-            f"jobs/s, first take -> all {queued} completed",
+            f"jobs/s, first take -> all {queued} completed ({where})",
             rate,
             "n/a: no queue (nearest: B2 /runsync)",
             ">= 2,000 jobs/s",
             rate >= 2000,
         ),
-        Row("B3", "drain time (s)", drain_s, "n/a", digits=2),
-        Row("B3", "first take -> queue empty (s)", emptied - first, "n/a", digits=2),
-        Row("B3", "CPU per job, skiff server process (µs)", watched.server_cpu_s / n, "n/a"),
-        Row("B3", "CPU per job, SDK workers (µs)", watched.workers_cpu_s / n, "n/a"),
+        Row("B3", f"drain time (s) ({where})", drain_s, "n/a", digits=2),
         Row(
             "B3",
-            f"workers' start: PATCH -> first take (s), {WORKERS} workers",
-            first - patched,
+            f"first take -> queue empty (s) ({where})",
+            watched.emptied - watched.first,
             "n/a",
             digits=2,
         ),
-        Row("B3", "queueing rate while filling, /run jobs/s (16 conns)", fill.rate, "n/a"),
+        Row(
+            "B3",
+            f"CPU per job, skiff server process (µs) ({where})",
+            watched.server_cpu_s / n,
+            "n/a",
+        ),
+        Row("B3", f"CPU per job, SDK workers (µs) ({where})", watched.workers_cpu_s / n, "n/a"),
+        Row(
+            "B3",
+            f"workers' start: PATCH -> first take (s), {WORKERS} workers ({where})",
+            watched.first - patched,
+            "n/a",
+            digits=2,
+        ),
     ]
-    result.rows.append(result.error_row())
-    result.details = {
-        "jobs": jobs,
-        "queued": queued,
-        "final_counts": counts,
-        "worker_concurrency": opts.worker_concurrency,
-        "fill": summary(fill),
-    }
-    return result
+    if first:
+        rows.append(
+            Row("B3", "queueing rate while filling, /run jobs/s (16 conns)", fill_rate, "n/a")
+        )
+    return rows
+
+
+def _move_workers(skiff: servers.Skiff, endpoint: str) -> None:
+    """Re-pin the endpoint's workers to the load CPU as soon as their processes exist."""
+    moved: set[int] = set()
+    deadline = time.monotonic() + 60
+    while len(moved) < WORKERS and time.monotonic() < deadline:
+        for worker in skiff.workers(endpoint):
+            pid = worker.get("pid")
+            if pid and int(pid) not in moved:
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(int(pid), {pinning.LOAD_CPU})
+                moved.add(int(pid))
+        time.sleep(0.01)
+    if len(moved) < WORKERS:
+        raise RuntimeError(f"only {len(moved)} of {WORKERS} workers started: {skiff.tail_log()}")
+    # Anything the workers forked before they were moved (the SDK's heartbeat process comes
+    # later, after its import) follows them.
+    for pid in servers.token_pids(skiff.token):
+        if pid != skiff.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(pid, {pinning.LOAD_CPU})
 
 
 @dataclass
