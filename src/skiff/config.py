@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     #: How long job-take and job-stop long-polls are held before answering 204.
     #: The runpod SDK abandons a take after 90 s, so this must stay well under that.
     take_hold_seconds: float = Field(default=20.0, gt=0, lt=80)
+    #: Longest a worker's job-done answer is kept back until its next job reaches it, which
+    #: wakes the SDK's job loop at once instead of on its 100 ms tick
+    #: (services/result_holds.py). 0 answers every job-done at once.
+    result_hold_seconds: float = Field(default=60.0, ge=0)
     #: Heartbeat period handed to workers (RUNPOD_PING_INTERVAL), in milliseconds.
     ping_interval_ms: int = Field(default=5000, ge=1000)
     #: A held job's lease; pings renew it. A worker silent for this long loses its jobs.

@@ -178,3 +178,13 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
     await stop_elsewhere()
     await rig.submit()
     assert await asyncio.wait_for(poll, 2.0) == []
+
+
+async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Rig) -> None:
+    """The SDK leaves on SIGTERM only once its job-stop long-poll is answered."""
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, holds_jobs=False)
+    poll = asyncio.create_task(rig.dispatch.stop_signals(rig.endpoint, "w1", 5.0, connected))
+    await asyncio.sleep(0.05)
+    await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
+    rig.dispatch.worker_stopping("w1")
+    assert await asyncio.wait_for(poll, 2.0) == []

@@ -17,6 +17,7 @@ from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_resul
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.metrics import Metrics
+from skiff.services.result_holds import ResultHolds
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -36,6 +37,7 @@ class Dispatch:
         workers: Workers,
         lease_seconds: float,
         max_attempts: int,
+        holds: ResultHolds | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -43,6 +45,9 @@ class Dispatch:
         self._workers = workers
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
+        #: Answers to job-done kept back until the worker's next job reaches it (off: none).
+        self.holds = holds or ResultHolds(0)
+        wakeups.on_close(self.holds.close)
         #: Told of take outcomes and finished jobs; set after construction (``hub.py``) so
         #: the constructor stays as tests call it.
         self.metrics: Metrics | None = None
@@ -59,7 +64,9 @@ class Dispatch:
         """``holds_jobs`` is the SDK's ``job_in_progress``: when the worker says it holds
         nothing, any job still marked as its own was stopped or its result was lost; the
         stopped ones are let go and the lost ones go back to the queue at once."""
+        self.holds.take_arrived(worker_id)
         jobs = await self._take(endpoint, worker_id, limit, hold, still_connected, holds_jobs)
+        self.holds.take_answered(worker_id, len(jobs))
         if self.metrics is not None:
             self.metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
@@ -77,26 +84,33 @@ class Dispatch:
         if holds_jobs is False and await self._workers.held(worker.id):
             await self._let_go(worker)
         if not worker.takes_work:
+            self.holds.release(worker.id)
             await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
             return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
         woken = False
         while True:
-            with self._wakeups.listen(f"ep:{endpoint.id}") as event:
+            with (
+                self._wakeups.listen(f"ep:{endpoint.id}") as event,
+                self.holds.polling(worker.id, limit),
+            ):
                 if woken:
                     # Told to stop while it waited (perhaps by another replica): it must not
                     # take a job it cannot finish. The claim itself refuses a stopping worker;
                     # this only ends the poll sooner.
                     current = await self._workers.get(worker.id)
                     if current is None or not current.takes_work:
+                        self.holds.release(worker.id)
                         return []
                     worker = current
                 if not await still_connected():
                     return []
                 now = self._clock.now()
+                # One fewer than asked while job-done answers are held (result_holds.py).
+                room = self.holds.room(worker.id, limit)
                 jobs = await self._store.claim_jobs(
-                    endpoint.id, worker.id, limit, now, now + self._lease_seconds
+                    endpoint.id, worker.id, room, now, now + self._lease_seconds
                 )
                 if jobs:
                     self._workers.jobs_taken(worker)
@@ -125,6 +139,9 @@ class Dispatch:
             self._wakeups.notify(f"job:{job_id}")
             if self.metrics is not None:
                 self.metrics.job_finished(finished)
+            # Recorded and announced: only the answer to the worker may wait, to start its next
+            # job sooner (services/result_holds.py).
+            await self.holds.hold(worker.id)
         else:
             await self._workers.jobs_released(worker, [job_id])
 
@@ -141,8 +158,13 @@ class Dispatch:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + hold
+        woken = False
         while True:
             with self._wakeups.listen(f"stop:{worker.id}") as event:
+                if woken and not await self._still_wanted(worker.id):
+                    # Being stopped: the SDK leaves only once this poll ends, and it runs no
+                    # job any more that a signal could be for.
+                    return []
                 if not await still_connected():
                     return []
                 ids = await self._store.take_stop_signals(worker.id)
@@ -154,6 +176,11 @@ class Dispatch:
                 if remaining <= 0 or self._wakeups.closing:
                     return []
                 await self._wakeups.wait(event, remaining)
+                woken = True
+
+    async def _still_wanted(self, worker_id: str) -> bool:
+        current = await self._workers.get(worker_id)
+        return current is not None and current.takes_work
 
     async def ping(self, endpoint: Endpoint, worker_id: str, job_ids: list[str]) -> None:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
@@ -180,6 +207,13 @@ class Dispatch:
         counts from there."""
         self._wakeups.notify(f"stop:{worker_id}")
 
+    def worker_stopping(self, worker_id: str) -> None:
+        """The worker was told to stop (its record says so): answer its held job-dones and
+        end its job-stop poll now, since the SDK leaves only once its job tasks and that poll
+        are done."""
+        self.holds.release(worker_id)
+        self._wakeups.notify(f"stop:{worker_id}")
+
     def wake_pollers(self, endpoint_id: str) -> None:
         """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""
         self._wakeups.notify(f"ep:{endpoint_id}")
@@ -190,6 +224,7 @@ class Dispatch:
             worker.id, self._clock.now(), self._max_attempts, reason
         )
         self._announce(released)
+        self.holds.release(worker.id)
         await self._workers.remove(worker.id)
         return released
 

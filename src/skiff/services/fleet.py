@@ -254,6 +254,7 @@ class Fleet:
         # Recorded first: the claim refuses a stopping worker whichever replica it polls.
         await self._workers.set_state(worker, WorkerState.STOPPING)
         self._dispatch.wake_pollers(worker.endpoint_id)
+        self._dispatch.worker_stopping(worker.id)
         if worker.kind is WorkerKind.EXTERNAL:
             await self._dispatch.worker_lost(worker, "the worker was stopped")
         elif self._owns(worker):

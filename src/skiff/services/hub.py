@@ -20,6 +20,7 @@ from skiff.services.peer_logs import PeerLogs
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
+from skiff.services.result_holds import ResultHolds
 from skiff.services.scaler import Scaler
 from skiff.services.templates import Templates
 from skiff.services.wakeups import Wakeups
@@ -61,7 +62,13 @@ class Services:
         auth = Auth(store, clock, settings.key_cache_seconds)
         workers = Workers(store, clock, cluster.replica_id)
         dispatch = Dispatch(
-            store, clock, wakeups, workers, settings.lease_seconds, settings.max_attempts
+            store,
+            clock,
+            wakeups,
+            workers,
+            settings.lease_seconds,
+            settings.max_attempts,
+            ResultHolds(settings.result_hold_seconds),
         )
 
         async def oldest_queued_at(endpoint_id: str) -> float | None:

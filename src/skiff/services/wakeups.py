@@ -25,6 +25,7 @@ class Wakeups:
         self.publish: Callable[[str], None] | None = None
         #: The longest one wait sleeps before its caller re-checks (None: no limit).
         self.max_wait: float | None = None
+        self._on_close: list[Callable[[], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -34,6 +35,12 @@ class Wakeups:
         self.closing = True
         for event, _count in self._events.values():
             event.set()
+        for callback in self._on_close:
+            callback()
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the server goes down (waits kept elsewhere end too)."""
+        self._on_close.append(callback)
 
     def close_threadsafe(self) -> None:
         """``close`` from a signal handler or another thread."""

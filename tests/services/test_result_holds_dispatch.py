@@ -1,0 +1,172 @@
+"""job-done answers held until the worker's next job reaches it, through the real dispatch and a
+real SQLite store: the result itself is final at once, only the worker's answer waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from skiff.clock import ManualClock
+from skiff.domain.endpoints import Endpoint, EndpointSpec
+from skiff.domain.jobs import JobStatus
+from skiff.domain.workers import WorkerState
+from skiff.services.dispatch import Dispatch
+from skiff.services.jobs import Jobs
+from skiff.services.result_holds import ResultHolds
+from skiff.services.wakeups import Wakeups
+from skiff.services.workers import Workers
+from skiff.store.sqlite import SQLiteStore
+
+#: Longer than any test waits, so an answer that is not released stays pending.
+HOLD = 30.0
+POLL = 5.0
+#: Longer than the pauses of these tests: only an explicit event releases an answer here.
+WATCH = 2.0
+
+
+async def connected() -> bool:
+    return True
+
+
+@dataclass
+class Rig:
+    store: SQLiteStore
+    wakeups: Wakeups
+    workers: Workers
+    dispatch: Dispatch
+    jobs: Jobs
+    endpoint: Endpoint
+
+    async def submit(self) -> str:
+        return (await self.jobs.submit(self.endpoint, b'{"input": {}}', sync=False)).id
+
+    def poll(self, room: int = 4) -> asyncio.Task[list[str]]:
+        """A worker's take (``batch_size`` = room) waiting in the background."""
+
+        async def take() -> list[str]:
+            jobs = await self.dispatch.take(self.endpoint, "w1", room, POLL, connected, True)
+            return [j.id for j in jobs]
+
+        return asyncio.create_task(take())
+
+    def report(self, job_id: str) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            self.dispatch.done(self.endpoint, "w1", job_id, b'{"output": {"ok": true}}')
+        )
+
+
+@pytest.fixture
+async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
+    wakeups = Wakeups()
+    workers = Workers(store, clock)
+    dispatch = Dispatch(store, clock, wakeups, workers, 30.0, 2, ResultHolds(HOLD, watch=WATCH))
+    endpoint = Endpoint(
+        id="ep1",
+        userId="u1",
+        version=1,
+        createdAt=clock.now(),
+        spec=EndpointSpec(name="ep", templateId="t"),
+    )
+    await store.create_endpoint(endpoint)
+    yield Rig(store, wakeups, workers, dispatch, Jobs(store, clock, wakeups), endpoint)
+    wakeups.close()
+
+
+async def settle() -> None:
+    await asyncio.sleep(0.05)
+
+
+async def one_job_running(rig: Rig) -> str:
+    first = await rig.submit()
+    assert await rig.poll() == [first]
+    return first
+
+
+@dataclass
+class Held:
+    """A worker polling for more (``polling``) whose answer to ``job`` is being held."""
+
+    job: str
+    polling: asyncio.Task[list[str]]
+    answer: asyncio.Task[None]
+
+
+async def answer_held(rig: Rig, room: int = 4) -> Held:
+    first = await one_job_running(rig)
+    polling = rig.poll(room)
+    await settle()
+    answer = rig.report(first)
+    await settle()
+    assert not answer.done()
+    return Held(first, polling, answer)
+
+
+async def test_the_answer_waits_for_the_next_job_but_the_result_is_final_at_once(rig: Rig) -> None:
+    held = await answer_held(rig)
+    job = await rig.jobs.get(rig.endpoint, held.job)
+    assert job.status is JobStatus.COMPLETED and job.output_json == '{"ok":true}'
+    worker = await rig.workers.get("w1")
+    assert worker is not None and worker.state is WorkerState.IDLE
+
+    second = await rig.submit()
+    assert await asyncio.wait_for(held.polling, 2) == [second]
+    await settle()
+    assert not held.answer.done(), "released before the worker polled again"
+    again = rig.poll()
+    await asyncio.wait_for(held.answer, 2)
+    again.cancel()
+
+
+async def test_a_take_while_an_answer_is_held_gets_one_job_fewer_than_asked(rig: Rig) -> None:
+    held = await answer_held(rig, room=2)
+    queued = [await rig.submit() for _ in range(3)]
+    # The waiting take asked for two: it gets one, so the worker keeps room and polls again.
+    first_batch = await asyncio.wait_for(held.polling, 2)
+    assert len(first_batch) == 1
+    # That poll releases the answer: with nothing held any more, it gets all it asked for.
+    second_batch = await asyncio.wait_for(rig.poll(room=2), 2)
+    await asyncio.wait_for(held.answer, 2)
+    assert sorted(first_batch + second_batch) == sorted(queued)
+
+
+async def test_a_worker_polling_for_one_job_gets_its_answer_at_once(rig: Rig) -> None:
+    first = await one_job_running(rig)
+    polling = rig.poll(room=1)
+    await settle()
+    await asyncio.wait_for(rig.report(first), 2)
+    polling.cancel()
+
+
+async def test_stopping_the_worker_releases_its_held_answers(rig: Rig) -> None:
+    held = await answer_held(rig)
+    rig.dispatch.worker_stopping("w1")
+    await asyncio.wait_for(held.answer, 2)
+    held.polling.cancel()
+
+
+async def test_a_lost_worker_releases_its_held_answers(rig: Rig) -> None:
+    held = await answer_held(rig)
+    worker = await rig.workers.get("w1")
+    assert worker is not None
+    await rig.dispatch.worker_lost(worker, "gone")
+    await asyncio.wait_for(held.answer, 2)
+    held.polling.cancel()
+
+
+async def test_the_server_going_down_releases_every_held_answer(rig: Rig) -> None:
+    held = await answer_held(rig)
+    rig.wakeups.close()
+    await asyncio.wait_for(held.answer, 2)
+    assert await asyncio.wait_for(held.polling, 2) == []
+
+
+async def test_a_progress_update_is_answered_at_once(rig: Rig) -> None:
+    first = await one_job_running(rig)
+    polling = rig.poll()
+    await settle()
+    update = b'{"status": "IN_PROGRESS", "output": "half"}'
+    await asyncio.wait_for(rig.dispatch.done(rig.endpoint, "w1", first, update), 2)
+    polling.cancel()
