@@ -100,7 +100,7 @@ def create_app(
     settings: Settings,
     clock: Clock | None = None,
     on_first_key: Callable[[IssuedKey], None] | None = None,
-) -> Starlette:
+) -> WithHotRoutes:
     """Build the whole server. ``on_first_key`` is told the administrator key made at the first
     start (the CLI prints it once)."""
     clock = clock or SystemClock()

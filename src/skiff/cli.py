@@ -76,6 +76,7 @@ def serve(
     """Run the whole platform in this process: API, scaler and local workers."""
     import uvicorn
 
+    from skiff.api.lean_http import lean_protocol
     from skiff.app import create_app
 
     settings = _settings(host=host, port=port, data_dir=data_dir, database_url=database_url)
@@ -101,7 +102,9 @@ def serve(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        # uvicorn's httptools protocol, serving the job and worker routes without the ASGI
+        # cycle (api/lean_http.py).
+        http=lean_protocol(app.hot) if app.hot is not None else "httptools",
         lifespan="on",
         access_log=False,
         log_level="info",

@@ -27,7 +27,7 @@ ErrorResponder = Callable[[Request, Exception], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
-class _Route:
+class Route:
     method: str
     #: The path's segments after the mount prefix; ``None`` where a parameter goes.
     literals: tuple[str | None, ...]
@@ -51,7 +51,7 @@ def _segments(template: str) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
     return tuple(literals), tuple(names)
 
 
-def _compile(route: APIRoute) -> Iterable[_Route]:
+def _compile(route: APIRoute) -> Iterable[Route]:
     literals, names = _segments(route.path)
     params = inspect.signature(route.endpoint).parameters
     extra = set(params) - {"request"} - set(names)
@@ -59,19 +59,21 @@ def _compile(route: APIRoute) -> Iterable[_Route]:
         raise ValueError(f"route {route.path!r}: its handler must take (request, path params)")
     kwargs = tuple(n for n in names if n in params)
     for method in sorted(route.methods or ()):
-        yield _Route(method, literals, names, route.endpoint, kwargs)
+        yield Route(method, literals, names, route.endpoint, kwargs)
 
 
 class HotRoutes:
     """``routes`` (mounted at ``prefix``) straight to their handlers."""
 
     def __init__(self, prefix: str, routes: Sequence[APIRoute], on_error: ErrorResponder) -> None:
-        self.prefix = prefix.rstrip("/") + "/"
+        #: The mount point, e.g. ``/v2``: what a request's ``root_path`` gains.
+        self.root = prefix.rstrip("/")
+        self.prefix = self.root + "/"
         self.on_error = on_error
         # Keyed by (method, segment count, where the first literal segment is, what it says):
         # a dict lookup per possible position finds the only candidate, so no path is matched
         # against every route.
-        self._table: dict[tuple[str, int, int, str], _Route] = {}
+        self._table: dict[tuple[str, int, int, str], Route] = {}
         for api_route in routes:
             for route in _compile(api_route):
                 at = next((i for i, s in enumerate(route.literals) if s is not None), -1)
@@ -83,7 +85,8 @@ class HotRoutes:
                 self._table[key] = route
         self._positions = sorted({key[2] for key in self._table})
 
-    def _match(self, method: str, path: str) -> tuple[_Route, dict[str, str]] | None:
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route ``method`` and the full ``path`` name, with its path parameters."""
         if not path.startswith(self.prefix):
             return None
         parts = path[len(self.prefix) :].split("/")
@@ -96,35 +99,35 @@ class HotRoutes:
                 return route, dict(zip(route.names, values, strict=True))
         return None
 
+    async def call(self, route: Route, request: Request, params: dict[str, str]) -> Response:
+        """The route's answer: its handler's, or its error's as the app's handlers give it."""
+        try:
+            return await route.handler(request, **{k: params[k] for k in route.kwargs})
+        except Exception as exc:
+            return await self.on_error(request, exc)
+
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Serve the request when it is for one of the routes; whether it was."""
         if scope["type"] != "http":
             return False
-        found = self._match(scope["method"], scope["path"])
+        found = self.match(scope["method"], scope["path"])
         if found is None:
             return False
-        await self._serve(scope, receive, send, *found)
-        return True
-
-    async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, route: _Route, params: dict[str, str]
-    ) -> None:
+        route, params = found
         # What the mount and the route would have added to the scope.
         scope = {
             **scope,
-            "root_path": scope.get("root_path", "") + self.prefix.rstrip("/"),
+            "root_path": scope.get("root_path", "") + self.root,
             "path_params": params,
             "endpoint": route.handler,
         }
         request = Request(scope, receive)
-        try:
-            response = await route.handler(request, **{k: params[k] for k in route.kwargs})
-        except Exception as exc:
-            response = await self.on_error(request, exc)
+        response = await self.call(route, request, params)
         await response(scope, receive, send)
+        return True
 
 
-def _fits(route: _Route, parts: list[str]) -> bool:
+def _fits(route: Route, parts: list[str]) -> bool:
     for part, literal in zip(parts, route.literals, strict=True):
         if literal is None:
             if not part:

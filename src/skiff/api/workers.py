@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api.body import read_body
+from skiff.api.lean_http import CONNECTED, Connected
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
@@ -33,7 +34,12 @@ def build(services: Services) -> APIRouter:
         flag = request.query_params.get("job_in_progress")
         return None if flag not in ("0", "1") else flag == "1"
 
-    def still_connected(request: Request):  # type: ignore[no-untyped-def]
+    def still_connected(request: Request) -> Connected:
+        # A lean request (api/lean_http.py) knows it without an anyio cancel scope per call.
+        lean: Connected | None = request.scope.get(CONNECTED)
+        if lean is not None:
+            return lean
+
         async def check() -> bool:
             return not await request.is_disconnected()
 

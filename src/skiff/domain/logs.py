@@ -9,6 +9,7 @@ A log is ``WORKER.log`` plus up to N rotated files ``WORKER.log.1`` (newer) … 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -32,10 +33,20 @@ class LogLine:
     line: str
 
 
+@functools.lru_cache(maxsize=4)
+def _second(whole: int) -> bytes:
+    return dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode()
+
+
 def stamp(ts: float) -> bytes:
     """The prefix of a line read at ``ts`` (epoch seconds), trailing space included."""
-    moment = dt.datetime.fromtimestamp(ts, dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.").encode() + b"%03dZ " % (moment.microsecond // 1000)
+    # Every batch of a worker's output is stamped: the date and time of day are formatted
+    # once per second, only the milliseconds each time.
+    whole = math.floor(ts)
+    micros = round((ts - whole) * 1_000_000)  # as datetime.fromtimestamp rounds
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    return _second(whole) + b"%03dZ " % (micros // 1000)
 
 
 def iso(ts: float) -> str:

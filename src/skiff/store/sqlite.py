@@ -52,6 +52,8 @@ from skiff.store.rows import worker_from_row as _worker
 
 T = TypeVar("T")
 _Op = Callable[[sqlite3.Connection], Any]
+#: An operation waiting for the writer, with the future (and its loop) that gets its outcome.
+_Pending = tuple[_Op, asyncio.Future[Any], asyncio.AbstractEventLoop]
 _MAX_BATCH = 512
 
 
@@ -108,16 +110,20 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
 
 
 class _Writer:
-    """One thread, one connection, every write; batches whatever is waiting into one commit."""
+    """One thread, one connection, every write; batches whatever is waiting into one commit.
+
+    Operations submitted during one turn of an event loop reach the thread together: the first
+    one schedules a hand-over at the end of the turn, so under load the thread is woken (and
+    contends for the GIL) once per turn, not once per operation."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._queue: queue.SimpleQueue[
-            tuple[_Op, asyncio.Future[Any], asyncio.AbstractEventLoop] | None
-        ] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="skiff-sqlite-writer", daemon=True)
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: Per event loop: what its current turn submitted, not handed over yet.
+        self._turn: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
 
     def start(self) -> None:
         self._thread.start()
@@ -126,14 +132,25 @@ class _Writer:
             raise self._error
 
     def stop(self) -> None:
+        for loop in list(self._turn):
+            self._hand_over(loop)
         self._queue.put(None)
         self._thread.join()
 
     async def submit(self, op: _Op) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.put((op, future, loop))
+        turn = self._turn.get(loop)
+        if turn is None:
+            turn = self._turn[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        turn.append((op, future, loop))
         return await future
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        turn = self._turn.pop(loop, None)
+        if turn:
+            self._queue.put(turn)
 
     def _run(self) -> None:
         try:
@@ -148,7 +165,7 @@ class _Writer:
             item = self._queue.get()
             if item is None:
                 break
-            batch = [item]
+            batch = list(item)
             while len(batch) < _MAX_BATCH:
                 try:
                     nxt = self._queue.get_nowait()
@@ -157,14 +174,14 @@ class _Writer:
                 if nxt is None:
                     stopping = True
                     break
-                batch.append(nxt)
+                batch.extend(nxt)
             self._run_batch(conn, batch)
         conn.close()
 
     @staticmethod
     def _run_batch(
         conn: sqlite3.Connection,
-        batch: list[tuple[_Op, asyncio.Future[Any], asyncio.AbstractEventLoop]],
+        batch: list[_Pending],
     ) -> None:
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
