@@ -62,8 +62,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--worker-concurrency",
         type=int,
-        default=256,
-        help="jobs one SDK worker holds at once (its concurrency_modifier; default 256)",
+        default=1024,
+        help="jobs one SDK worker holds at once (its concurrency_modifier; default 1024)",
     )
     parser.add_argument(
         "--sdk-log-level",
