@@ -9,6 +9,7 @@ on purpose (CI never sets it).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from harness import WORKERS, Server, running
 
@@ -362,3 +364,53 @@ def test_a_jobs_page_never_shows_its_s3_config(page: Any, server: Server) -> Non
     )
     for text in (page.content(), watched.text()):
         assert "console-s3-secret" not in text and "AKIA-console" not in text
+
+
+def test_the_request_panel_shows_a_stream_as_it_comes(page: Any, server: Server) -> None:
+    template = server.create_template(
+        "stream_worker.py",
+        name="console-stream-worker",
+        category="CPU",
+        dockerStartCmd=shlex.split(START_COMMAND.replace("echo_worker", "stream_worker")),
+    )
+    body = {"name": "console-stream", "templateId": template["id"], "computeType": "CPU"}
+    endpoint = server.http.post("/v1/endpoints", json=body).json()
+    sign_in(page, server)
+    page.goto(f"{server.url}/console/endpoints/{endpoint['id']}")
+    job = {"input": {"chunks": 4, "pause": 0.5}}
+    page.get_by_label(re.compile("Job body")).fill(json.dumps(job))
+    page.get_by_role("button", name="Send").click()
+    stream = page.locator("[data-stream-text]")
+    # The first chunks show while the job still runs, the last once it completed.
+    expect_text(stream, "chunk-0", timeout=JOB_WAIT_MS)
+    expect_text(page.locator("[data-job-status]"), "^COMPLETED$", timeout=JOB_WAIT_MS)
+    expect_text(stream, "chunk-3")
+    assert [line for line in stream.inner_text().splitlines() if line] == [
+        json.dumps({"index": i, "text": f"chunk-{i}"}, separators=(",", ":")) for i in range(4)
+    ]
+    shot(page, "endpoint-stream")
+
+
+def test_the_session_cookie_is_secure_when_served_over_https(server: Server) -> None:
+    """Behind a TLS-terminating proxy on this host (uvicorn trusts its X-Forwarded-Proto), the
+    sign-in and session cookies carry Secure; over plain HTTP they do not."""
+    for proto, secure in (("https", True), (None, False)):
+        headers = {"X-Forwarded-Proto": proto} if proto else {}
+        with httpx.Client(base_url=server.url, headers=headers) as client:
+            form = client.get("/console")
+            login_cookie = form.headers["set-cookie"]
+            token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+            assert token is not None
+            signed_in = client.post(
+                "/console/login", data={"csrf": token.group(1), "api_key": server.key, "next": ""}
+            )
+            assert signed_in.status_code == 303, signed_in.text
+            session_cookie = next(
+                c
+                for c in signed_in.headers.get_list("set-cookie")
+                if c.startswith("skiff_session=")
+            )
+        for cookie in (login_cookie, session_cookie):
+            attributes = [part.strip().lower() for part in cookie.split(";")]
+            assert ("secure" in attributes) is secure, cookie
+            assert "httponly" in attributes

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from skiff.api import access
 from skiff.api import jobs_openapi as oa
 from skiff.api.body import read_body
+from skiff.api.params import query
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import FINAL_STATES, parse_status_ttl, request_view, status_view
@@ -25,7 +26,7 @@ WAIT_MAX_MS = 300_000
 
 
 def _wait_ms(request: Request) -> int:
-    raw = request.query_params.get("wait")
+    raw = query(request, "wait")
     if raw is None:
         return WAIT_DEFAULT_MS
     try:
@@ -38,7 +39,7 @@ def _wait_ms(request: Request) -> int:
 
 
 def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
+    raw = query(request, name)
     if raw is None:
         return default
     try:
@@ -81,7 +82,7 @@ def build(services: Services) -> APIRouter:
         A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
         async with admitted(request, "runsync") as endpoint:
             wait_ms = _wait_ms(request)
-            given = wait_ms if "wait" in request.query_params else None
+            given = wait_ms if query(request, "wait") is not None else None
             body = await read_body(request, RUNSYNC_LIMIT)
             job = await jobs.submit(endpoint, body, sync=True, wait_ms=given)
             job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
@@ -99,7 +100,7 @@ def build(services: Services) -> APIRouter:
         """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
         A job past its ttl or its retention window answers 404."""
         async with admitted(request, "status") as endpoint:
-            raw_ttl = request.query_params.get("ttl")
+            raw_ttl = query(request, "ttl")
             if raw_ttl is not None:
                 job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
             else:
@@ -117,7 +118,7 @@ def build(services: Services) -> APIRouter:
         `cursor` for the next page. No input or output: `/status` has those."""
         async with admitted(request, "requests") as endpoint:
             limit = _int_param(request, "limit", 50, 1, 200)
-            cursor = request.query_params.get("cursor")
+            cursor = query(request, "cursor")
             before = _int_param(request, "cursor", 0, 1, 2**62) if cursor is not None else None
             page, next_cursor = await jobs.recent(endpoint, limit, before)
             return json_response(

@@ -17,8 +17,32 @@ from skiff.store.base import Store
 log = logging.getLogger(__name__)
 
 SCALER_KEY = "scaler"
-#: The least time between two reconcile passes.
+#: The least time between two reconcile passes, once a burst of them is spent.
 MIN_GAP_SECONDS = 0.05
+#: How many passes may run back to back after a quiet spell.
+BURST = 3
+
+
+class Passes:
+    """A token bucket for reconcile passes: ``BURST`` at once, then one per
+    ``MIN_GAP_SECONDS`` (times are the event loop's clock)."""
+
+    def __init__(self, now: float) -> None:
+        self._tokens = float(BURST)
+        self._at = now
+
+    def _refill(self, now: float) -> None:
+        self._tokens = min(float(BURST), self._tokens + (now - self._at) / MIN_GAP_SECONDS)
+        self._at = now
+
+    def wait_before_next(self, now: float) -> float:
+        """Seconds to wait before the next pass may run (0: at once)."""
+        self._refill(now)
+        return max(0.0, (1 - self._tokens) * MIN_GAP_SECONDS)
+
+    def take(self, now: float) -> None:
+        self._refill(now)
+        self._tokens = max(0.0, self._tokens - 1)
 
 
 class Scaler:
@@ -40,15 +64,16 @@ class Scaler:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        last_pass = float("-inf")
+        # Every submission wakes the scaler; under a stream of them, passes would run back to
+        # back. A few passes may follow each other at once (a new endpoint's pass, then its
+        # first job's: a scale-up from zero waits for nothing), then one per MIN_GAP_SECONDS,
+        # which reacts as fast as anyone can see and costs little.
+        passes = Passes(loop.time())
         while not self._wakeups.closing:
-            # Every submission wakes the scaler; under a stream of them, passes would run back
-            # to back. One per MIN_GAP_SECONDS reacts as fast as anyone can see and costs little;
-            # a wake after a quiet spell passes at once (a scale-up from zero waits for nothing).
-            gap = MIN_GAP_SECONDS - (loop.time() - last_pass)
-            if gap > 0:
-                await asyncio.sleep(gap)
-            last_pass = loop.time()
+            wait = passes.wait_before_next(loop.time())
+            if wait > 0:
+                await asyncio.sleep(wait)
+            passes.take(loop.time())
             with self._wakeups.listen(SCALER_KEY) as event:
                 try:
                     await self.reconcile_all()
