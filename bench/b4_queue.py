@@ -8,7 +8,8 @@ On one skiff server (endpoint with ``workersMax: 0``, so nothing is taken):
 2. fill: ``POST /run`` over 16 connections until ``--b4-jobs`` jobs are queued, in ten
    rounds, RSS and rate after each (the curve in the plot); an id of every k-th job is kept so
    that step 3 can ask for jobs anywhere in the queue;
-3. full queue: the same ``/run`` and ``/status`` loads again, and RSS.
+3. full queue: the same ``/run`` and ``/status`` loads again (``/status`` twice: the first pass
+   reads back from disk what the host's page cache let go of during the fill), and RSS.
 
 The reference has no queue, so the queue-size effects are n/a for it; its ``/status`` p99 is
 shown for scale only (its ``/status`` runs the handler inline for a job ``/run`` stored, and
@@ -53,7 +54,7 @@ def run(opts: Options) -> BenchResult:
             skiff_load(skiff, "POST", run_path, probe, CONNECTIONS, keep_ids_every=1),
             server_cpu=skiff.cpu_seconds,
         )
-        empty_status = _status(skiff, endpoint, empty_run.ids, statuses, rng)
+        empty_status = _status(skiff, endpoint, empty_run.ids, statuses, warmup, rng)
         queued = warmup + probe
         curve.append([queued, rss_empty])
         ids = list(empty_run.ids)
@@ -83,7 +84,11 @@ def run(opts: Options) -> BenchResult:
             rates.append([queued, fill.rate])
             opts.say(f"B4: {queued:,} queued ({fill.rate:,.0f} jobs/s, RSS {curve[-1][1]:.0f} MiB)")
         rss_full = skiff.rss_mib()
-        full_status = _status(skiff, endpoint, ids, statuses, rng)
+        # Twice: the first pass reads rows written minutes ago, which a host that reclaims idle
+        # page cache (this suite's VMs do within about 30 s) has to read back from disk; the
+        # second pass is the same load once they are in memory again.
+        cold_status = _status(skiff, endpoint, ids, statuses, warmup, rng)
+        full_status = _status(skiff, endpoint, ids, statuses, warmup, rng)
         full_run = run_load(
             skiff_load(skiff, "POST", run_path, probe, CONNECTIONS), server_cpu=skiff.cpu_seconds
         )
@@ -110,6 +115,7 @@ def run(opts: Options) -> BenchResult:
         ("skiff", empty_run),
         ("skiff", empty_status),
         ("skiff", full_run),
+        ("skiff", cold_status),
         ("skiff", full_status),
         ("reference", submitted),
         ("reference", ref_status),
@@ -142,7 +148,22 @@ def run(opts: Options) -> BenchResult:
             ref_status.p99_ms,
             digits=2,
         ),
-        Row("B4", f"GET /status p99 (ms), {full}", full_status.p99_ms, ref_status.p99_ms, digits=2),
+        Row(
+            "B4",
+            f"GET /status p99 (ms), {full}, first pass after the fill",
+            cold_status.p99_ms,
+            ref_status.p99_ms,
+            digits=2,
+        ),
+        Row(
+            "B4",
+            f"GET /status p99 (ms), {full}",
+            full_status.p99_ms,
+            ref_status.p99_ms,
+            "<= 5 ms",
+            full_status.p99_ms <= 5,
+            digits=2,
+        ),
         Row("B4", f"server RSS (MiB), {warmup:,} queued", rss_empty, "n/a", digits=1),
         Row(
             "B4",
@@ -165,6 +186,7 @@ def run(opts: Options) -> BenchResult:
     result.rows.append(result.error_row())
     result.latencies["B4 GET /status"] = {
         f"skiff, {warmup + probe:,} queued": empty_status.latencies_ms,
+        f"skiff, {full}, first pass": cold_status.latencies_ms,
         f"skiff, {full}": full_status.latencies_ms,
         f"reference (POST /status, {REFERENCE_JOBS:,} stored, for scale)": ref_status.latencies_ms,
     }
@@ -188,6 +210,7 @@ def run(opts: Options) -> BenchResult:
         "empty_run": summary(empty_run),
         "empty_status": summary(empty_status),
         "full_run": summary(full_run),
+        "cold_status": summary(cold_status),
         "full_status": summary(full_status),
         "reference_status": summary(ref_status),
         "rss_curve": curve,
@@ -197,8 +220,14 @@ def run(opts: Options) -> BenchResult:
 
 
 def _status(
-    skiff: servers.Skiff, endpoint: str, ids: list[str], count: int, rng: random.Random
+    skiff: servers.Skiff,
+    endpoint: str,
+    ids: list[str],
+    count: int,
+    warmup: int,
+    rng: random.Random,
 ) -> LoadResult:
-    """``GET /status`` of ``count`` ids drawn at random (with replacement) from ``ids``."""
-    paths = [f"/v2/{endpoint}/status/{rng.choice(ids)}" for _ in range(count)]
-    return run_load(skiff_load(skiff, "GET", paths, count, CONNECTIONS))
+    """``GET /status`` of ``count`` ids drawn at random (with replacement) from ``ids``, after
+    ``warmup`` more that are not recorded (as every other skiff load here)."""
+    paths = [f"/v2/{endpoint}/status/{rng.choice(ids)}" for _ in range(count + warmup)]
+    return run_load(skiff_load(skiff, "GET", paths, count + warmup, CONNECTIONS, warmup=warmup))
