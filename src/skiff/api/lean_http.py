@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import httptools
@@ -45,7 +44,6 @@ LEAN_BODY_LIMIT = 1024 * 1024
 #: The scope key under which a lean request offers a cheap "is the client still there?" check
 #: (Starlette's ``is_disconnected`` opens an anyio cancel scope for every call).
 CONNECTED = "skiff.connected"
-Connected = Callable[[], Awaitable[bool]]
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
@@ -117,32 +115,12 @@ class LeanCycle:
 
     async def _answer(self, response: Response) -> None:
         if type(response).__call__ is not Response.__call__:
-            # A response that streams or sends in its own way (none of the hot routes today):
-            # let it speak ASGI, gathered into one answer.
-            await self._answer_asgi(response)
-            return
+            # A response that streams or sends in its own way could not be one write; no hot
+            # route answers so (run_asgi turns this into a 500, as for any bug).
+            raise TypeError(f"a hot route answered with a {type(response).__name__}")
         self._write(response.status_code, response.raw_headers, bytes(response.body))
         if response.background is not None:
             await response.background()
-
-    async def _answer_asgi(self, response: Response) -> None:
-        status = 500
-        headers: list[tuple[bytes, bytes]] = []
-        chunks: list[bytes] = []
-
-        async def send(message: MutableMapping[str, Any]) -> None:
-            nonlocal status, headers
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = [
-                    (k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"
-                ]
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await response(self.scope, self.receive, send)
-        body = b"".join(chunks)
-        self._write(status, [*headers, (b"content-length", str(len(body)).encode())], body)
 
     def _write(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, close: bool = False

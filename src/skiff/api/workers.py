@@ -9,10 +9,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api.body import read_body
-from skiff.api.lean_http import CONNECTED, Connected
+from skiff.api.lean_http import CONNECTED
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
+from skiff.services.dispatch import StillConnected
 from skiff.services.hub import Services
 
 RESULT_LIMIT = 64 * 1024 * 1024
@@ -34,9 +35,9 @@ def build(services: Services) -> APIRouter:
         flag = request.query_params.get("job_in_progress")
         return None if flag not in ("0", "1") else flag == "1"
 
-    def still_connected(request: Request) -> Connected:
+    def still_connected(request: Request) -> StillConnected:
         # A lean request (api/lean_http.py) knows it without an anyio cancel scope per call.
-        lean: Connected | None = request.scope.get(CONNECTED)
+        lean: StillConnected | None = request.scope.get(CONNECTED)
         if lean is not None:
             return lean
 
