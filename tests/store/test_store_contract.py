@@ -1152,3 +1152,116 @@ async def test_finishing_its_last_job_makes_the_worker_idle_in_the_same_step(
     idle = await store.get_worker("w-1")
     assert idle is not None
     assert idle.state is WorkerState.IDLE and idle.idle_since == T0 + 2
+
+
+# -- a worker's state under concurrent releases and claims (both backends) ----------------------
+
+#: Enough workers, jobs and rounds that, on PostgreSQL, transactions of one worker do overlap.
+_RACE_WORKERS = 8
+_RACE_JOBS_PER_WORKER = 8
+_RACE_ROUNDS = 5
+
+
+async def test_concurrent_finishes_of_a_workers_last_jobs_leave_it_idle(store: Store) -> None:
+    # Each worker's jobs finish at once from separate connections: under READ COMMITTED each
+    # finish could see the others still running, so none would mark the worker idle.
+    workers = [f"w-{n}" for n in range(_RACE_WORKERS)]
+    for worker_id in workers:
+        await store.save_worker(make_worker(worker_id))
+    for round_no in range(_RACE_ROUNDS):
+        held: dict[str, list[str]] = {}
+        for worker_id in workers:
+            ids = [f"j-{round_no}-{worker_id}-{i}" for i in range(_RACE_JOBS_PER_WORKER)]
+            await insert_jobs(store, *(make_job(job_id) for job_id in ids))
+            claimed = await store.claim_jobs(
+                EP, worker_id, _RACE_JOBS_PER_WORKER, now=T0, lease_until=T0 + 60
+            )
+            held[worker_id] = [job.id for job in claimed]
+            assert sorted(held[worker_id]) == sorted(ids)
+        finished = await asyncio.gather(
+            *(
+                store.finish_job(job_id, worker_id, JobStatus.COMPLETED, '"ok"', None, T0 + 1)
+                for worker_id, ids in held.items()
+                for job_id in ids
+            )
+        )
+        assert all(job is not None for job in finished)
+        for worker_id in workers:
+            worker = await store.get_worker(worker_id)
+            assert worker is not None
+            assert await store.jobs_of_worker(worker_id) == []
+            assert worker.state is WorkerState.IDLE, f"round {round_no}: {worker_id} stays busy"
+
+
+async def test_a_finish_racing_the_reaper_leaves_a_worker_idle(store: Store) -> None:
+    # Each worker holds one job it is finishing and one whose lease lapsed. The reaper puts the
+    # lapsed ones back in the queue and then idles the running workers that hold nothing, while
+    # the finishes commit: whichever order, no worker may stay running with no job.
+    workers = [f"w-{n}" for n in range(_RACE_WORKERS)]
+    for worker_id in workers:
+        await store.save_worker(make_worker(worker_id))
+    for round_no in range(_RACE_ROUNDS * 10):
+        finishing: dict[str, str] = {}
+        for worker_id in workers:
+            for suffix, lease in (("a", T0 + 60), ("b", T0 + 1)):
+                job_id = f"j-{round_no}-{worker_id}-{suffix}"
+                await store.insert_job(make_job(job_id))
+                claimed = await store.claim_jobs(EP, worker_id, 1, now=T0, lease_until=lease)
+                assert [job.id for job in claimed] == [job_id]
+            finishing[worker_id] = f"j-{round_no}-{worker_id}-a"
+
+        async def finish(worker_id: str, job_id: str) -> None:
+            job = await store.finish_job(
+                job_id, worker_id, JobStatus.COMPLETED, '"ok"', None, T0 + 2
+            )
+            assert job is not None
+
+        async def reap() -> None:
+            # As ``Dispatch.release_expired_leases`` does: requeue, then idle the running.
+            await store.release_jobs(None, T0 + 2, 5, "lease expired")
+            await asyncio.gather(*(store.release_holds(w, [], T0 + 2) for w in workers))
+
+        await asyncio.gather(reap(), *(finish(w, j) for w, j in finishing.items()))
+        for worker_id in workers:
+            worker = await store.get_worker(worker_id)
+            assert worker is not None
+            assert await store.jobs_of_worker(worker_id) == []
+            assert worker.state is WorkerState.IDLE, f"round {round_no}: {worker_id} stays busy"
+        await store.purge_queue(EP)
+
+
+async def test_a_claim_racing_a_release_never_leaves_a_worker_idle_with_a_job(
+    store: Store,
+) -> None:
+    # Each worker finishes its one job while it claims the next: whichever commits first, a
+    # worker that ends up holding a job must be running (the claim wins over the idling).
+    workers = [f"w-{n}" for n in range(_RACE_WORKERS)]
+    for worker_id in workers:
+        await store.save_worker(make_worker(worker_id))
+    for round_no in range(_RACE_ROUNDS * 4):
+        first = {w: f"j-{round_no}-{w}-a" for w in workers}
+        for worker_id, job_id in first.items():
+            await store.insert_job(make_job(job_id))
+            claimed = await store.claim_jobs(EP, worker_id, 1, now=T0, lease_until=T0 + 60)
+            assert [job.id for job in claimed] == [job_id]
+        await insert_jobs(store, *(make_job(f"j-{round_no}-{w}-b") for w in workers))
+
+        async def finish(worker_id: str, job_id: str) -> None:
+            await store.finish_job(job_id, worker_id, JobStatus.COMPLETED, '"ok"', None, T0 + 1)
+
+        async def claim(worker_id: str) -> None:
+            await store.claim_jobs(EP, worker_id, 1, now=T0 + 1, lease_until=T0 + 61)
+
+        await asyncio.gather(
+            *(finish(w, j) for w, j in first.items()), *(claim(w) for w in workers)
+        )
+        for worker_id in workers:
+            worker = await store.get_worker(worker_id)
+            assert worker is not None
+            holds = await store.jobs_of_worker(worker_id)
+            expected = WorkerState.RUNNING if holds else WorkerState.IDLE
+            assert worker.state is expected, f"round {round_no}: {worker_id} holds {holds}"
+        # Let go of what was claimed, so the next round starts from idle workers.
+        for worker_id in workers:
+            for job_id in await store.jobs_of_worker(worker_id):
+                await store.finish_job(job_id, worker_id, JobStatus.COMPLETED, '"ok"', None, T0)

@@ -122,21 +122,32 @@ async def _signal_stop(
 
 async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: float) -> None:
     """The worker let go of these jobs (all, with None): their stop signals go, and a running
-    worker holding no job any more is idle."""
-    if job_ids is None:
-        await conn.execute("DELETE FROM stop_signals WHERE worker_id = $1", worker_id)
-    elif job_ids:
-        await conn.execute(
-            "DELETE FROM stop_signals WHERE worker_id = $1 AND job_id = ANY($2::text[])",
-            worker_id,
-            job_ids,
-        )
+    worker holding no job any more is idle.
+
+    Under READ COMMITTED two transactions each letting go of one of a worker's last two jobs
+    would each still see the other's job in progress, so neither would idle the worker. So the
+    worker's row is locked first, in a statement of its own: the next statement takes a fresh
+    snapshot once the lock is held, and sees every job change of the transactions that held the
+    lock before (other releases, and claims, which lock the row too). Locks are taken in the
+    order jobs, workers, stop signals (as ``delete_worker``), so this cannot deadlock."""
+    state = await conn.fetchval(
+        "SELECT state FROM workers WHERE id = $1 FOR NO KEY UPDATE", worker_id
+    )
+    forget = (
+        "DELETE FROM stop_signals WHERE worker_id = $1"
+        " AND ($2::text[] IS NULL OR job_id = ANY($2::text[]))"
+    )
+    if state != "running":
+        await conn.execute(forget, worker_id, job_ids)
+        return
+    # One statement for both, so the lock costs no round trip over the two statements before.
     await conn.execute(
-        "UPDATE workers SET state = 'idle', idle_since = $1 WHERE id = $2"
-        " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
-        " WHERE worker_id = $2 AND status = 'IN_PROGRESS')",
-        now,
+        f"WITH forgotten AS ({forget}) UPDATE workers SET state = 'idle', idle_since = $3"
+        f" WHERE id = $1 AND state = 'running' AND NOT EXISTS"
+        f" (SELECT 1 FROM jobs WHERE worker_id = $1 AND status = 'IN_PROGRESS')",
         worker_id,
+        job_ids,
+        now,
     )
 
 
@@ -484,7 +495,11 @@ class PostgresStore:
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         # One statement: the worker's own record gates the claim (a stopping worker gets
-        # nothing) and turns running when it got something.
+        # nothing) and turns running when it got something. A running worker's row is written
+        # too (the same values): that takes its row lock, so a release of its last job waits
+        # for this claim and then sees the new job (``_let_go``), and a release that idled it
+        # first is undone here, as PostgreSQL re-checks the row it waited for. A worker holding
+        # a job is never idle.
         rows = await self._fetch(
             f"WITH claimed AS (UPDATE jobs SET status = 'IN_PROGRESS', worker_id = $2,"
             f" started_at = $1, lease_until = $3, attempt = attempt + 1,"
@@ -496,7 +511,7 @@ class PostgresStore:
             f" AND (state IN ('stopping', 'standby') OR recycle))"
             f" RETURNING {JOB_COLUMNS}),"
             f" busy AS (UPDATE workers SET state = 'running', idle_since = NULL"
-            f" WHERE id = $2 AND state IN ('initializing', 'idle')"
+            f" WHERE id = $2 AND state IN ('initializing', 'idle', 'running')"
             f" AND EXISTS (SELECT 1 FROM claimed))"
             f" SELECT * FROM claimed",
             now,
