@@ -49,6 +49,14 @@ class Settings(BaseSettings):
     #: A worker told to stop a job (cancel, timeout, ttl) that still holds it after this long
     #: is ended and replaced.
     stop_grace_seconds: float = Field(default=10.0, ge=0)
+    #: A local worker that has not called in (its first take or ping) this long after its
+    #: process started is ended, counted as a failed start (back-off, ``lastWorkerFailure``)
+    #: and replaced. Generous by default: loading a model can take minutes.
+    worker_start_timeout_seconds: float = Field(default=600.0, gt=0)
+    #: The most worker processes this server runs at once, all endpoints together; wanted
+    #: workers beyond it wait as ``throttled``. Unset: what the host can hold
+    #: (``providers.capacity.host_worker_limit``).
+    max_workers: int | None = Field(default=None, ge=1)
     #: A declared GPU fleet, ``"NVIDIA GeForce RTX 4090:2,NVIDIA H100 80GB HBM3:1"`` (type:count);
     #: when unset the inventory comes from NVML (none on hosts without NVIDIA GPUs).
     gpus: str | None = None

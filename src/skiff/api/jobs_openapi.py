@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from skiff.domain.placement import HoldCause
+
 _MS_7_DAYS = 604_800_000
 _STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]
 
@@ -137,8 +139,14 @@ PURGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
+#: Present only while something holds the endpoint's workers back.
+PLACEMENT = _obj(
+    ["cause", "reason"],
+    cause={"type": "string", "enum": [c.value for c in HoldCause]},
+    reason={"type": "string", "description": "Why its workers are not running, in words"},
+)
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: _json(_obj(["jobs", "workers"], jobs=_COUNTS, workers=_COUNTS))
+    200: _json(_obj(["jobs", "workers"], jobs=_COUNTS, workers=_COUNTS, placement=PLACEMENT))
 }
 REQUESTS_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: _json(

@@ -19,6 +19,7 @@ from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
+from skiff.domain.placement import HoldCause
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.errors import Invalid, NotFound
@@ -58,6 +59,15 @@ class WorkerFailureOut(BaseModel):
     at: str
     nextStartAt: str = Field(description="When the scaler tries again")
     lastLogLines: list[str] = Field(description="The end of the failed worker's log")
+
+
+class PlacementOut(BaseModel):
+    cause: HoldCause = Field(
+        description="no-gpu: this server has no GPU that fits; failing-starts: its workers "
+        "fail to start (see lastWorkerFailure); worker-limit: held back by the server-wide "
+        "worker limit (SKIFF_MAX_WORKERS); gpus-busy: waiting for a GPU of its types to free up"
+    )
+    reason: str = Field(description="Why its workers are not running, in words")
 
 
 class LogLineOut(BaseModel):
@@ -102,6 +112,11 @@ class EndpointOut(EndpointSpec):
     workers: list[WorkerOut] | None = None
     lastWorkerFailure: WorkerFailureOut | None = Field(
         default=None, description="Why its workers fail to start, while they do (unhealthy)"
+    )
+    placement: PlacementOut | None = Field(
+        default=None,
+        description="Present while something keeps its workers from running, saying what: "
+        "jobs wait in the queue meanwhile",
     )
 
 
@@ -248,6 +263,9 @@ def build(services: Services) -> FastAPI:
                 nextStartAt=_iso(failure.next_start_at),
                 lastLogLines=failure.last_log_lines,
             )
+        hold = await services.placement.why(endpoint)
+        if hold is not None:
+            out.placement = PlacementOut(cause=hold.cause, reason=hold.reason)
         if include_workers:
             out.workers = [
                 WorkerOut(**w) for w in await services.endpoints.workers_view(endpoint.id)

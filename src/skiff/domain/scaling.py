@@ -5,7 +5,11 @@
   ``scalerValue`` seconds (one at a time: not while another is still starting). With no worker
   at all, a waiting job starts one at once: nobody should wait out the delay on a cold start.
 - Always between ``workersMin`` and ``workersMax``; ``lowPriority`` jobs are not in the load.
-- A worker idle for ``idleTimeout`` seconds is stopped, never below ``workersMin``.
+- A worker idle for ``idleTimeout`` seconds is stopped, never below ``workersMin``. A worker
+  still starting (``initializing``) counts as idle since its start: on a scale-down it goes
+  first (it serves nothing yet), and at once when the endpoint is over ``workersMax``.
+- A local worker that has not called in ``start_timeout`` seconds after its start is overdue
+  (``overdue_starts``): the fleet ends it as a failed start.
 - Workers of an older version (or that asked to be recycled) leave once they hold no job.
 - Throttled and unhealthy workers (wanted, but without a process yet) count as workers, so
   waiting for a GPU never makes the scaler ask for more.
@@ -142,6 +146,17 @@ def serve(limits: Limits, load: Load, workers: list[Worker], now: float) -> Deci
     if surplus > 0:
         over_max = len(current) > limits.workers_max
         pending = [w for w in current if w.kind is WorkerKind.LOCAL and w.is_pending]
+        # Newest first: the one that has come least far on its way up goes first.
+        starting = sorted(
+            (
+                w
+                for w in current
+                if w.kind is WorkerKind.LOCAL
+                and w.state is WorkerState.INITIALIZING
+                and (now - w.started_at >= limits.idle_timeout_s or over_max)
+            ),
+            key=lambda w: -w.started_at,
+        )
         idle = sorted(
             (
                 w
@@ -153,5 +168,20 @@ def serve(limits: Limits, load: Load, workers: list[Worker], now: float) -> Deci
             ),
             key=lambda w: w.idle_since or 0.0,
         )
-        stop.extend(w.id for w in [*pending, *idle][:surplus])
+        stop.extend(w.id for w in [*pending, *starting, *idle][:surplus])
     return Decision(start=start, stop=stop)
+
+
+def overdue_starts(workers: list[Worker], now: float, start_timeout_s: float) -> list[Worker]:
+    """Local workers started ``start_timeout_s`` or more ago that have not called in yet:
+    still ``initializing``, or a standby never heard from."""
+    return [
+        w
+        for w in workers
+        if w.kind is WorkerKind.LOCAL
+        and (
+            w.state is WorkerState.INITIALIZING
+            or (w.state is WorkerState.STANDBY and w.last_seen is None)
+        )
+        and now - w.started_at >= start_timeout_s
+    ]

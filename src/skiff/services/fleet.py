@@ -22,6 +22,7 @@ import orjson
 from skiff.clock import Clock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint
+from skiff.domain.placement import Hold, gpus_busy_hold, missing_gpus, worker_limit_hold
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
 from skiff.providers.base import Launch, WorkerProvider
@@ -67,8 +68,11 @@ class Fleet:
         dispatch: Dispatch,
         auth: Auth,
         gpus: GpuPool,
+        worker_limit: int,
     ) -> None:
         self._settings = settings
+        #: The most worker processes this replica runs at once (``SKIFF_MAX_WORKERS``).
+        self.worker_limit = worker_limit
         self._store = store
         self._clock = clock
         self._workers = workers
@@ -83,6 +87,14 @@ class Fleet:
         #: worker id -> endpoint id of every process this replica started.
         self._launched: dict[str, str] = {}
         self._reaping: set[str] = set()
+        #: Workers ended for not calling in by the start-up deadline: their exit is a failed
+        #: start, not the stop it looks like.
+        self._failed_starts: set[str] = set()
+        #: Workers ended because this replica stops leading or shuts down: their exit is the
+        #: stop it asked for, however soon after their start it comes.
+        self._ending: set[str] = set()
+        #: endpoint id -> the cause last logged for holding its workers back (logged once).
+        self._said: dict[str, str] = {}
         self._gpus = gpus
         self._logs = WorkerLogs(settings.data_dir)
 
@@ -174,6 +186,8 @@ class Fleet:
                 and worker.version == endpoint.version
                 and not backed_off
             ):
+                if self.running_count() >= self.worker_limit:
+                    return  # no room: leave them throttled without touching the store
                 if await self._launch(endpoint, worker) is None:
                     return
             elif worker.state is WorkerState.UNHEALTHY and self.may_start(endpoint.id):
@@ -197,16 +211,21 @@ class Fleet:
             return None
         assert template is not None
         env = template.env | endpoint.spec.env
+        if self.running_count() >= self.worker_limit:
+            # The server runs all the workers it may: this one waits for room.
+            return await self._hold(
+                endpoint,
+                worker,
+                standby,
+                worker_limit_hold(self.running_count(), self.worker_limit),
+            )
         if endpoint.spec.computeType is ComputeType.GPU:
             gpus = self._gpus.allocate(worker.id, endpoint.spec.gpuTypeIds, endpoint.spec.gpuCount)
             if gpus is None:
-                if standby:
-                    # A standby is a nicety, not a want: no GPU, no standby.
-                    await self._workers.remove(worker.id)
-                    return None
-                # Wanted, but every listed type is full: it starts as soon as a GPU frees up.
-                await self._workers.set_state(worker, WorkerState.THROTTLED)
-                return worker
+                # Wanted, but every listed type is full (it starts as soon as a GPU frees up),
+                # or the server has none that fit (it waits until the endpoint changes).
+                hold = missing_gpus(endpoint.spec, self._gpus.gpus) or gpus_busy_hold(endpoint.spec)
+                return await self._hold(endpoint, worker, standby, hold)
             worker.gpu = gpus[0].name
             worker.gpu_ids = ",".join(str(g.index) for g in gpus)
         launch = Launch(
@@ -232,7 +251,47 @@ class Fleet:
             await self._fail(endpoint.id, f"the worker command could not start: {exc}")
             return None
         await self._workers.update(worker, pid=pid)
+        self._said.pop(endpoint.id, None)
         return worker
+
+    async def _hold(
+        self, endpoint: Endpoint, worker: Worker, standby: bool, hold: Hold
+    ) -> Worker | None:
+        """Keep a wanted worker ``throttled`` (recorded, without a process) for want of room,
+        saying why in the log once per endpoint and cause."""
+        if self._said.get(endpoint.id) != hold.cause:
+            self._said[endpoint.id] = hold.cause
+            log.warning("endpoint %s: %s", endpoint.id, hold.reason)
+        if standby:
+            # A standby is a nicety, not a want: no room, no standby.
+            await self._workers.remove(worker.id)
+            return None
+        if worker.state is not WorkerState.THROTTLED:
+            await self._workers.set_state(worker, WorkerState.THROTTLED)
+        return worker
+
+    def running_count(self) -> int:
+        """Worker processes this replica runs, those on their way out included."""
+        return len(self._launched)
+
+    async def end_failed_start(self, worker: Worker) -> None:
+        """A worker that has not called in by the start-up deadline: counted as a failed start
+        (back-off, ``lastWorkerFailure``), ended, and kept as ``unhealthy`` until the scaler
+        replaces it."""
+        if (
+            not self._owns(worker)
+            or worker.id in self._reaping
+            or worker.state is WorkerState.STOPPING
+        ):
+            return
+        timeout = self._settings.worker_start_timeout_seconds
+        await self._fail(
+            worker.endpoint_id,
+            f"worker {worker.id} did not call in within {timeout:g} s of its start; it was ended",
+            worker.id,
+        )
+        self._failed_starts.add(worker.id)
+        self.stop_worker(worker)
 
     def stop_worker(self, worker: Worker) -> None:
         """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
@@ -272,19 +331,31 @@ class Fleet:
         worker = await self._workers.get(worker_id)
         if worker is None:
             return
+        # Ended for missing the start-up deadline: its failure is already recorded.
+        failed_start = worker_id in self._failed_starts
+        self._failed_starts.discard(worker_id)
+        ended = worker_id in self._ending
+        self._ending.discard(worker_id)
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
-        expected = worker.state is WorkerState.STOPPING or worker.recycle
+        expected = not failed_start and (
+            worker.state is WorkerState.STOPPING or worker.recycle or ended
+        )
         quick = self._clock.now() - worker.started_at < QUICK_EXIT_SECONDS
         reason = "the worker was stopped" if expected else f"the worker was lost (exit code {code})"
+        if failed_start:
+            reason = "the worker did not call in by its start-up deadline"
         await self._dispatch.worker_lost(worker, reason)
         if expected:
             return
-        if quick and await self._store.get_endpoint(worker.endpoint_id) is not None:
-            await self._fail(
-                worker.endpoint_id,
-                f"worker {worker_id} exited with code {code} right after it started",
-                worker_id,
-            )
+        if (quick or failed_start) and await self._store.get_endpoint(
+            worker.endpoint_id
+        ) is not None:
+            if not failed_start:
+                await self._fail(
+                    worker.endpoint_id,
+                    f"worker {worker_id} exited with code {code} right after it started",
+                    worker_id,
+                )
             # Kept as an unhealthy record (no process) so /health and the worker list show it;
             # the scaler replaces it once the back-off has passed.
             worker.state = WorkerState.UNHEALTHY
@@ -419,6 +490,7 @@ class Fleet:
         for worker in workers:
             await self._workers.remove(worker.id)
         self._backoff.pop(endpoint_id, None)
+        self._said.pop(endpoint_id, None)
 
     def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)

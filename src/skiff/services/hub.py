@@ -8,6 +8,7 @@ from skiff.clock import Clock
 from skiff.cluster.base import Cluster
 from skiff.cluster.local import LocalCluster
 from skiff.config import Settings
+from skiff.providers.capacity import host_worker_limit
 from skiff.providers.gpus import inventory
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
@@ -17,6 +18,7 @@ from skiff.services.gpus import GpuPool
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
 from skiff.services.peer_logs import PeerLogs
+from skiff.services.placement import Placement
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -51,6 +53,7 @@ class Services:
     metrics: Metrics
     cluster: Cluster
     peer_logs: PeerLogs
+    placement: Placement
 
     @classmethod
     def build(
@@ -77,8 +80,19 @@ class Services:
         metrics = Metrics(store, clock, workers, oldest_queued_at=oldest_queued_at)
         dispatch.metrics = metrics
         gpus = GpuPool(inventory(settings.gpus))
-        fleet = Fleet(settings, store, clock, workers, dispatch, auth, gpus)
+        fleet = Fleet(
+            settings,
+            store,
+            clock,
+            workers,
+            dispatch,
+            auth,
+            gpus,
+            worker_limit=settings.max_workers or host_worker_limit(),
+        )
         jobs = Jobs(store, clock, wakeups)
+        placement = Placement(store, gpus, fleet)
+        jobs.placement = placement.why
         jobs.on_stop = dispatch.request_stop
         jobs.on_finished = metrics.job_finished
 
@@ -100,7 +114,15 @@ class Services:
             endpoints=Endpoints(store, clock, wakeups, workers, fleet),
             templates=Templates(store, clock, wakeups),
             registry_auths=RegistryAuths(store, clock),
-            scaler=Scaler(store, clock, wakeups, workers, fleet, settings.scaler_interval_seconds),
+            scaler=Scaler(
+                store,
+                clock,
+                wakeups,
+                workers,
+                fleet,
+                settings.scaler_interval_seconds,
+                start_timeout=settings.worker_start_timeout_seconds,
+            ),
             reaper=Reaper(
                 store,
                 clock,
@@ -120,6 +142,7 @@ class Services:
             metrics=metrics,
             cluster=cluster,
             peer_logs=PeerLogs(cluster),
+            placement=placement,
             webhooks=WebhookSender(
                 store,
                 clock,

@@ -12,7 +12,8 @@ import orjson
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request, retention_ms
-from skiff.domain.workers import WorkerState
+from skiff.domain.placement import Hold
+from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.ids import job_id
 from skiff.services.wakeups import Wakeups
@@ -36,6 +37,8 @@ class Jobs:
         self.on_stop: Callable[[str, str], None] = lambda _worker, _job: None
         #: Refuses webhook URLs a delivery must not reach (raises ``Invalid``).
         self.webhook_guard: Callable[[str], Awaitable[None]] | None = None
+        #: Why an endpoint's workers are held back (``Placement.why``), for ``health``.
+        self.placement: Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]] | None = None
 
     async def submit(
         self, endpoint: Endpoint, body: bytes, sync: bool, wait_ms: int | None = None
@@ -162,7 +165,7 @@ class Jobs:
         by_state = {state: 0 for state in WorkerState}
         for worker in workers:
             by_state[worker.state] += 1
-        return {
+        report: dict[str, Any] = {
             "jobs": {
                 "completed": counts.completed,
                 "failed": counts.failed,
@@ -183,6 +186,12 @@ class Jobs:
                 "standby": by_state[WorkerState.STANDBY],
             },
         }
+        hold = await self.placement(endpoint, workers) if self.placement is not None else None
+        if hold is not None:
+            # An extra key (the SDK's health() returns the JSON as it is): jobs that wait on
+            # an endpoint that cannot place a worker say why instead of waiting in silence.
+            report["placement"] = {"cause": hold.cause.value, "reason": hold.reason}
+        return report
 
 
 def chunk_view(chunk: StreamChunk) -> dict[str, Any]:

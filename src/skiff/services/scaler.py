@@ -7,7 +7,7 @@ import logging
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.scaling import Limits, Load, decide
+from skiff.domain.scaling import Limits, Load, decide, overdue_starts
 from skiff.domain.workers import WorkerState
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wakeups
@@ -54,6 +54,7 @@ class Scaler:
         workers: Workers,
         fleet: Fleet,
         interval: float,
+        start_timeout: float = 600.0,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -61,6 +62,8 @@ class Scaler:
         self._workers = workers
         self._fleet = fleet
         self._interval = interval
+        #: A worker that has not called in this long after its start is a failed start.
+        self._start_timeout = start_timeout
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -93,6 +96,10 @@ class Scaler:
         workers = await self._workers.of_endpoint(endpoint.id)
         if any(w.state in (WorkerState.IDLE, WorkerState.RUNNING) for w in workers):
             await self._fleet.healthy(endpoint.id)
+        # Ended before the decision, which then sees them stopping (their room still taken
+        # until their process is gone) and replaces them once the back-off allows.
+        for overdue in overdue_starts(workers, now, self._start_timeout):
+            await self._fleet.end_failed_start(overdue)
         oldest = counts.oldest_queued_at
         decision = decide(
             Limits(

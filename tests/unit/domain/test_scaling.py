@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from skiff.domain.endpoints import ScalerType
-from skiff.domain.scaling import Decision, Limits, Load, decide
+from skiff.domain.scaling import Decision, Limits, Load, decide, overdue_starts
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 
 NOW = 10_000.0
@@ -22,6 +22,7 @@ def worker(
     version: int = VERSION,
     kind: WorkerKind = WorkerKind.LOCAL,
     recycle: bool = False,
+    started_for: float = 3600,
 ) -> Worker:
     idle_since = None
     if state is WorkerState.IDLE:
@@ -32,7 +33,7 @@ def worker(
         kind=kind,
         state=state,
         version=version,
-        started_at=NOW - 3600,
+        started_at=NOW - started_for,
         last_seen=NOW,
         idle_since=idle_since,
         recycle=recycle,
@@ -118,8 +119,35 @@ CASES = [
         stop=["w2"],
     ),
     Case(
-        "initializing-worker-without-load-is-not-stopped",
-        workers=[worker("w1", WorkerState.INITIALIZING)],
+        "initializing-worker-started-within-the-idle-timeout-is-kept-without-load",
+        workers=[worker("w1", WorkerState.INITIALIZING, started_for=4)],
+    ),
+    Case(
+        "initializing-worker-started-longer-than-the-idle-timeout-ago-stops-without-load",
+        workers=[worker("w1", WorkerState.INITIALIZING, started_for=6)],
+        stop=["w1"],
+    ),
+    Case(
+        "initializing-workers-over-max-stop-at-once",
+        workers=[worker(f"w{i}", WorkerState.INITIALIZING, started_for=1) for i in range(3)],
+        workers_min=0,
+        workers_max=0,
+        stop=["w0", "w1", "w2"],
+    ),
+    Case(
+        "initializing-workers-at-min-are-kept",
+        workers=[worker(f"w{i}", WorkerState.INITIALIZING) for i in range(2)],
+        workers_min=2,
+    ),
+    Case(
+        "initializing-worker-stops-before-an-idle-one-newest-first",
+        workers=[
+            worker("old", WorkerState.INITIALIZING, started_for=60),
+            worker("new", WorkerState.INITIALIZING, started_for=30),
+            worker("i1", idle_for=60),
+        ],
+        workers_min=1,
+        stop=["new", "old"],
     ),
     Case(
         "idle-worker-is-kept-while-jobs-wait",
@@ -393,3 +421,27 @@ def test_standbys_of_an_old_version_or_without_flashboot_are_stopped() -> None:
     assert flash([old]).stop == ["old"]
     assert flash([worker("s", WorkerState.STANDBY)], flashboot=False).stop == ["s"]
     assert flash([], flashboot=False) == Decision()
+
+
+# -- the start-up deadline ------------------------------------------------------------------
+
+
+def test_a_worker_that_never_called_in_is_overdue_once_the_start_timeout_has_passed() -> None:
+    hung = worker("hung", WorkerState.INITIALIZING, started_for=600)
+    fresh = worker("fresh", WorkerState.INITIALIZING, started_for=599)
+    assert overdue_starts([hung, fresh], NOW, 600) == [hung]
+
+
+def test_workers_that_called_in_or_are_not_local_are_never_overdue() -> None:
+    up = worker("up", WorkerState.IDLE, idle_for=0, started_for=3600)
+    busy = worker("busy", WorkerState.RUNNING, started_for=3600)
+    external = worker("x", WorkerState.INITIALIZING, kind=WorkerKind.EXTERNAL)
+    waiting = worker("t", WorkerState.THROTTLED, started_for=3600)
+    assert overdue_starts([up, busy, external, waiting], NOW, 600) == []
+
+
+def test_a_standby_never_heard_from_is_overdue_and_one_heard_from_is_not() -> None:
+    silent = worker("silent", WorkerState.STANDBY, started_for=700)
+    silent.last_seen = None
+    heard = worker("heard", WorkerState.STANDBY, started_for=700)
+    assert overdue_starts([silent, heard], NOW, 600) == [silent]

@@ -1,0 +1,98 @@
+"""Why an endpoint's workers are not running, in words a user can act on: pure, no I/O.
+
+Jobs on an endpoint that cannot place a worker would otherwise wait in silence (``/health``
+says only ``throttled: 1``); every place a user looks (``/v1``, ``/health``, the console, the
+server log) says the same ``Hold``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from skiff.domain.endpoints import ComputeType, EndpointSpec
+from skiff.domain.gpus import Gpu, choose
+
+
+class HoldCause(enum.StrEnum):
+    #: A GPU endpoint whose GPU types (or count) this server does not have at all.
+    NO_GPU = "no-gpu"
+    #: Its workers fail to start (``lastWorkerFailure``).
+    FAILING = "failing-starts"
+    #: Wanted workers wait because the server runs as many as ``SKIFF_MAX_WORKERS`` allows.
+    WORKER_LIMIT = "worker-limit"
+    #: Wanted workers wait for a GPU of its types to be free.
+    GPUS_BUSY = "gpus-busy"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    cause: HoldCause
+    reason: str
+
+
+def describe_gpus(gpus: Sequence[Gpu]) -> str:
+    """``"2 x NVIDIA GeForce RTX 4090, 1 x NVIDIA H100 80GB HBM3"``, or ``"no GPUs"``."""
+    counts = Counter(g.name for g in sorted(gpus, key=lambda g: g.index))
+    return ", ".join(f"{n} x {name}" for name, n in counts.items()) or "no GPUs"
+
+
+def _wanted(spec: EndpointSpec) -> str:
+    types = ", ".join(spec.gpuTypeIds) if spec.gpuTypeIds else "any type"
+    per = f"{spec.gpuCount} GPUs of one type" if spec.gpuCount > 1 else "a GPU"
+    return f"{per} among [{types}]"
+
+
+def missing_gpus(spec: EndpointSpec, inventory: Sequence[Gpu]) -> Hold | None:
+    """A GPU endpoint that no GPU of this server could ever serve, even with all of them free."""
+    if spec.computeType is not ComputeType.GPU:
+        return None
+    if choose(spec.gpuTypeIds, spec.gpuCount, inventory) is not None:
+        return None
+    return Hold(
+        HoldCause.NO_GPU,
+        f"no worker can start: each needs {_wanted(spec)} and this server has "
+        f"{describe_gpus(inventory)}; use computeType CPU or GPU types this server has",
+    )
+
+
+def worker_limit_hold(running: int, limit: int) -> Hold:
+    return Hold(
+        HoldCause.WORKER_LIMIT,
+        f"held back: this server runs {running} workers, its limit of {limit} "
+        f"(SKIFF_MAX_WORKERS); more start as others stop",
+    )
+
+
+def gpus_busy_hold(spec: EndpointSpec) -> Hold:
+    return Hold(
+        HoldCause.GPUS_BUSY,
+        f"waiting for a GPU: each worker needs {_wanted(spec)} and those are all in use",
+    )
+
+
+def why_held(
+    spec: EndpointSpec,
+    inventory: Sequence[Gpu],
+    *,
+    failure: str | None,
+    throttled: int,
+    running: int,
+    limit: int,
+) -> Hold | None:
+    """What keeps the endpoint's workers from running, most lasting first; None when nothing
+    does. ``throttled``: its workers wanted but waiting for room; ``running``: the worker
+    processes of the whole server; ``limit``: the most it runs."""
+    missing = missing_gpus(spec, inventory)
+    if missing is not None:
+        return missing
+    if failure is not None:
+        return Hold(HoldCause.FAILING, f"its workers fail to start: {failure}")
+    if throttled:
+        if running >= limit:
+            return worker_limit_hold(running, limit)
+        if spec.computeType is ComputeType.GPU:
+            return gpus_busy_hold(spec)
+    return None

@@ -1,0 +1,42 @@
+"""Why an endpoint's workers are held back, read from what any replica can see: the endpoint,
+its worker records, its recorded start failure, the GPU inventory and the worker limit."""
+
+from __future__ import annotations
+
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.placement import Hold, why_held
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.fleet import Fleet
+from skiff.services.gpus import GpuPool
+from skiff.store.base import Store
+
+
+class Placement:
+    def __init__(self, store: Store, gpus: GpuPool, fleet: Fleet) -> None:
+        self._store = store
+        self._gpus = gpus
+        self._fleet = fleet
+
+    async def why(self, endpoint: Endpoint, workers: list[Worker] | None = None) -> Hold | None:
+        """What keeps the endpoint's workers from running, None when nothing does.
+        ``workers``: its records, when the caller has read them already."""
+        if workers is None:
+            workers = await self._store.list_workers(endpoint.id)
+        throttled = sum(1 for w in workers if w.state is WorkerState.THROTTLED)
+        failure = await self._fleet.failure(endpoint.id)
+        # The server's processes, counted only when some worker waits (a read of every record).
+        running = 0
+        if throttled:
+            running = sum(
+                1
+                for w in await self._store.list_workers(None)
+                if w.kind is WorkerKind.LOCAL and not w.is_pending
+            )
+        return why_held(
+            endpoint.spec,
+            self._gpus.gpus,
+            failure=failure.error if failure is not None else None,
+            throttled=throttled,
+            running=running,
+            limit=self._fleet.worker_limit,
+        )

@@ -1,0 +1,68 @@
+"""Why an endpoint's workers are held back, as the user reads it."""
+
+from __future__ import annotations
+
+from skiff.domain.endpoints import ComputeType, EndpointSpec
+from skiff.domain.gpus import Gpu
+from skiff.domain.placement import HoldCause, describe_gpus, missing_gpus, why_held
+
+RTX = "NVIDIA GeForce RTX 4090"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def spec(**fields: object) -> EndpointSpec:
+    return EndpointSpec.model_validate({"name": "e", "templateId": "t", **fields})
+
+
+def held(endpoint: EndpointSpec, inventory: list[Gpu], **state: object) -> HoldCause | None:
+    values: dict[str, object] = {"failure": None, "throttled": 0, "running": 0, "limit": 8}
+    values.update(state)
+    hold = why_held(endpoint, inventory, **values)  # type: ignore[arg-type]
+    return hold.cause if hold is not None else None
+
+
+def test_a_gpu_endpoint_on_a_server_without_gpus_names_what_it_needs_and_what_there_is() -> None:
+    hold = missing_gpus(spec(gpuTypeIds=[H100, RTX]), [])
+    assert hold is not None and hold.cause is HoldCause.NO_GPU
+    assert hold.reason == (
+        f"no worker can start: each needs a GPU among [{H100}, {RTX}] and this server has "
+        "no GPUs; use computeType CPU or GPU types this server has"
+    )
+
+
+def test_the_default_compute_type_is_gpu_so_a_plain_endpoint_on_a_cpu_host_is_held() -> None:
+    hold = missing_gpus(spec(), [])
+    assert hold is not None and "a GPU among [any type]" in hold.reason
+
+
+def test_more_gpus_per_worker_than_one_type_has_can_never_be_placed() -> None:
+    inventory = [Gpu(0, RTX), Gpu(1, RTX), Gpu(2, H100)]
+    hold = missing_gpus(spec(gpuCount=3), inventory)
+    assert hold is not None
+    assert "3 GPUs of one type among [any type]" in hold.reason
+    assert f"2 x {RTX}, 1 x {H100}" in hold.reason
+    assert missing_gpus(spec(gpuCount=2), inventory) is None
+
+
+def test_a_cpu_endpoint_never_misses_a_gpu() -> None:
+    assert missing_gpus(spec(computeType=ComputeType.CPU), []) is None
+
+
+def test_the_most_lasting_cause_is_named_first() -> None:
+    cpu = spec(computeType=ComputeType.CPU)
+    gpu = spec(gpuTypeIds=[RTX])
+    inventory = [Gpu(0, RTX)]
+    assert held(spec(gpuTypeIds=[H100]), inventory, failure="boom", throttled=1) is (
+        HoldCause.NO_GPU
+    )
+    assert held(cpu, [], failure="boom", throttled=1, running=8) is HoldCause.FAILING
+    assert held(cpu, [], throttled=1, running=8) is HoldCause.WORKER_LIMIT
+    assert held(gpu, inventory, throttled=1, running=8) is HoldCause.WORKER_LIMIT
+    assert held(gpu, inventory, throttled=1, running=1) is HoldCause.GPUS_BUSY
+    assert held(cpu, [], throttled=1, running=7) is None
+    assert held(gpu, inventory) is None
+
+
+def test_describe_gpus_counts_each_type_in_inventory_order() -> None:
+    assert describe_gpus([Gpu(1, RTX), Gpu(0, H100), Gpu(2, RTX)]) == f"1 x {H100}, 2 x {RTX}"
+    assert describe_gpus([]) == "no GPUs"
