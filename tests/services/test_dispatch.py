@@ -188,3 +188,46 @@ async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Ri
     await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
     rig.dispatch.worker_stopping("w1")
     assert await asyncio.wait_for(poll, 2.0) == []
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("depth", [200, 300, 1023])
+async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
+    rig: Rig, depth: int
+) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    refused = await rig.dispatch.done(
+        rig.endpoint, "w1", job_id, b'{"output": ' + _deep(depth) + b"}"
+    )
+    assert refused is not None and "nested deeper than" in refused
+    job = await rig.jobs.get(rig.endpoint, job_id)
+    assert job.status is JobStatus.FAILED and job.error == refused
+    assert job.output_json is None
+    worker = await rig.workers.get("w1")
+    assert worker is not None and worker.state is WorkerState.IDLE
+
+
+async def test_a_result_within_the_limit_is_not_refused(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    assert await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": [[1]]}') is None
+    assert await rig.status(job_id) is JobStatus.COMPLETED
+
+
+async def test_a_stream_chunk_nested_too_deep_fails_the_job_with_that_reason(rig: Rig) -> None:
+    job_id = await rig.submit()
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    assert await rig.dispatch.stream(rig.endpoint, "w1", job_id, b'{"output": 1}') is None
+    refused = await rig.dispatch.stream(
+        rig.endpoint, "w1", job_id, b'{"output": ' + _deep(400) + b"}"
+    )
+    assert refused is not None and "stream chunk" in refused
+    job = await rig.jobs.get(rig.endpoint, job_id)
+    assert job.status is JobStatus.FAILED and job.error == refused
+    # The worker's own final answer afterwards changes nothing.
+    assert await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": 2}') is None
+    assert (await rig.jobs.get(rig.endpoint, job_id)).status is JobStatus.FAILED

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from skiff.api.nul import nul_refusal
+
 Handler = Callable[..., Awaitable[Response]]
 ErrorResponder = Callable[[Request, Exception], Awaitable[Response]]
 
@@ -87,7 +89,8 @@ class HotRoutes:
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The route ``method`` and the full ``path`` name, with its path parameters."""
-        if not path.startswith(self.prefix):
+        if not path.startswith(self.prefix) or "\x00" in path:
+            # A NUL names nothing: the full app answers it (api/nul.py).
             return None
         parts = path[len(self.prefix) :].split("/")
         for at in self._positions:
@@ -143,6 +146,11 @@ class WithHotRoutes(Starlette):
     hot: HotRoutes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = nul_refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         if self.hot is not None and await self.hot.handle(scope, receive, send):
             return
         await super().__call__(scope, receive, send)

@@ -85,15 +85,22 @@ def build(services: Services) -> APIRouter:
     @router.post("/{endpoint_id}/job-done/{worker_id}/{job_id}", summary="Report a result")
     async def job_done(request: Request, worker_id: str, job_id: str) -> Response:
         """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
-        update; `error` fails the job; anything else completes it."""
+        update; `error` fails the job; anything else completes it. A body nested too deep to
+        store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
-        await dispatch.done(endpoint, worker_id, job_id, await read_body(request, RESULT_LIMIT))
+        body = await read_body(request, RESULT_LIMIT)
+        refused = await dispatch.done(endpoint, worker_id, job_id, body)
+        if refused is not None:
+            return json_response({"error": refused}, 400)
         return json_response({"ok": True})
 
     @router.post("/{endpoint_id}/job-stream/{worker_id}/{job_id}", summary="Report a chunk")
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
-        await dispatch.stream(endpoint, worker_id, job_id, await read_body(request, RESULT_LIMIT))
+        body = await read_body(request, RESULT_LIMIT)
+        refused = await dispatch.stream(endpoint, worker_id, job_id, body)
+        if refused is not None:
+            return json_response({"error": refused}, 400)
         return json_response({"ok": True})
 
     @router.get("/{endpoint_id}/ping/{worker_id}", summary="Heartbeat")
@@ -101,7 +108,8 @@ def build(services: Services) -> APIRouter:
         """Renews the leases of the jobs named in `job_id` (comma-separated)."""
         endpoint = await endpoint_of(request)
         raw = request.query_params.get("job_id", "")
-        job_ids = [j for j in raw.split(",") if j]
+        # No job id holds a NUL (and PostgreSQL text cannot): such a name is simply not held.
+        job_ids = [j for j in raw.split(",") if j and "\x00" not in j]
         await dispatch.ping(endpoint, worker_id, job_ids)
         return json_response({"ok": True})
 

@@ -138,7 +138,9 @@ def endpoint_data(form: Mapping[str, str], creating: bool) -> tuple[dict[str, An
     for field in ENDPOINT_NUMBERS:
         raw = form.get(field, "").strip()
         if raw:
-            data[field] = raw
+            # The API takes numbers only as JSON numbers; what is not one is passed on as
+            # typed, for the model to refuse at its field.
+            data[field] = int(raw) if raw.isdecimal() and raw.isascii() else raw
     if form.get("scalerType"):
         data["scalerType"] = form["scalerType"]
     try:

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
+from skiff.domain.input_types import Bool, Int, StrictInput, Text
 from skiff.domain.jobs import EXECUTION_TIMEOUT_MIN_MS, SEVEN_DAYS_MS
+
+#: skiff's own bounds where the v1 reference names none.
+SCALER_VALUE_MAX = 3600
+MAX_ID_LENGTH = 191
+MAX_LIST_ITEMS = 64
+MAX_ENV_VARS = 1000
+#: A name in a list (a GPU type, a data center, a CUDA version).
+Name = Annotated[Text, StringConstraints(max_length=191)]
+EnvName = Annotated[Text, StringConstraints(max_length=1024)]
+EnvValue = Annotated[Text, StringConstraints(max_length=32768)]
 
 
 class ComputeType(enum.StrEnum):
@@ -40,30 +58,38 @@ def _unique_names(value: list[str] | None, what: str) -> list[str] | None:
     return value
 
 
-class _EndpointSettings(BaseModel):
-    """Fields shared by create and update; every one optional here."""
+class _EndpointSettings(StrictInput):
+    """Fields shared by create and update; every one optional here.
 
-    model_config = ConfigDict(extra="forbid")
+    Types are strict (``domain/input_types.py``). Where the v1 reference gives no bound, the
+    ones here are skiff's own, and the OpenAPI description shows every one of them."""
 
-    name: str | None = Field(default=None, min_length=1, max_length=191)
-    templateId: str | None = Field(default=None, min_length=1)
-    gpuTypeIds: list[str] | None = Field(default=None, description="GPU types in priority order")
-    gpuCount: int | None = Field(default=None, ge=1, le=16)
-    cpuFlavorIds: list[CpuFlavor] | None = None
-    vcpuCount: int | None = Field(default=None, ge=1, le=512)
-    dataCenterIds: list[str] | None = None
-    allowedCudaVersions: list[str] | None = None
-    executionTimeoutMs: int | None = Field(
+    name: Text | None = Field(default=None, min_length=1, max_length=191)
+    templateId: Text | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
+    gpuTypeIds: list[Name] | None = Field(
+        default=None, max_length=MAX_LIST_ITEMS, description="GPU types in priority order"
+    )
+    gpuCount: Int | None = Field(default=None, ge=1, le=16)
+    cpuFlavorIds: list[CpuFlavor] | None = Field(default=None, max_length=len(CpuFlavor))
+    vcpuCount: Int | None = Field(default=None, ge=1, le=512)
+    dataCenterIds: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    allowedCudaVersions: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    executionTimeoutMs: Int | None = Field(
         default=None, ge=EXECUTION_TIMEOUT_MIN_MS, le=SEVEN_DAYS_MS
     )
-    flashboot: bool | None = None
-    idleTimeout: int | None = Field(default=None, ge=1, le=3600, description="Seconds")
+    flashboot: Bool | None = None
+    idleTimeout: Int | None = Field(default=None, ge=1, le=3600, description="Seconds")
     scalerType: ScalerType | None = None
-    scalerValue: int | None = Field(default=None, ge=1)
-    workersMin: int | None = Field(default=None, ge=0, le=1000)
-    workersMax: int | None = Field(default=None, ge=0, le=1000)
-    networkVolumeId: str | None = None
-    env: dict[str, str] | None = None
+    scalerValue: Int | None = Field(
+        default=None,
+        ge=1,
+        le=SCALER_VALUE_MAX,
+        description="Seconds of queue delay (QUEUE_DELAY) or jobs per worker (REQUEST_COUNT)",
+    )
+    workersMin: Int | None = Field(default=None, ge=0, le=1000)
+    workersMax: Int | None = Field(default=None, ge=0, le=1000)
+    networkVolumeId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    env: dict[EnvName, EnvValue] | None = Field(default=None, max_length=MAX_ENV_VARS)
 
     @field_validator("gpuTypeIds")
     @classmethod
@@ -82,7 +108,7 @@ class _EndpointSettings(BaseModel):
 
 
 class EndpointCreate(_EndpointSettings):
-    templateId: str = Field(min_length=1)
+    templateId: Text = Field(min_length=1, max_length=MAX_ID_LENGTH)
     computeType: ComputeType = ComputeType.GPU
 
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from skiff.domain import json_limits
 from skiff.errors import Invalid
 
 
@@ -221,6 +222,11 @@ def _parse_webhook(raw: Any) -> str | None:
         return None
     if not isinstance(raw, str):
         raise Invalid("webhook must be a URL string", field="webhook")
+    if len(raw) > WEBHOOK_MAX_LENGTH:
+        raise Invalid(f"webhook must be at most {WEBHOOK_MAX_LENGTH} characters", field="webhook")
+    if any(c <= " " or c == "\x7f" for c in raw):
+        # A URL holds no spaces or control characters, and PostgreSQL text cannot hold NUL.
+        raise Invalid("webhook must not contain spaces or control characters", field="webhook")
     try:
         parts = urlsplit(raw)
         _ = parts.port  # raises on a port that is not a number in range
@@ -231,7 +237,13 @@ def _parse_webhook(raw: Any) -> str | None:
     return raw
 
 
+#: Browsers and proxies handle URLs up to about this long.
+WEBHOOK_MAX_LENGTH = 2048
+
 S3_FIELDS = ("accessId", "accessSecret", "bucketName", "endpointUrl")
+
+#: The fields of a job request (the specification's table; what the runpod SDK passes on).
+REQUEST_FIELDS = frozenset({"input", "webhook", "policy", "s3Config"})
 
 
 def _parse_s3_config(raw: Any) -> str | None:
@@ -250,11 +262,21 @@ def _parse_s3_config(raw: Any) -> str | None:
 def parse_job_request(body: bytes, default_execution_timeout_ms: int) -> JobRequest:
     """Validate a submission body. Everything wrong with it is a 400 that names the field."""
     try:
-        doc = orjson.loads(body)
+        doc, too_deep = json_limits.loads(body)
     except orjson.JSONDecodeError as exc:
         raise Invalid(f"the body is not valid JSON: {exc}", field="body") from None
+    if too_deep:
+        raise Invalid(f"the body is {json_limits.TOO_DEEP}", field="body")
     if not isinstance(doc, dict):
         raise Invalid("the body must be a JSON object with an 'input' field", field="body")
+    if not REQUEST_FIELDS.issuperset(doc):
+        # A typo (``webhok``) would otherwise lose what the caller meant without a word.
+        unknown = sorted(set(doc) - REQUEST_FIELDS)
+        raise Invalid(
+            f"unknown field(s): {', '.join(unknown)} (a job request has "
+            "input, webhook, policy and s3Config)",
+            field=unknown[0],
+        )
     if "input" not in doc:
         raise Invalid("input is required", field="input")
     job_input = doc["input"]

@@ -33,4 +33,7 @@ def worker_token(secret: bytes, endpoint_id: str) -> str:
 
 
 def check_worker_token(secret: bytes, endpoint_id: str, token: str) -> bool:
-    return hmac.compare_digest(worker_token(secret, endpoint_id), token)
+    # As bytes: compare_digest refuses str with characters beyond ASCII (a TypeError, so a
+    # 500), and a header may carry any byte.
+    expected = worker_token(secret, endpoint_id).encode()
+    return hmac.compare_digest(expected, token.encode("utf-8", "replace"))

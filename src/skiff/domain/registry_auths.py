@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from skiff.domain.input_types import StrictInput, Text
 
 
-class RegistryAuthCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=191, description="Unique per owner")
-    username: str = Field(min_length=1, max_length=1024)
-    password: str = Field(min_length=1, max_length=8192, description="Stored; never returned")
+class RegistryAuthCreate(StrictInput):
+    name: Text = Field(min_length=1, max_length=191, description="Unique per owner")
+    username: Text = Field(min_length=1, max_length=1024)
+    password: Text = Field(min_length=1, max_length=8192, description="Stored; never returned")
 
 
 class RegistryAuth(BaseModel):

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
+
+from skiff.domain import json_limits
+
+#: Why a job whose result is nested too deep failed: it was not stored, and the job says so.
+RESULT_TOO_DEEP = f"the worker's result is {json_limits.TOO_DEEP}; it was not stored"
+CHUNK_TOO_DEEP = f"a stream chunk of the worker is {json_limits.TOO_DEEP}; it was not stored"
 
 
 class Outcome(enum.Enum):
@@ -23,6 +28,8 @@ class WorkerResult:
     error: str | None
     #: The handler asked for its worker to be recycled (``refresh_worker``).
     stop_pod: bool
+    #: The body could not be stored as sent (the job fails with ``error``): tell the worker.
+    refused: bool = False
 
 
 def parse_worker_result(body: bytes) -> WorkerResult:
@@ -32,11 +39,14 @@ def parse_worker_result(body: bytes) -> WorkerResult:
     message that says so: a result the platform cannot read must not leave a job hanging.
     """
     try:
-        doc: Any = orjson.loads(body) if body.strip() else {}
+        doc, too_deep = json_limits.loads(body) if body.strip() else ({}, False)
     except orjson.JSONDecodeError:
         return WorkerResult(
             Outcome.FAILED, None, "the worker sent a result that is not JSON", False
         )
+    if too_deep:
+        # Even a progress update: what the job would show cannot be written back out.
+        return WorkerResult(Outcome.FAILED, None, RESULT_TOO_DEEP, False, refused=True)
     if not isinstance(doc, dict):
         return WorkerResult(Outcome.COMPLETED, orjson.dumps(doc).decode(), None, False)
     stop_pod = doc.get("stopPod") is True
@@ -46,16 +56,26 @@ def parse_worker_result(body: bytes) -> WorkerResult:
     error = doc.get("error")
     if error is not None and error != "":
         message = error if isinstance(error, str) else orjson.dumps(error).decode()
+        # PostgreSQL text cannot hold NUL: the message keeps its place, marked as replaced.
+        message = message.replace("\x00", "\ufffd")
         return WorkerResult(Outcome.FAILED, output_json, message, stop_pod)
     return WorkerResult(Outcome.COMPLETED, output_json, None, stop_pod)
 
 
+class ChunkTooDeep(ValueError):
+    """A stream chunk nested past the limit: it cannot be stored, so its job fails."""
+
+
 def parse_stream_chunk(body: bytes) -> tuple[str, str | None]:
-    """A job-stream body ``{"output": chunk, "metrics"?: {...}}`` -> (output JSON, metrics JSON)."""
+    """A job-stream body ``{"output": chunk, "metrics"?: {...}}`` -> (output JSON, metrics JSON).
+
+    Raises ``ChunkTooDeep`` for a body nested past ``json_limits.MAX_JSON_DEPTH``."""
     try:
-        doc: Any = orjson.loads(body)
+        doc, too_deep = json_limits.loads(body)
     except orjson.JSONDecodeError:
         return orjson.dumps(body.decode("utf-8", "replace")).decode(), None
+    if too_deep:
+        raise ChunkTooDeep(CHUNK_TOO_DEEP)
     if isinstance(doc, dict) and "output" in doc:
         metrics = doc.get("metrics")
         metrics_json = orjson.dumps(metrics).decode() if isinstance(metrics, dict) else None

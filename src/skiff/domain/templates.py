@@ -4,9 +4,22 @@ as a process on the host; ``imageName`` is kept for providers that run container
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator
+
+from skiff.domain.endpoints import MAX_ENV_VARS, MAX_ID_LENGTH, EnvName, EnvValue
+from skiff.domain.input_types import Bool, Int, StrictInput, Text
+
+#: skiff's own bounds (the v1 reference names none).
+MAX_WORDS = 1000
+MAX_PORTS = 100
+MAX_PATH_LENGTH = 4096
+MAX_README_LENGTH = 65536
+#: One word of a command line.
+Word = Annotated[Text, StringConstraints(max_length=32768)]
+#: ``8888/http`` and the like.
+Port = Annotated[Text, StringConstraints(max_length=64)]
 
 
 class TemplateCategory(enum.StrEnum):
@@ -22,44 +35,42 @@ def _check_env(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
-class TemplateUpdate(BaseModel):
-    """Every field optional; ``category`` and ``isServerless`` are fixed at creation."""
+class TemplateUpdate(StrictInput):
+    """Every field optional; ``category`` and ``isServerless`` are fixed at creation. Types are
+    strict (``domain/input_types.py``); the bounds are skiff's own, shown in the OpenAPI
+    description."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = Field(default=None, min_length=1, max_length=191)
-    imageName: str | None = Field(default=None, min_length=1, max_length=1024)
-    containerDiskInGb: int | None = Field(default=None, ge=0, le=4000)
-    volumeInGb: int | None = Field(default=None, ge=0, le=4000)
-    volumeMountPath: str | None = None
-    dockerEntrypoint: list[str] | None = None
-    dockerStartCmd: list[str] | None = None
-    env: dict[str, str] | None = None
-    ports: list[str] | None = None
-    isPublic: bool | None = None
-    readme: str | None = None
-    containerRegistryAuthId: str | None = None
+    name: Text | None = Field(default=None, min_length=1, max_length=191)
+    imageName: Text | None = Field(default=None, min_length=1, max_length=1024)
+    containerDiskInGb: Int | None = Field(default=None, ge=0, le=4000)
+    volumeInGb: Int | None = Field(default=None, ge=0, le=4000)
+    volumeMountPath: Text | None = Field(default=None, max_length=MAX_PATH_LENGTH)
+    dockerEntrypoint: list[Word] | None = Field(default=None, max_length=MAX_WORDS)
+    dockerStartCmd: list[Word] | None = Field(default=None, max_length=MAX_WORDS)
+    env: dict[EnvName, EnvValue] | None = Field(default=None, max_length=MAX_ENV_VARS)
+    ports: list[Port] | None = Field(default=None, max_length=MAX_PORTS)
+    isPublic: Bool | None = None
+    readme: Text | None = Field(default=None, max_length=MAX_README_LENGTH)
+    containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
     _env = field_validator("env")(lambda v: v if v is None else _check_env(v))
 
 
-class TemplateCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=191)
-    imageName: str = Field(min_length=1, max_length=1024)
+class TemplateCreate(StrictInput):
+    name: Text = Field(min_length=1, max_length=191)
+    imageName: Text = Field(min_length=1, max_length=1024)
     category: TemplateCategory = TemplateCategory.NVIDIA
-    containerDiskInGb: int = Field(default=50, ge=0, le=4000)
-    volumeInGb: int = Field(default=20, ge=0, le=4000)
-    volumeMountPath: str = "/workspace"
-    dockerEntrypoint: list[str] = Field(default_factory=list)
-    dockerStartCmd: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    ports: list[str] = Field(default_factory=list)
-    isPublic: bool = False
-    isServerless: bool = False
-    readme: str = ""
-    containerRegistryAuthId: str | None = None
+    containerDiskInGb: Int = Field(default=50, ge=0, le=4000)
+    volumeInGb: Int = Field(default=20, ge=0, le=4000)
+    volumeMountPath: Text = Field(default="/workspace", max_length=MAX_PATH_LENGTH)
+    dockerEntrypoint: list[Word] = Field(default_factory=list, max_length=MAX_WORDS)
+    dockerStartCmd: list[Word] = Field(default_factory=list, max_length=MAX_WORDS)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    ports: list[Port] = Field(default_factory=list, max_length=MAX_PORTS)
+    isPublic: Bool = False
+    isServerless: Bool = False
+    readme: Text = Field(default="", max_length=MAX_README_LENGTH)
+    containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
     _env = field_validator("env")(_check_env)
 
@@ -68,6 +79,13 @@ class Template(TemplateCreate):
     model_config = ConfigDict(extra="ignore")
 
     id: str
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        # A stored template was checked when it came in: rows written before a check was
+        # added still load, so a listing never fails on one.
+        return value
 
 
 def apply_template_update(current: Template, update: TemplateUpdate) -> Template:

@@ -13,7 +13,12 @@ from collections.abc import Awaitable, Callable
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
-from skiff.domain.results import Outcome, parse_stream_chunk, parse_worker_result
+from skiff.domain.results import (
+    ChunkTooDeep,
+    Outcome,
+    parse_stream_chunk,
+    parse_worker_result,
+)
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.metrics import Metrics
@@ -121,7 +126,11 @@ class Dispatch:
                 await self._wakeups.wait(event, remaining)
                 woken = True
 
-    async def done(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
+    async def done(
+        self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes
+    ) -> str | None:
+        """Record a job-done body. Returns why the result was refused (the job then FAILED
+        with that reason), or None when it was taken as sent."""
         result = parse_worker_result(body)
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         if result.stop_pod:
@@ -129,10 +138,21 @@ class Dispatch:
         if result.outcome is Outcome.PROGRESS:
             if await self._store.record_progress(job_id, worker_id, result.output_json):
                 self._wakeups.notify(f"job:{job_id}")
-            return
+            return None
         status = JobStatus.FAILED if result.outcome is Outcome.FAILED else JobStatus.COMPLETED
+        await self._finish(worker, job_id, status, result.output_json, result.error)
+        return result.error if result.refused else None
+
+    async def _finish(
+        self,
+        worker: Worker,
+        job_id: str,
+        status: JobStatus,
+        output_json: str | None,
+        error: str | None,
+    ) -> None:
         finished = await self._store.finish_job(
-            job_id, worker_id, status, result.output_json, result.error, self._clock.now()
+            job_id, worker.id, status, output_json, error, self._clock.now()
         )
         if finished is not None:
             # The store let the worker go of the job in the same transaction.
@@ -145,12 +165,22 @@ class Dispatch:
         else:
             await self._workers.jobs_released(worker, [job_id])
 
-    async def stream(self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes) -> None:
-        output_json, metrics_json = parse_stream_chunk(body)
-        await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+    async def stream(
+        self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes
+    ) -> str | None:
+        """Append a job-stream chunk. A chunk that cannot be stored (nested too deep) FAILS
+        the job with the reason, which is returned; None when the chunk was kept."""
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        try:
+            output_json, metrics_json = parse_stream_chunk(body)
+        except ChunkTooDeep as exc:
+            # Dropping the chunk silently would hand the client a stream with a hole in it.
+            await self._finish(worker, job_id, JobStatus.FAILED, None, str(exc))
+            return str(exc)
         pieces = split_chunk(output_json, metrics_json)
         if await self._store.append_stream_chunks(job_id, worker_id, pieces):
             self._wakeups.notify(f"job:{job_id}")
+        return None
 
     async def stop_signals(
         self, endpoint: Endpoint, worker_id: str, hold: float, still_connected: StillConnected

@@ -171,3 +171,31 @@ def test_two_routes_of_one_shape_are_refused() -> None:
 
 async def _never(_request: Request, exc: Exception) -> Response:
     raise exc
+
+
+@pytest.mark.parametrize(
+    "path", ["/v2/ep%00/status/j1", "/v2/ep1/status/j%001", "/v2/ep1/job-done/w%00/j1"]
+)
+async def test_a_path_with_a_nul_names_nothing_and_reaches_no_handler(
+    setup: tuple[httpx.AsyncClient, _Counting], path: str
+) -> None:
+    client, counting = setup
+    answer = await client.request("POST" if "job-done" in path else "GET", path)
+    assert answer.status_code == 404 and "NUL" in answer.json()["error"]
+    assert counting.seen == []
+
+
+async def test_a_query_with_a_nul_is_refused_before_any_route(
+    setup: tuple[httpx.AsyncClient, _Counting],
+) -> None:
+    client, counting = setup
+    answer = await client.get("/v2/ep1/statuses/j1?job_id=a%00b")
+    assert answer.status_code == 400 and answer.json()["field"] == "query"
+    assert counting.seen == []
+
+
+def test_the_direct_table_never_matches_a_path_with_a_nul() -> None:
+    routes = [r for r in _router().routes if isinstance(r, APIRoute)]
+    hot = HotRoutes("/v2", routes, errors.responder("error"))
+    assert hot.match("GET", "/v2/ep1/status/j1") is not None
+    assert hot.match("GET", "/v2/ep1/status/j\x001") is None

@@ -7,7 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
+from skiff.domain.json_limits import MAX_JSON_DEPTH
 from skiff.domain.jobs import (
+    WEBHOOK_MAX_LENGTH,
     Job,
     JobStatus,
     Policy,
@@ -319,3 +321,49 @@ def test_worker_payload_leaves_out_unset_webhook_and_s3_config() -> None:
 
 def test_webhook_with_malformed_ipv6_host_is_rejected_naming_the_field() -> None:
     assert _field_of_rejection(_body({"input": {}, "webhook": "http://[oops/hook"})) == "webhook"
+
+
+def test_a_body_nested_past_the_limit_is_refused_naming_the_body() -> None:
+    deep = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+    with pytest.raises(Invalid) as info:
+        parse_job_request(b'{"input": {"a": ' + deep.encode() + b"}}", DEFAULT_EXEC_MS)
+    assert info.value.field == "body" and "nested deeper than" in info.value.message
+
+
+@pytest.mark.parametrize("depth", [256, 1023])
+def test_a_body_nested_as_orjson_reads_but_cannot_write_is_refused(depth: int) -> None:
+    deep = "[" * depth + "]" * depth
+    with pytest.raises(Invalid):
+        parse_job_request(b'{"input": {"a": ' + deep.encode() + b"}}", DEFAULT_EXEC_MS)
+
+
+def test_an_unknown_top_level_field_is_refused_naming_it() -> None:
+    body = _body({"input": {}, "webhok": "https://example.com/hook", "zz": 1})
+    with pytest.raises(Invalid) as info:
+        parse_job_request(body, DEFAULT_EXEC_MS)
+    assert info.value.field == "webhok"
+    assert "webhok, zz" in info.value.message
+
+
+def test_every_field_the_sdk_passes_on_is_accepted() -> None:
+    # runpod.Endpoint.run/run_sync send the caller's dict as it is when it has "input".
+    body = {
+        "input": {"prompt": "hi"},
+        "webhook": "https://example.com/hook",
+        "policy": {"executionTimeout": 60_000, "ttl": 600_000, "lowPriority": True},
+        "s3Config": {"accessId": "a", "accessSecret": "s", "bucketName": "b", "endpointUrl": "u"},
+    }
+    request = parse_job_request(_body(body), DEFAULT_EXEC_MS)
+    assert request.webhook == "https://example.com/hook" and request.policy.low_priority
+
+
+@pytest.mark.parametrize(
+    "webhook", ["https://example.com/a\x00b", "https://example.com/a b", "https://x\n.example/"]
+)
+def test_a_webhook_with_a_nul_space_or_control_character_is_refused(webhook: str) -> None:
+    assert _field_of_rejection(_body({"input": {}, "webhook": webhook})) == "webhook"
+
+
+def test_a_webhook_longer_than_the_limit_is_refused() -> None:
+    webhook = "https://example.com/" + "a" * WEBHOOK_MAX_LENGTH
+    assert _field_of_rejection(_body({"input": {}, "webhook": webhook})) == "webhook"

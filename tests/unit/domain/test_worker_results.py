@@ -7,7 +7,15 @@ from typing import Any
 import orjson
 import pytest
 
-from skiff.domain.results import Outcome, WorkerResult, parse_stream_chunk, parse_worker_result
+from skiff.domain.json_limits import MAX_JSON_DEPTH
+from skiff.domain.results import (
+    RESULT_TOO_DEEP,
+    ChunkTooDeep,
+    Outcome,
+    WorkerResult,
+    parse_stream_chunk,
+    parse_worker_result,
+)
 
 
 def _parse(doc: Any) -> WorkerResult:
@@ -155,3 +163,36 @@ def test_stream_chunk_without_output_key_is_the_whole_document() -> None:
 
 def test_stream_chunk_that_is_not_json_is_kept_as_a_string() -> None:
     assert parse_stream_chunk(b"raw text") == ('"raw text"', None)
+
+
+def _deep(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH, 256, 1023, 2000])
+def test_a_result_nested_too_deep_fails_the_job_saying_so(depth: int) -> None:
+    result = parse_worker_result(b'{"output": ' + _deep(depth) + b"}")
+    assert result.outcome is Outcome.FAILED and result.refused
+    assert result.output_json is None
+    assert result.error == RESULT_TOO_DEEP and "nested deeper than" in result.error
+
+
+def test_a_progress_update_nested_too_deep_fails_the_job_too() -> None:
+    body = b'{"status": "IN_PROGRESS", "output": ' + _deep(300) + b"}"
+    assert parse_worker_result(body).outcome is Outcome.FAILED
+
+
+def test_a_result_at_the_limit_is_kept() -> None:
+    result = parse_worker_result(b'{"output": ' + _deep(MAX_JSON_DEPTH - 1) + b"}")
+    assert result.outcome is Outcome.COMPLETED and not result.refused
+
+
+def test_a_nul_in_an_error_message_is_replaced_so_any_store_holds_it() -> None:
+    result = _parse({"error": "bad\x00thing"})
+    assert result.outcome is Outcome.FAILED and result.error == "bad\ufffdthing"
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 300, 2000])
+def test_a_stream_chunk_nested_too_deep_is_refused(depth: int) -> None:
+    with pytest.raises(ChunkTooDeep, match="nested deeper than"):
+        parse_stream_chunk(b'{"output": ' + _deep(depth) + b"}")

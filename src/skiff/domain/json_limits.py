@@ -1,0 +1,62 @@
+"""How deep a JSON document skiff takes: one limit for every body it reads and stores.
+
+orjson reads up to 1,023 levels but writes at most 255, so a body nested between the two was
+accepted and then failed (a 500) when skiff wrote it back out, wrapped in a few more levels
+(``{"input": ...}``, ``{"openai_input": ...}``). One lower limit, checked where a body is
+parsed, keeps every stored document writable with room for those wrappers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+#: Containers (objects and arrays) inside one another, counting the outermost as 1.
+MAX_JSON_DEPTH = 128
+
+#: What orjson says of a document past its own reading limit.
+ORJSON_DEPTH_MESSAGE = "depth limit exceeded"
+
+TOO_DEEP = f"nested deeper than {MAX_JSON_DEPTH} levels (skiff's limit for JSON)"
+
+
+def nesting_exceeds(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``doc`` holds containers more than ``limit`` levels deep (walked without
+    recursion, touching containers only)."""
+    if not isinstance(doc, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
+def too_deep(raw: bytes, doc: Any) -> bool:
+    """Whether the parsed ``doc`` of body ``raw`` is nested past the limit.
+
+    A document cannot be deeper than its count of opening brackets, and two ``bytes.count``
+    calls cost next to nothing, so the walk only runs for the rare body with more brackets
+    than the limit: the request path stays as fast as before for ordinary bodies.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    return nesting_exceeds(doc)
+
+
+def loads(raw: bytes) -> tuple[Any, bool]:
+    """``orjson.loads(raw)`` and whether the result is too deep (then the document is None);
+    ``orjson.JSONDecodeError`` for text that is not JSON."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if exc.msg == ORJSON_DEPTH_MESSAGE:  # past orjson's own 1,023 levels
+            return None, True
+        raise
+    return doc, too_deep(raw, doc)
