@@ -19,6 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from skiff.api import access
 from skiff.api.body import read_body
 from skiff.api.responses import json_response
+from skiff.domain import json_limits
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import FINAL_STATES, JobStatus
 from skiff.errors import Invalid
@@ -83,9 +84,11 @@ def build(services: Services) -> APIRouter:
             if with_body:
                 raw = await read_body(request, BODY_LIMIT)
                 try:
-                    body = orjson.loads(raw)
+                    body, too_deep = json_limits.loads(raw)
                 except orjson.JSONDecodeError:
                     raise Invalid("the body is not valid JSON", field="body") from None
+                if too_deep:
+                    raise Invalid(f"the body is {json_limits.TOO_DEEP}", field="body")
                 if not isinstance(body, dict):
                     raise Invalid("the body must be a JSON object", field="body")
                 job_input["openai_input"] = body
