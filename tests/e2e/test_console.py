@@ -366,6 +366,28 @@ def test_a_jobs_page_never_shows_its_s3_config(page: Any, server: Server) -> Non
         assert "console-s3-secret" not in text and "AKIA-console" not in text
 
 
+def test_a_refused_request_comes_back_without_its_s3_secret(browser: Any, server: Server) -> None:
+    """Without script the refused body is shown back to fix, with ``accessSecret`` emptied
+    (as a registry password is never sent back) and everything else as typed."""
+    endpoint = echo_endpoint(server, "console-s3-refused", workersMax=0)
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page, server)
+        page.goto(f"{server.url}/console/endpoints/{endpoint['id']}")
+        s3 = {"accessId": "AKIA-typed", "accessSecret": "typed-s3-secret", "bucketName": "b"}
+        typo = {"input": {"n": 1}, "s3Config": s3, "webhok": "https://example.com/hook"}
+        page.get_by_label(re.compile("Job body")).fill(json.dumps(typo))
+        page.get_by_role("button", name="Send").click()
+        expect_text(page.locator("#e-body"), "unknown field.*webhok")
+        shown = page.get_by_label(re.compile("Job body")).input_value()
+        assert "typed-s3-secret" not in shown and "typed-s3-secret" not in page.content()
+        assert json.loads(shown)["s3Config"] == {**s3, "accessSecret": ""}
+        assert json.loads(shown)["webhok"] == "https://example.com/hook"
+    finally:
+        context.close()
+
+
 def test_the_request_panel_shows_a_stream_as_it_comes(page: Any, server: Server) -> None:
     template = server.create_template(
         "stream_worker.py",

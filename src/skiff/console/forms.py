@@ -7,6 +7,7 @@ value the API refuses is refused here with the same words, shown next to its fie
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -177,3 +178,15 @@ def template_data(form: Mapping[str, str], prefix: str = "") -> tuple[dict[str, 
 
 def prefixed(errors: Errors, prefix: str) -> Errors:
     return {prefix + field: message for field, message in errors.items()}
+
+
+#: The value of ``"accessSecret":`` in a job body as typed: a whole JSON string, or the rest of
+#: its line when the string was left open (which may be why the body was refused).
+_S3_SECRET = re.compile(r'("accessSecret"\s*:\s*)"(?:[^"\\\n]|\\.)*"?')
+
+
+def without_s3_secret(body: str) -> str:
+    """A refused job body as the request panel shows it back: ``s3Config.accessSecret``
+    emptied, as a registry password is never sent back. Everything else stays as typed, so
+    the visitor can fix what was wrong."""
+    return _S3_SECRET.sub(r'\1""', body)

@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console.app import Console, json_answer
 from skiff.console.endpoint_pages import detail_page
+from skiff.console.forms import without_s3_secret
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, status_view
 from skiff.errors import Invalid
@@ -99,8 +100,10 @@ def routes(console: Console) -> list[BaseRoute]:
         except Invalid as exc:
             if wants_json:
                 return json_answer({"error": exc.message, "field": exc.field}, 400)
+            # The form comes back to fix, but never with the secret it was given.
+            shown = without_s3_secret(body)
             return await detail_page(
-                console, request, visitor, endpoint, body, exc.message, status=400
+                console, request, visitor, endpoint, shown, exc.message, status=400
             )
         if wants_json:
             return json_answer({"id": job.id, "status": job.status.value})

@@ -109,3 +109,22 @@ def test_service_refusals_land_on_their_field_without_its_prefix() -> None:
     assert forms.service_error(missing, "name") == {"templateId": "no template x"}
     taken = Conflict("a template named 'x' already exists")
     assert forms.service_error(taken, "name") == {"name": "a template named 'x' already exists"}
+
+
+@pytest.mark.parametrize(
+    ("typed", "shown"),
+    [
+        (
+            '{"input": {}, "s3Config": {"accessId": "A", "accessSecret": "se\\"cret", "x": 1}}',
+            '{"input": {}, "s3Config": {"accessId": "A", "accessSecret": "", "x": 1}}',
+        ),
+        # A string left open (why the body was refused): the rest of its line goes.
+        (
+            '{"s3Config": {"accessSecret" :  "open secret\n}}',
+            '{"s3Config": {"accessSecret" :  ""\n}}',
+        ),
+        ('{"input": {"accessSecretive": "kept"}}', '{"input": {"accessSecretive": "kept"}}'),
+    ],
+)
+def test_a_refused_job_body_comes_back_without_its_s3_secret(typed: str, shown: str) -> None:
+    assert forms.without_s3_secret(typed) == shown
