@@ -1,7 +1,7 @@
 """A plain runpod-SDK worker, unmodified from how it would run on the hosted cloud.
 
 Its input picks a behaviour: ``sleep`` seconds, ``progress`` updates, ``raise`` an exception,
-return an ``error``, or echo the input back.
+return an ``error``, return a result nested ``nest`` levels deep, or echo the input back.
 """
 
 import os
@@ -28,6 +28,11 @@ def handler(job):
         raise ValueError(job_input["raise"])
     if "error" in job_input:
         return {"error": job_input["error"]}
+    if "nest" in job_input:  # a result nested this many arrays deep
+        nested = []
+        for _ in range(job_input["nest"] - 1):
+            nested = [nested]
+        return nested
     if job_input.get("show_s3"):
         return {"s3Config": job.get("s3Config")}
     return {"echo": job_input}
