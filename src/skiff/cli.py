@@ -103,8 +103,8 @@ def serve(
         port=settings.port,
         loop="uvloop",
         # uvicorn's httptools protocol, serving the job and worker routes without the ASGI
-        # cycle (api/lean_http.py).
-        http=lean_protocol(app.hot) if app.hot is not None else "httptools",
+        # cycle (api/lean_http.py), under the connection rules (api/connections.py).
+        http=lean_protocol(app.hot, rules) if app.hot is not None else "httptools",
         lifespan="on",
         access_log=False,
         log_level="info",
@@ -117,6 +117,7 @@ def serve(
     )
     wakeups = app.state.services.wakeups
 
+    from skiff.api.connections import ConnectionRules, connection_cap, raise_open_file_limit
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # Answer held long-polls now, so the graceful shutdown does not wait them out.
@@ -139,6 +140,14 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     _with_store(settings, noop)
     where = safe_url(settings.database_url) if settings.database_url else settings.sqlite_path()
     click.echo(f"schema up to date in {where}")
+    # Each connection holds a file: take the open-file limit up to what the hard limit allows
+    # and keep connections below it, with time limits on slow ones (api/connections.py).
+    open_files = raise_open_file_limit()
+    rules = ConnectionRules(
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+        max_connections=settings.max_connections or connection_cap(open_files),
+    )
 
 
 @main.group()

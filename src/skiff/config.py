@@ -83,6 +83,14 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)
+    #: A connection must send a whole request head (request line and headers) within this
+    #: long of opening, or of starting its next request; else it is closed.
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    #: A request body must keep arriving: this long without a byte of it closes the connection.
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    #: Open connections this server keeps at most; 0 derives it from the open-file limit
+    #: (raised to its hard limit at start), leaving room for the database, logs and workers.
+    max_connections: int = Field(default=0, ge=0)
 
     def sqlite_path(self) -> Path:
         if self.database_url and self.database_url.startswith("sqlite:///"):

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from skiff.errors import Invalid, PayloadTooLarge
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"the request body is larger than {limit // (1024 * 1024)} MB")
+from skiff.body_gate import too_large
+from skiff.errors import Invalid
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -16,7 +13,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared is not None:
         try:
             if int(declared) > limit:
-                raise _too_large(limit)
+                raise too_large(limit)
         except ValueError:
             raise Invalid("invalid Content-Length header", field="Content-Length") from None
     chunks = []
@@ -24,6 +21,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)

@@ -33,6 +33,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from skiff.api.connections import (
+    BODY,
+    BUSY,
+    FRESH,
+    HEAD,
+    IDLE,
+    ConnectionRules,
+    ConnectionWatch,
+)
 from skiff.api.hot import HotRoutes, Route
 
 log = logging.getLogger(__name__)
@@ -147,12 +156,62 @@ class LeanCycle:
 
 
 class LeanHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, with hot-route requests served by a ``LeanCycle``."""
+    """uvicorn's httptools protocol, with hot-route requests served by a ``LeanCycle``, and
+    each connection's progress reported to the server's ``ConnectionWatch`` (its time limits
+    and its cap: api/connections.py)."""
 
-    #: Set by ``lean_protocol`` on the subclass it makes for one app.
+    #: Set by ``lean_protocol`` on the subclass it makes for one app (and so one server).
     hot: HotRoutes
+    watch: ConnectionWatch
+    #: Where this connection is (api/connections.py) and since when (the loop's clock).
+    phase: int = FRESH
+    since: float = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.since = self.loop.time()
+        super().connection_made(transport)
+        self.watch.opened(self, self.connections, self.since)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.watch.closed(self)
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.phase = HEAD
+        self.since = self.loop.time()
+
+    def on_body(self, body: bytes) -> None:
+        self.since = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        cycle = self.cycle
+        # Answered before its body was all in (a 401 or 413 that does not close): idle now.
+        self.phase = IDLE if cycle is not None and cycle.response_complete else BUSY
+
+    def on_response_complete(self) -> None:
+        if self.phase == BUSY and not self.pipeline:
+            self.phase = IDLE
+            self.since = self.loop.time()
+        super().on_response_complete()
+
+    def waiting_on_server(self) -> bool:
+        """Whether the client is waiting for this server rather than the other way round:
+        reading paused (flow control, pipelining) or a ``100-continue`` not yet sent."""
+        cycle = self.cycle
+        return self.flow.read_paused or bool(getattr(cycle, "expect_100_continue", False))
+
+    def answer_started(self) -> bool:
+        cycle = self.cycle
+        return cycle is not None and (
+            cycle.response_complete or bool(getattr(cycle, "response_started", False))
+        )
 
     def on_headers_complete(self) -> None:
+        self.phase = BODY  # until on_message_complete, at once when there is no body
+        self.since = self.loop.time()
         found = self._lean_route()
         if found is None:
             super().on_headers_complete()
@@ -215,6 +274,9 @@ class LeanHttpProtocol(HttpToolsProtocol):
         return route, params, scope, keep_alive
 
 
-def lean_protocol(hot: HotRoutes) -> type[LeanHttpProtocol]:
-    """The protocol class to hand uvicorn (``Config(http=...)``) for an app with these routes."""
-    return type("LeanHttpProtocol", (LeanHttpProtocol,), {"hot": hot})
+def lean_protocol(hot: HotRoutes, rules: ConnectionRules | None = None) -> type[LeanHttpProtocol]:
+    """The protocol class to hand uvicorn (``Config(http=...)``) for an app with these routes,
+    its connections kept under ``rules`` (defaults: ``ConnectionRules()``). Make one per
+    server: the class holds that server's connection watch."""
+    watch = ConnectionWatch(rules or ConnectionRules())
+    return type("LeanHttpProtocol", (LeanHttpProtocol,), {"hot": hot, "watch": watch})

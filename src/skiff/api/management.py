@@ -17,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from skiff.api import errors
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY, json_response
+from skiff.body_gate import BodyGate
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.placement import HoldCause
@@ -83,6 +84,11 @@ class LogsOut(BaseModel):
     lines: list[LogLineOut] = Field(description="Oldest first")
 
 
+#: The largest request body ``/v1`` takes (a template with a long readme and env fits easily).
+BODY_LIMIT = 1024 * 1024
+#: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
+USER = "skiff.user"
+
 #: How often a followed log is read for new lines.
 FOLLOW_POLL_SECONDS = 0.5
 #: A quiet followed log sends an empty line this often, so proxies keep the connection open.
@@ -134,7 +140,14 @@ def build(services: Services) -> FastAPI:
     worker_logs = WorkerLogs(services.settings.data_dir)
 
     async def current_user(request: Request) -> User:
+        checked: User | None = request.scope.get(USER)
+        if checked is not None:  # a request with a body: checked before it was read
+            return checked
         return await services.auth.authenticate(request.headers.get("authorization"))
+
+    async def admit(request: Request) -> int:
+        request.scope[USER] = await services.auth.authenticate(request.headers.get("authorization"))
+        return BODY_LIMIT
 
     UserDep = Annotated[User, Depends(current_user)]
 
@@ -154,6 +167,8 @@ def build(services: Services) -> FastAPI:
         responses={401: {"description": "Missing or invalid API key"}},
     )
     errors.install(app, "message")
+    # The key is checked, and the body's size with it, before FastAPI reads a body.
+    app.add_middleware(BodyGate, admit=admit, refuse=errors.responder("message"))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

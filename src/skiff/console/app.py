@@ -21,6 +21,7 @@ from starlette.routing import BaseRoute, Match, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from skiff.body_gate import BodyGate
 from skiff.console import csrf, render
 from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
 from skiff.domain.endpoints import Endpoint
@@ -30,6 +31,12 @@ from skiff.services.hub import Services
 from skiff.store.base import User
 
 HERE = Path(__file__).parent
+
+#: The largest form a signed-in visitor may post: the request panel's 10 MB job body,
+#: form-encoded (which can triple it), fits.
+FORM_LIMIT = 32 * 1024 * 1024
+#: The largest form without a session: the sign-in form (the only one it may post) is tiny.
+SIGN_IN_FORM_LIMIT = 64 * 1024
 
 #: Sent with every console answer: no framing (clickjacking), scripts and styles only from
 #: the console itself (no CDN, no inline script), no referrer outside the site.
@@ -262,7 +269,16 @@ def build(services: Services) -> ASGIApp:
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))
     app.state.console = console
-    return SecurityHeaders(app)
+
+    async def admit(request: Request) -> int:
+        # Who posts is known from the session cookie before a byte of the form is read.
+        return FORM_LIMIT if await console.visitor(request) is not None else SIGN_IN_FORM_LIMIT
+
+    async def refuse(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 500)
+        return console.page(request, "error.html", None, status, title="Error", message=str(exc))
+
+    return SecurityHeaders(BodyGate(app, admit, refuse))
 
 
 def mount(services: Services) -> ConsoleMount:
