@@ -41,3 +41,39 @@ def test_jobs_run_and_survive_a_restart_on_postgresql(tmp_path: Path, schema: st
         }
     finally:
         restarted.stop()
+
+
+def test_batch_workers_scale_down_once_the_queue_drains_on_postgresql(
+    tmp_path: Path, schema: str
+) -> None:
+    # Real SDK workers taking 8 jobs at a time finish several at once: each finish used to see
+    # the others still running, so a worker stayed running with no job and never stopped.
+    with running(tmp_path / "data", env=_settings(schema)) as server:
+        template = server.create_template("concurrent_worker.py", env={"E2E_CONCURRENCY": "8"})
+        created = server.http.post(
+            "/v1/endpoints",
+            json={
+                "templateId": template["id"],
+                "computeType": "CPU",
+                "workersMax": 2,
+                "idleTimeout": 1,
+            },
+        )
+        assert created.status_code == 200, created.text
+        eid = created.json()["id"]
+        ids = [
+            server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 0.02, "i": i}}).json()["id"]
+            for i in range(160)
+        ]
+
+        def drained() -> bool:
+            counts = server.http.get(f"/v2/{eid}/health").json()["jobs"]
+            return bool(counts["completed"] == len(ids))
+
+        server.wait_for(drained, timeout=120, what="all 160 jobs to complete")
+
+        def workers() -> list[dict[str, Any]]:
+            body = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"})
+            return list(body.json()["workers"])
+
+        server.wait_for(lambda: workers() == [], timeout=30, what="the workers to scale down")
