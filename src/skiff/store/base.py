@@ -247,7 +247,9 @@ class Store(Protocol):
 
     async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         """The worker let go of these jobs (all, with ``None``): forget their stop signals, and
-        a running worker that holds no job any more becomes idle."""
+        a running worker that holds no job any more becomes idle. Several let-gos of one worker
+        at once (``finish_job`` included, from separate connections or replicas) still leave it
+        idle once it holds nothing, and a claim racing them leaves it running."""
         ...
 
     async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
