@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -63,3 +66,51 @@ def test_a_body_that_is_not_json_is_400(server: Server, endpoint_id: str) -> Non
 def test_openai_routes_need_a_key(server: Server, endpoint_id: str) -> None:
     response = httpx.get(f"{server.url}/v2/{endpoint_id}/openai/v1/models")
     assert response.status_code == 401
+
+
+async def test_callers_that_go_away_free_their_slots_at_once_and_their_jobs_are_cancelled(
+    server: Server,
+) -> None:
+    # No worker: every call waits for an answer, holding one of the 400 concurrent slots.
+    endpoint = str(server.create_endpoint(workersMax=0)["id"])
+    path = f"/v2/{endpoint}/openai/v1/chat/completions"
+    body = b'{"model": "echo-1", "messages": []}'
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    callers = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(400)]
+    for _, writer in callers:
+        writer.write(head + body)
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {server.key}"}, timeout=10
+    ) as client:
+
+        async def jobs() -> dict[str, int]:
+            return dict((await client.get(f"/v2/{endpoint}/health")).json()["jobs"])
+
+        await _until(lambda counts: counts["inQueue"] == 400, jobs)
+        refused = await client.post(path, content=body)
+        assert refused.status_code == 429  # every slot is held
+
+        for _, writer in callers:
+            writer.close()
+        counts = await _until(lambda counts: counts["cancelled"] == 400, jobs)
+        assert counts["inQueue"] == 0
+        # A new caller is let in (a stream answers its head at once) instead of a 429.
+        async with client.stream(
+            "POST", path, json={"model": "echo-1", "messages": [], "stream": True}
+        ) as admitted:
+            assert admitted.status_code == 200
+
+
+async def _until(
+    done: Callable[[dict[str, int]], bool], read: Callable[[], Awaitable[dict[str, int]]]
+) -> dict[str, int]:
+    deadline = time.monotonic() + 30  # far under the 300 s a held slot used to last
+    while True:
+        value = await read()
+        if done(value) or time.monotonic() > deadline:
+            assert done(value), value
+            return value
+        await asyncio.sleep(0.2)

@@ -8,6 +8,7 @@ chunk as it is, since such workers yield ready ``data: ...`` lines; any other va
 ``data:`` line of JSON), and the stream ends when the job does.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from skiff.api.body import read_body
 from skiff.api.responses import json_response
 from skiff.domain import json_limits
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, JobStatus
+from skiff.domain.jobs import FINAL_STATES, Job, JobStatus
 from skiff.errors import Invalid
 from skiff.services.hub import Services
 
@@ -57,9 +58,33 @@ def _answer(output_json: str | None) -> bytes:
     return output_json.encode()
 
 
+async def _gone(request: Request) -> None:
+    """Return once the client has disconnected. What ``receive`` offers before that is the
+    body (already read, or none): nothing else can come on this request."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def build(services: Services) -> APIRouter:
     router = APIRouter(tags=["openai"])
     jobs = services.jobs
+
+    async def answer_or_leave(request: Request, endpoint: Endpoint, job_id: str) -> Job | None:
+        """The job once final (or as it is after ``WAIT_SECONDS``); None if the client went
+        away first. Its answer is then no longer wanted: the job is cancelled (freeing the
+        worker), and returning ends the caller's ``admitted`` (freeing its concurrency slot)
+        at once instead of after the whole wait."""
+        waiting = asyncio.ensure_future(jobs.wait_until_final(endpoint, job_id, WAIT_SECONDS))
+        leaving = asyncio.ensure_future(_gone(request))
+        try:
+            await asyncio.wait((waiting, leaving), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            leaving.cancel()
+        if waiting.done() and not waiting.cancelled():
+            return waiting.result()
+        await jobs.cancel(endpoint, job_id)
+        return None
 
     async def relay(endpoint: Endpoint, job_id: str) -> AsyncIterator[bytes]:
         finished = False
@@ -98,7 +123,10 @@ def build(services: Services) -> APIRouter:
             )
             if stream:
                 return StreamingResponse(relay(endpoint, job.id), media_type="text/event-stream")
-            job = await jobs.wait_until_final(endpoint, job.id, WAIT_SECONDS)
+            final = await answer_or_leave(request, endpoint, job.id)
+            if final is None:  # nobody to answer; 499 as proxies log a client that left
+                return Response(status_code=499)
+            job = final
             if job.status is JobStatus.COMPLETED:
                 return Response(_answer(job.output_json), media_type="application/json")
             if job.status in FINAL_STATES:
