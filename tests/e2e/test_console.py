@@ -441,3 +441,46 @@ def test_the_session_cookie_is_secure_when_served_over_https(server: Server) -> 
             attributes = [part.strip().lower() for part in cookie.split(";")]
             assert ("secure" in attributes) is secure, cookie
             assert "httponly" in attributes
+
+
+def test_an_endpoint_that_cannot_place_a_worker_says_why_and_the_form_defaults_to_cpu(
+    page: Any, server: Server
+) -> None:
+    """A GPU endpoint wanting a type this server lacks: its page says why its jobs wait and
+    the list flags it. This server declares no GPUs, so (on a host without any) a new
+    endpoint's form starts at CPU, which is what the server has."""
+    from skiff.providers.gpus import inventory
+
+    host_gpus = inventory(None)  # what the server reads too: it declares none
+    template = server.create_template(
+        "echo_worker.py",
+        name="held-back-echo",
+        category="CPU",
+        dockerStartCmd=shlex.split(START_COMMAND),
+    )
+    body = {
+        "name": "held-back",
+        "templateId": template["id"],
+        "computeType": "GPU",
+        "gpuTypeIds": ["NVIDIA Imaginary 1"],
+    }
+    created = server.http.post("/v1/endpoints", json=body)
+    assert created.status_code == 200, created.text
+    eid = created.json()["id"]
+    server.http.post(f"/v2/{eid}/run", json={"input": {}})
+
+    sign_in(page, server)
+    row = page.locator("tr[data-endpoint='held-back']")
+    expect_text(row, "workers held back")
+    page.get_by_role("link", name="held-back", exact=True).click()
+    held = page.locator("[data-placement='no-gpu']")
+    expect_text(held, r"Workers held back \(1 queued job waits\)")
+    has = "no GPUs" if not host_gpus else ""
+    expect_text(held, rf"needs a GPU among \[NVIDIA Imaginary 1\] and this server has {has}")
+    shot(page, "endpoint-held-back")
+
+    page.goto(f"{server.url}/console/endpoints/new")
+    from playwright.sync_api import expect
+
+    expect(page.get_by_label("Compute type")).to_have_value("GPU" if host_gpus else "CPU")
+    server.http.delete(f"/v1/endpoints/{eid}")

@@ -200,6 +200,9 @@ def routes(console: Console) -> list[BaseRoute]:
         visitor = await console.signed_in(request)
         values = form_values(DEFAULTS)
         values["templateId"] = request.query_params.get("template", "")
+        if not services.gpus.gpus:
+            # The API's default (GPU) could never place a worker on a server without GPUs.
+            values["computeType"] = ComputeType.CPU.value
         return await form_page(request, visitor, values, {})
 
     async def create(request: Request) -> Response:
