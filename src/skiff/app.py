@@ -37,6 +37,7 @@ from skiff.cluster.local import LocalCluster
 from skiff.cluster.postgres import PostgresCluster
 from skiff.config import Settings
 from skiff.console import mount as console_mount
+from skiff.datadir import make_private_dir
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
@@ -132,7 +133,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         nonlocal ready
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(settings.data_dir)
         services.wakeups.bind(asyncio.get_running_loop())
         await store.open()
         issued = await services.auth.bootstrap_admin(settings.api_key)

@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from skiff.datadir import make_private_dirs, private_opener
 from skiff.domain.logs import MAX_LINE_BYTES, rotated, stamp
 from skiff.providers.base import ExitCallback, Launch
 
@@ -72,7 +73,8 @@ class LogFile:
         self.path = path
         self._max_bytes = max_bytes
         self._backups = backups
-        self._file: io.FileIO | None = io.FileIO(path, "ab")
+        # 0600 from the start: a worker's output can hold whatever its handler printed.
+        self._file: io.FileIO | None = io.FileIO(path, "ab", opener=private_opener)
         self._size = os.fstat(self._file.fileno()).st_size
 
     def write(self, lines: list[bytes], ts: float) -> None:
@@ -127,7 +129,7 @@ class LogFile:
                 # A new file rather than a truncated one, so a follower sees a new inode.
                 self.path.unlink(missing_ok=True)
             # Never recreates the folder: if it is gone, the endpoint was deleted.
-            self._file = io.FileIO(self.path, "ab")
+            self._file = io.FileIO(self.path, "ab", opener=private_opener)
             self._size = 0
         except OSError as exc:
             self._file = None
@@ -192,8 +194,9 @@ class LocalProvider:
         self._watchers: set[asyncio.Task[None]] = set()
 
     async def start(self, launch: Launch) -> int:
-        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
-        launch.home.mkdir(parents=True, exist_ok=True)
+        # The user's alone, like the data directory they are in (datadir.py).
+        make_private_dirs(launch.log_path.parent)
+        make_private_dirs(launch.home)
         log_file = LogFile(launch.log_path, self._log_max_bytes, self._log_backups)
         # A pipe of our own rather than stdout=PIPE: asyncio's Process.wait() would then wait
         # for the pipe to close too, which a leftover child of the worker can hold open.

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of
 from skiff.domain.templates import Template
@@ -306,7 +307,13 @@ class SQLiteStore:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self._path.parent)
+        # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the mode of the
+        # database file, and the database holds secrets (datadir.py). Files left open to others
+        # by an earlier version are tightened.
+        create_private_file(self._path)
+        for companion in ("-wal", "-shm", "-journal"):
+            tighten(self._path.with_name(self._path.name + companion), FILE_MODE)
         conn = _connect(self._path)
         try:
             migrate(conn)

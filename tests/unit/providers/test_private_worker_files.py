@@ -1,0 +1,42 @@
+"""A worker's log and home are the user's alone: what a handler prints can hold secrets (real
+subprocesses and files)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from skiff.domain.logs import rotated
+from skiff.providers.base import Launch
+from skiff.providers.local import LocalProvider
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+async def test_logs_are_0600_and_their_folders_and_the_home_0700(tmp_path: Path) -> None:
+    ended = asyncio.Event()
+
+    async def on_exit(_worker_id: str, _code: int) -> None:
+        ended.set()
+
+    spec = Launch(
+        worker_id="w1",
+        endpoint_id="ep1",
+        argv=[sys.executable, "-c", "for i in range(500): print(f'secret line {i:05d}')"],
+        env=dict(os.environ),
+        log_path=tmp_path / "data" / "logs" / "ep1" / "w1.log",
+        home=tmp_path / "data" / "workers" / "w1" / "home",
+    )
+    provider = LocalProvider(on_exit, log_max_bytes=4096, log_backups=2)
+    await provider.start(spec)
+    await asyncio.wait_for(ended.wait(), 30)
+
+    for folder in ("data", "data/logs", "data/logs/ep1", "data/workers", "data/workers/w1"):
+        assert mode(tmp_path / folder) == 0o700, folder
+    assert mode(spec.home) == 0o700
+    for path in (spec.log_path, rotated(spec.log_path, 1), rotated(spec.log_path, 2)):
+        assert mode(path) == 0o600, path
