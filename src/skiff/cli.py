@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,6 +22,9 @@ import orjson
 from skiff import __version__
 from skiff.clock import SystemClock
 from skiff.config import Settings
+from skiff.datadir import make_private_dir
+from skiff.listen import CannotListen, listen
+from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
 from skiff.services.auth import Auth, IssuedKey
 from skiff.store import open_store, safe_url
 from skiff.store.base import Store
@@ -60,6 +67,40 @@ def _with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     return asyncio.run(run())
 
 
+def _claim(settings: Settings) -> tuple[ServeLock, socket.socket]:
+    """This server's state and port, taken before anything reads or changes either: a second
+    server on state in use would otherwise sweep the first one's workers as leftovers and fail
+    their jobs (serve_lock.py), and one whose port is taken would find out only after its
+    whole start-up (listen.py)."""
+    data_dir = settings.data_dir
+    made = not data_dir.exists()
+    make_private_dir(data_dir)
+    paths = [data_dir / LOCK_NAME]
+    if settings.database_url is None or settings.database_url.startswith("sqlite:///"):
+        database = settings.sqlite_path()
+        if database.parent.resolve() != data_dir.resolve():
+            database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            paths.append(lock_path_of_database(database))
+    try:
+        lock = take(paths, settings.own_url(), data_dir)
+    except AlreadyServing as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        sock = listen(settings.host, settings.port)
+    except CannotListen as exc:
+        lock.release()
+        if made:  # leave no trace of a start that never happened
+            with contextlib.suppress(OSError):
+                paths[0].unlink()
+                os.rmdir(data_dir)
+        raise click.ClickException(str(exc)) from None
+    return lock, sock
+
+
+def _ignore(_sig: int, _frame: FrameType | None) -> None:
+    """What a stop signal does once uvicorn has shut down (see ``serve``)."""
+
+
 @click.group()
 @click.version_option(__version__, prog_name="skiff")
 def main() -> None:
@@ -76,6 +117,7 @@ def serve(
     """Run the whole platform in this process: API, scaler and local workers."""
     import uvicorn
 
+    from skiff.api.connections import ConnectionRules, connection_cap, raise_open_file_limit
     from skiff.api.lean_http import lean_protocol
     from skiff.app import create_app
 
@@ -83,6 +125,7 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    lock, sock = _claim(settings)
 
     def announce(issued: IssuedKey) -> None:
         click.echo(
@@ -97,6 +140,14 @@ def serve(
         app = create_app(settings, on_first_key=announce)
     except ValueError as exc:  # a setting that cannot work, e.g. a malformed SKIFF_GPUS
         raise click.ClickException(str(exc)) from None
+    # Each connection holds a file: take the open-file limit up to what the hard limit allows
+    # and keep connections below it, with time limits on slow ones (api/connections.py).
+    open_files = raise_open_file_limit()
+    rules = ConnectionRules(
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+        max_connections=settings.max_connections or connection_cap(open_files),
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -117,15 +168,25 @@ def serve(
     )
     wakeups = app.state.services.wakeups
 
-    from skiff.api.connections import ConnectionRules, connection_cap, raise_open_file_limit
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # Answer held long-polls now, so the graceful shutdown does not wait them out.
             wakeups.close_threadsafe()
             super().handle_exit(sig, frame)
 
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            # uvicorn raises the signal that stopped it again once it has shut down, with the
+            # handlers it found: Python's own would make a Ctrl-C "Aborted!" with exit code 1
+            # and a SIGTERM a death by signal. A stop asked for is a server's normal end: exit 0.
+            for stop in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(stop, _ignore)
+            await super().serve(sockets)
+
     click.echo(f"skiff {__version__} on {settings.base_url()} (data in {settings.data_dir})")
-    Server(config).run()
+    try:
+        Server(config).run(sockets=[sock])
+    finally:
+        lock.release()
 
 
 @main.command()
@@ -140,14 +201,6 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     _with_store(settings, noop)
     where = safe_url(settings.database_url) if settings.database_url else settings.sqlite_path()
     click.echo(f"schema up to date in {where}")
-    # Each connection holds a file: take the open-file limit up to what the hard limit allows
-    # and keep connections below it, with time limits on slow ones (api/connections.py).
-    open_files = raise_open_file_limit()
-    rules = ConnectionRules(
-        header_timeout=settings.header_timeout_seconds,
-        body_timeout=settings.body_timeout_seconds,
-        max_connections=settings.max_connections or connection_cap(open_files),
-    )
 
 
 @main.group()

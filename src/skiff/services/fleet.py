@@ -497,16 +497,20 @@ class Fleet:
         for worker_id in worker_ids:
             shutil.rmtree(self.home(worker_id).parent, ignore_errors=True)
 
+    async def _end_all(self) -> None:
+        """Stop every worker process of this replica, as asked: not counted as failed starts."""
+        if self.provider is not None:
+            self._ending.update(self.provider.running())
+            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+
     async def abandon(self) -> None:
         """This replica stopped leading: end its workers (their jobs go back to the queue)
         so that the next leader alone decides how many run."""
-        if self.provider is not None:
-            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+        await self._end_all()
         self._backoff.clear()
         self._cleared.clear()
 
     async def shutdown(self) -> None:
-        if self.provider is not None:
-            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+        await self._end_all()
         if self._stopping:
             await asyncio.wait(set(self._stopping), timeout=10)
