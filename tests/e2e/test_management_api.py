@@ -252,3 +252,17 @@ def test_docs_render_without_internet(server: Server) -> None:
     assert "cdn." not in page.text
     v2 = httpx.get(f"{server.url}/v2/openapi.json").json()
     assert "/{endpoint_id}/runsync" in v2["paths"]
+
+
+def test_the_management_api_takes_the_key_only_after_bearer(server: Server) -> None:
+    # /v1 is the hosted platform's REST API, whose one security scheme is HTTP bearer; only the
+    # job interface also takes the key alone (above).
+    bare = httpx.get(f"{server.url}/v1/endpoints", headers={"Authorization": server.key})
+    assert bare.status_code == 401
+    assert "Bearer" in bare.json()["message"]
+    empty = httpx.get(f"{server.url}/v1/endpoints", headers={"Authorization": "Bearer"})
+    assert empty.status_code == 401
+    any_case = httpx.get(
+        f"{server.url}/v1/endpoints", headers={"Authorization": f"bearer {server.key}"}
+    )
+    assert any_case.status_code == 200

@@ -40,9 +40,18 @@ class Auth:
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: dict[str, str] = {}
 
-    async def authenticate(self, raw: str | None) -> User:
+    async def authenticate(self, raw: str | None, *, bare_ok: bool = False) -> User:
+        """The user of an ``Authorization`` header: ``Bearer <key>``, as the platform's API and
+        the runpod SDK send it. ``bare_ok`` also takes the key alone, which the job interface
+        (``/v2``) accepts because the hosted platform's examples send it so."""
         if not raw:
             raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+        scheme, _, rest = raw.strip().partition(" ")
+        if not bare_ok and (scheme.lower() != "bearer" or not rest.strip()):
+            raise Unauthorized(
+                "send the API key as 'Authorization: Bearer <key>' "
+                "(the key alone is accepted on /v2 only)"
+            )
         key = _strip_scheme(raw)
         digest = keys.hash_key(key)
         now = self._clock.now()
