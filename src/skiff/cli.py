@@ -125,7 +125,6 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    lock, sock = _claim(settings)
 
     def announce(issued: IssuedKey) -> None:
         click.echo(
@@ -140,6 +139,8 @@ def serve(
         app = create_app(settings, on_first_key=announce)
     except ValueError as exc:  # a setting that cannot work, e.g. a malformed SKIFF_GPUS
         raise click.ClickException(str(exc)) from None
+    # Building the app only checks the settings; nothing has read or changed state yet.
+    lock, sock = _claim(settings)
     # Each connection holds a file: take the open-file limit up to what the hard limit allows
     # and keep connections below it, with time limits on slow ones (api/connections.py).
     open_files = raise_open_file_limit()
