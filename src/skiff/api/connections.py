@@ -90,7 +90,7 @@ class Watched(Protocol):
     transport: asyncio.Transport
 
     def waiting_on_server(self) -> bool: ...
-    def answer_started(self) -> bool: ...
+    def may_answer(self) -> bool: ...
 
 
 class ConnectionWatch:
@@ -165,12 +165,13 @@ class ConnectionWatch:
                     if conn.waiting_on_server():
                         conn.since = now
                     else:
-                        late.append((conn, _TIMED_OUT if phase == HEAD else None))
+                        timed_out = phase == HEAD and conn.may_answer()
+                        late.append((conn, _TIMED_OUT if timed_out else None))
             elif phase == BODY and conn.since < body_by:
                 if conn.waiting_on_server():
                     conn.since = now
                 else:
-                    late.append((conn, None if conn.answer_started() else _TIMED_OUT))
+                    late.append((conn, _TIMED_OUT if conn.may_answer() else None))
         for conn, answer in late:  # not while iterating: closing may change the set
             self._close(conn, answer)
         self._timer = loop.call_later(self._tick, self._sweep)

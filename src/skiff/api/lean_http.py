@@ -203,10 +203,15 @@ class LeanHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         return self.flow.read_paused or bool(getattr(cycle, "expect_100_continue", False))
 
-    def answer_started(self) -> bool:
+    def may_answer(self) -> bool:
+        """Whether a 408 can be written now without cutting into another answer."""
         cycle = self.cycle
-        return cycle is not None and (
-            cycle.response_complete or bool(getattr(cycle, "response_started", False))
+        if self.phase == HEAD:  # the cycle, if any, is the previous request's
+            return cycle is None or cycle.response_complete
+        return (
+            cycle is not None
+            and not cycle.response_complete
+            and not getattr(cycle, "response_started", False)
         )
 
     def on_headers_complete(self) -> None:
