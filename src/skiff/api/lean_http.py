@@ -199,8 +199,11 @@ class LeanHttpProtocol(HttpToolsProtocol):
 
     def waiting_on_server(self) -> bool:
         """Whether the client is waiting for this server rather than the other way round:
-        reading paused (flow control, pipelining) or a ``100-continue`` not yet sent."""
+        reading paused (flow control, pipelining), a ``100-continue`` not yet sent, or the
+        answer to the request before this head still being worked on."""
         cycle = self.cycle
+        if self.phase == HEAD and cycle is not None and not cycle.response_complete:
+            return True
         return self.flow.read_paused or bool(getattr(cycle, "expect_100_continue", False))
 
     def may_answer(self) -> bool:

@@ -4,6 +4,7 @@ connection makes room when the cap is reached, and the open-file limit raised at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
 import socket
 import subprocess
@@ -37,6 +38,14 @@ class Running:
 
 @pytest.fixture
 async def server() -> AsyncIterator[Running]:
+    async with serving(
+        ConnectionRules(header_timeout=60, body_timeout=60, max_connections=CAP)
+    ) as srv:
+        yield srv
+
+
+@contextlib.asynccontextmanager
+async def serving(rules: ConnectionRules) -> AsyncIterator[Running]:
     release = asyncio.Event()
 
     async def ok(_request: Request) -> Response:
@@ -50,7 +59,6 @@ async def server() -> AsyncIterator[Running]:
     hot = HotRoutes("/v2", [], errors.responder("error"))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    rules = ConnectionRules(header_timeout=60, body_timeout=60, max_connections=CAP)
     config = uvicorn.Config(
         app, http=lean_protocol(hot, rules), lifespan="off", log_level="warning", loop="none"
     )
@@ -130,6 +138,25 @@ async def test_when_every_connection_is_busy_a_new_one_is_refused_at_once(
         assert answer is not None and answer.endswith(b"done")
     for _, w in [*busy, (reader, writer)]:
         w.close()
+
+
+async def test_a_head_behind_an_answer_being_worked_on_waits_for_that_answer() -> None:
+    # A pipelined request's head, begun while the one before it is still being answered: the
+    # wait is the server's, so the header timeout must neither cut the first answer short
+    # nor close the connection before the client could finish the second head.
+    rules = ConnectionRules(header_timeout=0.3, body_timeout=0.3, max_connections=CAP)
+    async with serving(rules) as srv:
+        reader, writer = await srv.connect()
+        writer.write(b"GET /busy HTTP/1.1\r\nHost: x\r\n\r\nGET /ok HTTP/1.1\r\n")
+        await writer.drain()
+        await asyncio.sleep(1.0)  # well past the header timeout
+        srv.release.set()
+        first = await asyncio.wait_for(reader.readuntil(b"done"), 2)
+        writer.write(b"Host: x\r\n\r\n")
+        await writer.drain()
+        second = await asyncio.wait_for(reader.readuntil(b"ok"), 2)
+        writer.close()
+    assert first.startswith(b"HTTP/1.1 200 ") and second.startswith(b"HTTP/1.1 200 ")
 
 
 def test_the_cap_leaves_files_for_the_rest_of_the_server() -> None:
