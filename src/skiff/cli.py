@@ -22,7 +22,7 @@ import orjson
 from skiff import __version__
 from skiff.clock import SystemClock
 from skiff.config import Settings
-from skiff.datadir import make_private_dir
+from skiff.datadir import make_private_dir, make_private_dirs
 from skiff.listen import CannotListen, listen
 from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
 from skiff.services.auth import Auth, IssuedKey
@@ -77,10 +77,10 @@ def _claim(settings: Settings) -> tuple[ServeLock, socket.socket]:
     make_private_dir(data_dir)
     paths = [data_dir / LOCK_NAME]
     if settings.database_url is None or settings.database_url.startswith("sqlite:///"):
+        # The database's own lock too, wherever it is: another data directory may name it.
         database = settings.sqlite_path()
-        if database.parent.resolve() != data_dir.resolve():
-            database.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            paths.append(lock_path_of_database(database))
+        make_private_dirs(database.parent)
+        paths.append(lock_path_of_database(database))
     try:
         lock = take(paths, settings.own_url(), data_dir)
     except AlreadyServing as exc:
@@ -89,9 +89,11 @@ def _claim(settings: Settings) -> tuple[ServeLock, socket.socket]:
         sock = listen(settings.host, settings.port)
     except CannotListen as exc:
         lock.release()
-        if made:  # leave no trace of a start that never happened
+        if made:  # leave no trace of a start that never happened in a folder it made
             with contextlib.suppress(OSError):
-                paths[0].unlink()
+                for path in paths:
+                    if path.parent == data_dir:
+                        path.unlink()
                 os.rmdir(data_dir)
         raise click.ClickException(str(exc)) from None
     return lock, sock

@@ -73,7 +73,7 @@ def test_a_second_serve_is_refused_and_the_first_keeps_its_workers_and_jobs(
         code, output = serve_again(first, other, first.port)
         assert code != 0, output
         assert f"127.0.0.1:{first.port}" in output and "in use" in output, output
-        assert not (other / "skiff.db").exists()
+        assert not other.exists()
         assert alive(pid)
 
         done = first.wait_for(
@@ -177,3 +177,35 @@ def test_an_existing_data_directory_open_to_others_is_made_private_with_a_warnin
     assert (data / "skiff.db").stat().st_mode & 0o777 == 0o600
     log = server.log_path.read_text()
     assert "WARNING" in log and str(data) in log and "0755" in log, log[-3000:]
+
+
+def test_a_server_on_another_data_directory_but_the_same_sqlite_database_is_refused(
+    tmp_path: Path,
+) -> None:
+    first = Server(tmp_path / "data")
+    first.start()
+    try:
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "skiff",
+                "serve",
+                "--port",
+                str(free_port()),
+                "--data-dir",
+                str(tmp_path / "other"),
+                "--database",
+                f"sqlite:///{first.data_dir / 'skiff.db'}",
+            ],
+            env=first.env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert child.returncode != 0, child.stdout + child.stderr
+        assert f"skiff is already running on {first.url}" in child.stderr, child.stderr
+        assert f"on the database {first.data_dir / 'skiff.db'}" in child.stderr, child.stderr
+        assert first.http.get("/healthz").status_code == 200
+    finally:
+        first.stop()
