@@ -138,7 +138,8 @@ async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: flo
         " AND ($2::text[] IS NULL OR job_id = ANY($2::text[]))"
     )
     if state != "running":
-        await conn.execute(forget, worker_id, job_ids)
+        if job_ids is None or job_ids:
+            await conn.execute(forget, worker_id, job_ids)
         return
     # One statement for both, so the lock costs no round trip over the two statements before.
     await conn.execute(
