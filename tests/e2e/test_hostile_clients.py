@@ -142,7 +142,8 @@ async def test_a_connection_idle_between_requests_is_kept_past_the_header_timeou
 
 
 async def test_connections_over_the_cap_do_not_stop_healthz(tmp_path: Path) -> None:
-    env = {"SKIFF_MAX_CONNECTIONS": "40"}
+    # A long header timeout: here only the cap may close a connection.
+    env = {"SKIFF_MAX_CONNECTIONS": "40", "SKIFF_HEADER_TIMEOUT_SECONDS": "120"}
     with running(tmp_path / "data", env=env) as server:
         flood = [await _connect(server) for _ in range(60)]
         try:
