@@ -206,3 +206,8 @@ async def test_a_console_form_without_a_session_is_refused_past_the_sign_in_size
     answer = await _post_head(quick, b"/console/login", claimed, b"api_key=")
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b"larger than 64 KB" in answer
+
+
+def test_the_v1_description_documents_its_413(quick: Server) -> None:
+    schema = httpx.get(f"{quick.url}/v1/openapi.json").json()
+    assert "413" in schema["paths"]["/templates"]["post"]["responses"]

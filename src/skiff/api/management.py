@@ -184,7 +184,7 @@ def build(services: Services) -> FastAPI:
             }
             schema["security"] = [{"bearerAuth": []}]
             app.openapi_schema = downgrade_to_3_0(
-                document_errors(schema, "message", ("400", "401", "404", "409"))
+                document_errors(schema, "message", ("400", "401", "404", "409", "413"))
             )
         return app.openapi_schema
 
