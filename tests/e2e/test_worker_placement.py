@@ -177,3 +177,16 @@ def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(tmp_pat
             assert "its limit of 2 (SKIFF_MAX_WORKERS)" in placement["reason"]
             assert health(server, eid)["placement"] == placement
         assert "(SKIFF_MAX_WORKERS)" in server.tail_log()
+
+
+def test_a_worker_that_dies_at_start_says_why_in_health_too(tmp_path: Path) -> None:
+    """Not only /v1 and the console: /health, which the SDK's users read, names the failure."""
+    with running(tmp_path / "data") as server:
+        eid = server.create_endpoint("crash_worker.py", workersMax=1)["id"]
+        server.http.post(f"/v2/{eid}/run", json={"input": {}})
+        placement = server.wait_for(
+            lambda: health(server, eid).get("placement"), what="a reason in /health"
+        )
+        assert placement["cause"] == "failing-starts"
+        assert "exited with code 3 right after it started" in placement["reason"]
+        assert endpoint_view(server, eid)["placement"] == placement
