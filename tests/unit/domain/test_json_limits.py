@@ -8,7 +8,13 @@ from typing import Any
 import orjson
 import pytest
 
-from skiff.domain.json_limits import MAX_JSON_DEPTH, loads, nesting_exceeds, too_deep
+from skiff.domain.json_limits import (
+    MAX_JSON_DEPTH,
+    ORJSON_WRITE_DEPTH,
+    loads,
+    nesting_exceeds,
+    too_deep,
+)
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -56,3 +62,17 @@ def test_many_brackets_side_by_side_are_not_depth() -> None:
 def test_brackets_inside_strings_do_not_make_a_document_deep() -> None:
     doc = {"text": "[" * 1000}
     assert not too_deep(orjson.dumps(doc), doc)
+
+
+def test_orjson_writes_exactly_as_deep_as_the_check_counts_on() -> None:
+    # nesting_exceeds lets orjson count: it relies on this exact writing limit.
+    assert orjson.dumps(nested(ORJSON_WRITE_DEPTH))
+    with pytest.raises(orjson.JSONEncodeError):
+        orjson.dumps(nested(ORJSON_WRITE_DEPTH + 1))
+
+
+@pytest.mark.parametrize("limit", [1, 64, MAX_JSON_DEPTH, ORJSON_WRITE_DEPTH])
+def test_nesting_exceeds_counts_exactly_to_its_limit(limit: int) -> None:
+    assert not nesting_exceeds(nested(limit), limit)
+    assert nesting_exceeds(nested(limit + 1), limit)
+    assert not nesting_exceeds("scalar", limit)
