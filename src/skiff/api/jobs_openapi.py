@@ -38,35 +38,44 @@ JOB_VIEW = _obj(
     retries={"type": "integer"},
 )
 
+_POLICY: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "executionTimeout": {"type": "integer", "minimum": 5000, "maximum": _MS_7_DAYS},
+        "ttl": {"type": "integer", "minimum": 10000, "maximum": _MS_7_DAYS},
+        "lowPriority": {"type": "boolean"},
+    },
+}
+_S3_CONFIG: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        k: {"type": "string"} for k in ("accessId", "accessSecret", "bucketName", "endpointUrl")
+    },
+}
+
 JOB_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "content": {
             "application/json": {
-                "schema": _obj(
-                    ["input"],
-                    input={"type": "object", "description": "Handed to the handler"},
-                    webhook={"type": "string", "description": "http(s) URL called when final"},
-                    policy={
-                        "type": "object",
-                        "properties": {
-                            "executionTimeout": {
-                                "type": "integer",
-                                "minimum": 5000,
-                                "maximum": _MS_7_DAYS,
-                            },
-                            "ttl": {"type": "integer", "minimum": 10000, "maximum": _MS_7_DAYS},
-                            "lowPriority": {"type": "boolean"},
+                "schema": {
+                    **_obj(
+                        ["input"],
+                        input={"type": "object", "description": "Handed to the handler"},
+                        webhook={
+                            "type": "string",
+                            "maxLength": 2048,
+                            "description": "http(s) URL called when final",
                         },
-                    },
-                    s3Config={
-                        "type": "object",
-                        "properties": {
-                            k: {"type": "string"}
-                            for k in ("accessId", "accessSecret", "bucketName", "endpointUrl")
-                        },
-                    },
-                )
+                        policy=_POLICY,
+                        s3Config=_S3_CONFIG,
+                    ),
+                    # Unknown fields are refused (a typo must not be lost without a word).
+                    "additionalProperties": False,
+                    "description": "JSON nested deeper than 128 levels is refused",
+                }
             }
         },
     }
