@@ -23,8 +23,10 @@ def _deep(depth: int) -> bytes:
 def _worker_client(server: Server, endpoint_id: str) -> httpx.Client:
     """A raw HTTP worker's client, with the token `skiff worker-token` prints."""
     printed = subprocess.run(
-        [sys.executable, "-m", "skiff", "worker-token", endpoint_id, "--url", server.url]
-        + ["--data-dir", str(server.data_dir)],
+        [
+            *(sys.executable, "-m", "skiff", "worker-token", endpoint_id),
+            *("--url", server.url, "--data-dir", str(server.data_dir)),
+        ],
         env=server.env(),
         capture_output=True,
         text=True,

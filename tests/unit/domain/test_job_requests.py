@@ -7,7 +7,6 @@ from typing import Any
 import orjson
 import pytest
 
-from skiff.domain.json_limits import MAX_JSON_DEPTH
 from skiff.domain.jobs import (
     WEBHOOK_MAX_LENGTH,
     Job,
@@ -18,6 +17,7 @@ from skiff.domain.jobs import (
     status_view,
     worker_payload,
 )
+from skiff.domain.json_limits import MAX_JSON_DEPTH
 from skiff.errors import Invalid
 
 DEFAULT_EXEC_MS = 123_000
