@@ -119,7 +119,7 @@ def runpod_sdk() -> Iterator[Any]:
     runpod.api_key, runpod.endpoint_url_base = saved
 
 
-def test_a_gpu_endpoint_on_a_server_without_that_gpu_says_why_in_v1_and_health(
+def test_a_gpu_endpoint_on_a_server_without_that_gpu_says_why_in_v1_health_and_status(
     tmp_path: Path, runpod_sdk: Any
 ) -> None:
     with running(tmp_path / "data", env={"SKIFF_GPUS": None}) as server:
@@ -144,6 +144,14 @@ def test_a_gpu_endpoint_on_a_server_without_that_gpu_says_why_in_v1_and_health(
             lambda: health(server, eid)["workers"]["throttled"] == 1, what="a throttled worker"
         )
         assert server.log_path.read_text().count(f"endpoint {eid}: no worker can start") == 1
+
+        # The queued job's own answers say it too: /status, and /runsync when its wait ends.
+        status = server.http.get(f"/v2/{eid}/status/{queued.json()['id']}").json()
+        assert status["status"] == "IN_QUEUE"
+        assert status["placement"] == {"cause": "no-gpu", "reason": reason}
+        waited = server.http.post(f"/v2/{eid}/runsync?wait=1000", json={"input": {}}).json()
+        assert waited["status"] == "IN_QUEUE"
+        assert waited["placement"] == {"cause": "no-gpu", "reason": reason}
 
 
 def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(tmp_path: Path) -> None:

@@ -229,3 +229,36 @@ async def test_an_endpoint_with_nothing_holding_it_back_says_nothing(
     endpoint = await add_endpoint(services, "ep1")
     assert await services.placement.why(endpoint) is None
     assert "placement" not in await services.jobs.health(endpoint)
+
+
+async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
+    tmp_path: Path, store: SQLiteStore, clock: ManualClock
+) -> None:
+    services = await build(tmp_path, store, clock, gpus="NVIDIA GeForce RTX 4090:1")
+    try:
+        endpoint = await add_endpoint(
+            services, "ep1", computeType=ComputeType.GPU, gpuTypeIds=["NVIDIA H100 80GB HBM3"]
+        )
+        job = await services.jobs.submit(endpoint, b'{"input": {}}', sync=False)
+        await services.scaler.reconcile(endpoint)
+        why = services.jobs.placement
+        assert why is not None
+        reads: list[str] = []
+
+        async def counted(endpoint: Endpoint, workers: list[Worker]) -> object:
+            reads.append(endpoint.id)
+            return await why(endpoint, workers)
+
+        services.jobs.placement = counted  # type: ignore[assignment]
+        first = await services.jobs.held_back(endpoint)
+        assert first is not None and first.cause is HoldCause.NO_GPU
+        assert (await services.jobs.get(endpoint, job.id)).status.value == "IN_QUEUE"
+        # Every poll of /status within the second reuses the reading.
+        for _ in range(5):
+            assert await services.jobs.held_back(endpoint) == first
+        assert reads == ["ep1"]
+        clock.advance(1.0)
+        assert await services.jobs.held_back(endpoint) == first
+        assert reads == ["ep1", "ep1"]
+    finally:
+        await services.fleet.shutdown()

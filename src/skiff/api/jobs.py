@@ -13,10 +13,17 @@ from skiff.api.body import read_body
 from skiff.api.params import query
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, parse_status_ttl, request_view, status_view
+from skiff.domain.jobs import (
+    FINAL_STATES,
+    Job,
+    JobStatus,
+    parse_status_ttl,
+    request_view,
+    status_view,
+)
 from skiff.errors import Invalid
 from skiff.services.hub import Services
-from skiff.services.jobs import chunk_view
+from skiff.services.jobs import chunk_view, placement_view
 
 RUN_LIMIT = 10 * 1024 * 1024
 RUNSYNC_LIMIT = 20 * 1024 * 1024
@@ -59,6 +66,15 @@ def build(services: Services) -> APIRouter:
     def admitted(request: Request, operation: str) -> AbstractAsyncContextManager[Endpoint]:
         return access.admitted(services, request, operation)
 
+    async def _why_queued(endpoint: Endpoint, job: Job, view: dict[str, Any]) -> dict[str, Any]:
+        # A job waiting on an endpoint whose workers are held back (no GPU that fits, failing
+        # starts, the worker limit) says why where its client looks, not only in /health.
+        if job.status is JobStatus.IN_QUEUE:
+            hold = await jobs.held_back(endpoint)
+            if hold is not None:
+                view["placement"] = placement_view(hold)
+        return view
+
     @router.post(
         "/{endpoint_id}/run",
         openapi_extra=oa.JOB_BODY,
@@ -88,7 +104,9 @@ def build(services: Services) -> APIRouter:
             job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
             if job.status in FINAL_STATES:
                 return json_response(status_view(job, clock.now()))
-            return json_response({"id": job.id, "status": job.status.value})
+            return json_response(
+                await _why_queued(endpoint, job, {"id": job.id, "status": job.status.value})
+            )
 
     @router.get(
         "/{endpoint_id}/status/{job_id}",
@@ -105,7 +123,7 @@ def build(services: Services) -> APIRouter:
                 job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
             else:
                 job = await jobs.get(endpoint, job_id)
-            return json_response(status_view(job, clock.now()))
+            return json_response(await _why_queued(endpoint, job, status_view(job, clock.now())))
 
     @router.get(
         "/{endpoint_id}/requests",

@@ -26,6 +26,13 @@ _STATUS = {"type": "string", "enum": _STATES}
 _ID_STATUS = _obj(["id", "status"], id={"type": "string"}, status=_STATUS)
 _ISO = {"type": "string", "format": "date-time", "nullable": True}
 
+#: Present only while something holds the endpoint's workers back.
+PLACEMENT = _obj(
+    ["cause", "reason"],
+    cause={"type": "string", "enum": [c.value for c in HoldCause]},
+    reason={"type": "string", "description": "Why its workers are not running, in words"},
+)
+
 JOB_VIEW = _obj(
     ["id", "status"],
     id={"type": "string"},
@@ -36,6 +43,11 @@ JOB_VIEW = _obj(
     error={"type": "string"},
     workerId={"type": "string"},
     retries={"type": "integer"},
+    placement={
+        **PLACEMENT,
+        "description": "Only while the job waits in the queue and the endpoint's workers are "
+        "held back: why",
+    },
 )
 
 _POLICY: dict[str, Any] = {
@@ -148,12 +160,6 @@ PURGE_RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
-#: Present only while something holds the endpoint's workers back.
-PLACEMENT = _obj(
-    ["cause", "reason"],
-    cause={"type": "string", "enum": [c.value for c in HoldCause]},
-    reason={"type": "string", "description": "Why its workers are not running, in words"},
-)
 HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: _json(_obj(["jobs", "workers"], jobs=_COUNTS, workers=_COUNTS, placement=PLACEMENT))
 }

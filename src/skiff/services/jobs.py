@@ -19,6 +19,11 @@ from skiff.ids import job_id
 from skiff.services.wakeups import Wakeups
 from skiff.store.base import Store, StreamChunk
 
+#: How long ``held_back`` reuses a reading of why an endpoint's workers are held back.
+HOLD_READ_SECONDS = 1.0
+#: Readings kept at most (one per endpoint asked about).
+MAX_HOLDS_KEPT = 4096
+
 
 @dataclass(frozen=True, slots=True)
 class StreamRead:
@@ -37,8 +42,11 @@ class Jobs:
         self.on_stop: Callable[[str, str], None] = lambda _worker, _job: None
         #: Refuses webhook URLs a delivery must not reach (raises ``Invalid``).
         self.webhook_guard: Callable[[str], Awaitable[None]] | None = None
-        #: Why an endpoint's workers are held back (``Placement.why``), for ``health``.
+        #: Why an endpoint's workers are held back (``Placement.why``), for ``health`` and
+        #: the answers about queued jobs.
         self.placement: Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]] | None = None
+        #: endpoint id -> (when read, what held its workers back), for ``held_back``.
+        self._holds: dict[str, tuple[float, Hold | None]] = {}
 
     async def submit(
         self, endpoint: Endpoint, body: bytes, sync: bool, wait_ms: int | None = None
@@ -97,6 +105,22 @@ class Jobs:
         if job is None or not job.readable_at(self._clock.now()):
             raise NotFound(f"job {job_id} not found (unknown, or its ttl or retention expired)")
         return job
+
+    async def held_back(self, endpoint: Endpoint) -> Hold | None:
+        """Why the endpoint's workers are held back, from a reading at most a second old: a
+        client polling ``/status`` of a queued job learns why it waits without a read of the
+        endpoint's workers per poll."""
+        if self.placement is None:
+            return None
+        now = self._clock.now()
+        cached = self._holds.get(endpoint.id)
+        if cached is not None and 0 <= now - cached[0] < HOLD_READ_SECONDS:
+            return cached[1]
+        hold = await self.placement(endpoint, await self._store.list_workers(endpoint.id))
+        if len(self._holds) >= MAX_HOLDS_KEPT:  # deleted endpoints' readings go too
+            self._holds.clear()
+        self._holds[endpoint.id] = (now, hold)
+        return hold
 
     async def set_ttl(self, endpoint: Endpoint, job_id: str, ttl_ms: int) -> Job:
         await self.get(endpoint, job_id)
@@ -190,8 +214,13 @@ class Jobs:
         if hold is not None:
             # An extra key (the SDK's health() returns the JSON as it is): jobs that wait on
             # an endpoint that cannot place a worker say why instead of waiting in silence.
-            report["placement"] = {"cause": hold.cause.value, "reason": hold.reason}
+            report["placement"] = placement_view(hold)
         return report
+
+
+def placement_view(hold: Hold) -> dict[str, str]:
+    """The ``placement`` key of ``/health`` and of a queued job's ``/status`` and ``/runsync``."""
+    return {"cause": hold.cause.value, "reason": hold.reason}
 
 
 def chunk_view(chunk: StreamChunk) -> dict[str, Any]:
