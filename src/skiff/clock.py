@@ -28,7 +28,3 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self._now += seconds
-
-
-def to_ms(seconds: float) -> int:
-    return int(round(seconds * 1000))

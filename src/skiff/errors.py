@@ -5,7 +5,6 @@ SkiffError
 ├── Invalid             400: a bad field or request; ``field`` names it
 ├── Conflict            409: a unique name already taken, a resource still in use
 ├── Unauthorized        401: missing or unknown key
-├── Forbidden           403: a valid key without access
 ├── PayloadTooLarge     413: a body over the limit of its route
 └── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
 """
@@ -39,10 +38,6 @@ class Conflict(SkiffError):
 
 class Unauthorized(SkiffError):
     status_code = 401
-
-
-class Forbidden(SkiffError):
-    status_code = 403
 
 
 class PayloadTooLarge(SkiffError):

@@ -71,7 +71,6 @@ def sources_of(target: JobStatus) -> frozenset[JobStatus]:
 
 
 # Policy limits (milliseconds), from the specification's limits table.
-EXECUTION_TIMEOUT_DEFAULT_MS = 600_000
 EXECUTION_TIMEOUT_MIN_MS = 5_000
 TTL_DEFAULT_MS = 86_400_000
 TTL_MIN_MS = 10_000
@@ -166,14 +165,6 @@ class Job:
         if now >= self.expires_at:
             return False
         return self.retain_until is None or now < self.retain_until
-
-    @property
-    def is_final(self) -> bool:
-        return self.status in FINAL_STATES
-
-    @property
-    def is_sync(self) -> bool:
-        return self.id.startswith("sync-")
 
 
 def _int_in_range(value: Any, field: str, low: int, high: int) -> int:

@@ -59,13 +59,3 @@ def split_chunk(output_json: str, metrics_json: str | None) -> list[tuple[str, s
             for i, piece in enumerate(parts, start=1)
         ]
     return [(out, metrics_json if i == len(outputs) - 1 else None) for i, out in enumerate(outputs)]
-
-
-def join_parts(outputs: list[object]) -> object:
-    """The inverse for enveloped parts: the original output from its ``skiffPart`` chunks."""
-    pieces = []
-    for item in outputs:
-        if not isinstance(item, dict) or "skiffPart" not in item:
-            raise ValueError("not a skiffPart chunk")
-        pieces.append(item["skiffPart"]["json"])
-    return orjson.loads("".join(pieces))

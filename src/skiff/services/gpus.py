@@ -38,8 +38,5 @@ class GpuPool:
         for index in [i for i, holder in self._holder.items() if holder == worker_id]:
             del self._holder[index]
 
-    def held_by(self, worker_id: str) -> list[Gpu]:
-        return [g for g in self._gpus if self._holder.get(g.index) == worker_id]
-
     def holdings(self) -> list[GpuHolding]:
         return [GpuHolding(g, self._holder.get(g.index)) for g in self._gpus]

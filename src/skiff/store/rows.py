@@ -78,9 +78,6 @@ WORKER_FIELDS = frozenset(
     }
 )
 
-#: Only a worker in one of these states is moved between idle and running by its jobs.
-ACTIVITY_STATES = "('initializing', 'idle', 'running')"
-
 
 def worker_params(worker: Worker) -> tuple[Any, ...]:
     """A worker's values in ``WORKER_COLUMNS`` order (both drivers take the bool as is)."""
