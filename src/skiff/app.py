@@ -155,7 +155,7 @@ def create_app(
         leading = asyncio.create_task(leadership.run(), name="leadership")
         # What start-up made (modules, the app and its routes, models) lives as long as the
         # process: out of the collector's sight, its full collections no longer rescan all of
-        # it, which paused every request for 26-67 ms under load (docs/performance.md).
+        # it, whose pauses stalled every request under load (docs/performance.md).
         gc.collect()
         gc.freeze()
         ready = True

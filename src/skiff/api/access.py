@@ -15,8 +15,9 @@ class admitted:  # lower case: used as ``async with admitted(...)``, like a func
     """The caller's endpoint, inside its rate limits for this operation (429 beyond).
 
     A plain class rather than ``@asynccontextmanager``: every job request enters it, and a
-    generator-based context manager (two, with the rate limits' own) cost about a tenth of a
-    ``/run``. With the limits off there is nothing to hold and nothing to count."""
+    generator-based context manager (two, with the rate limits' own) was a measurable share of
+    a ``/run`` (docs/performance.md). With the limits off there is nothing to hold and nothing
+    to count."""
 
     __slots__ = ("_hold", "_operation", "_request", "_services")
 

@@ -2,7 +2,7 @@
 
 Through the full stack a ``/run`` passes Starlette's and FastAPI's middlewares, the mounted
 ``/v2`` app and a regular-expression match against every route, before and after skiff's own
-code: about two thirds of its CPU (docs/performance.md). ``HotRoutes`` sits in front of the whole
+code: most of its CPU (docs/performance.md). ``HotRoutes`` sits in front of the whole
 app and, for a request whose method and path name one of these routes exactly, calls that
 route's own handler function with a plain Starlette ``Request`` and answers its exceptions with
 the same handlers ``errors.install`` registers. Anything else (another method, a trailing slash,

@@ -13,7 +13,8 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 
 #: FastAPI's built-in OpenTelemetry, off: skiff reports through its own Prometheus metrics,
-#: and checking for a configured provider on every request cost about 3% of a ``/run``.
+#: and checking for a configured provider on every request was a measurable share of a ``/run``
+#: (docs/performance.md).
 NO_TELEMETRY: Final[dict[str, bool]] = {
     "tracing": False,
     "metrics": False,

@@ -31,8 +31,9 @@ def nesting_exceeds(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``doc`` holds containers more than ``limit`` (at most 254) levels deep.
 
     orjson does the counting, in C: inside ``254 - limit`` more lists, ``doc`` can be written
-    exactly when it is at most ``limit`` deep. That costs a fraction of the ``orjson.loads``
-    that made ``doc`` (a walk in Python cost several times it for a body of many objects).
+    exactly when it is at most ``limit`` deep. That costs less than the ``orjson.loads`` that
+    made ``doc``, where a walk in Python cost more than the parse for a body of many objects
+    (docs/performance.md).
     """
     wrapped = doc
     for _ in range(ORJSON_WRITE_DEPTH - limit):

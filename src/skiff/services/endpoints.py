@@ -70,9 +70,9 @@ class Endpoints:
 
     async def for_jobs(self, user: User, endpoint_id: str) -> Endpoint:
         """``get`` for the job routes, from a copy at most ``RECENT_SECONDS`` old: every job
-        request names its endpoint, and reading and parsing it each time was a seventh of a
-        ``/run``. A change made through this replica is seen at once; one made through another
-        replica within ``RECENT_SECONDS``."""
+        request names its endpoint, and reading and parsing it each time was a large share of a
+        ``/run`` (docs/performance.md). A change made through this replica is seen at once; one
+        made through another replica within ``RECENT_SECONDS``."""
         endpoint = await self.recent_copy(endpoint_id)
         if endpoint.userId != user.id:
             raise NotFound(f"endpoint {endpoint_id} not found")

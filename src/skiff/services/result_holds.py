@@ -8,7 +8,7 @@ server does. A job task ends when the answer to its job-done arrives. skiff reco
 moment it arrives (the job is final, its waiters are woken, its webhook is queued: nothing here
 delays what a client sees) and may keep the *answer* to the worker back until this worker is
 handed its next job: releasing it then ends that task, the loop wakes and starts the new job
-within a millisecond instead of on the tick.
+at once instead of on the tick.
 
 Keeping an answer back has costs the rules below keep small:
 
