@@ -31,16 +31,21 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
+from skiff.store.named_queries import Dialect
+from skiff.store.named_queries import load as load_queries
 from skiff.store.rows import (
     FOLD_JOB_COUNTS_SQL,
     JOB_COLUMNS,
     JOB_COUNTS_SQL,
     WORKER_COLUMNS,
     WORKER_FIELDS,
+    api_key_from_row,
     endpoint_from_row,
     job_counts_from,
     job_from_row,
+    registry_auth_from_row,
     sql_in,
+    user_from_row,
     webhook_payload,
     worker_from_row,
     worker_params,
@@ -152,6 +157,9 @@ async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: flo
     )
 
 
+_QUERIES = load_queries(Dialect.POSTGRES)
+
+
 def _pg_value(value: object) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
@@ -206,94 +214,79 @@ class PostgresStore:
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
+    # Named queries (``store/queries``); a Record is read by column name.
+    async def _fetch_named(self, name: str, /, **values: object) -> list[Any]:
+        query = _QUERIES[name]
+        return await self._fetch(query.sql, *query.args(values))
+
+    async def _fetchrow_named(self, name: str, /, **values: object) -> Any:
+        query = _QUERIES[name]
+        return await self._fetchrow(query.sql, *query.args(values))
+
+    async def _execute_named(self, name: str, /, **values: object) -> int:
+        query = _QUERIES[name]
+        return await self._execute(query.sql, *query.args(values))
+
     # -- secrets --------------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:
-        await self._execute(
-            "INSERT INTO meta (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            name,
-            secrets.token_bytes(32),
-        )
-        row = await self._fetchrow("SELECT value FROM meta WHERE name = $1", name)
-        return bytes(row[0])
+        await self._execute_named("add_secret", name=name, value=secrets.token_bytes(32))
+        row = await self._fetchrow_named("get_secret", name=name)
+        return bytes(row["value"])
 
     # -- users and keys -------------------------------------------------------------------
     async def create_user(self, user: User) -> User:
         try:
-            await self._execute(
-                "INSERT INTO users (id, name, is_admin, created_at) VALUES ($1, $2, $3, $4)",
-                user.id,
-                user.name,
-                user.is_admin,
-                user.created_at,
+            await self._execute_named(
+                "create_user",
+                id=user.id,
+                name=user.name,
+                is_admin=user.is_admin,
+                created_at=user.created_at,
             )
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a user named {user.name!r} already exists") from None
         return user
 
     async def get_user_by_name(self, name: str) -> User | None:
-        row = await self._fetchrow(
-            "SELECT id, name, is_admin, created_at FROM users WHERE name = $1", name
-        )
-        return User(row[0], row[1], bool(row[2]), row[3]) if row else None
+        row = await self._fetchrow_named("get_user_by_name", name=name)
+        return user_from_row(row) if row else None
 
     async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
         try:
-            await self._execute(
-                "INSERT INTO api_keys (id, user_id, key_hash, hint, label, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                key.id,
-                key.user_id,
-                key_hash,
-                key.hint,
-                key.label,
-                key.created_at,
+            await self._execute_named(
+                "add_api_key",
+                id=key.id,
+                user_id=key.user_id,
+                key_hash=key_hash,
+                hint=key.hint,
+                label=key.label,
+                created_at=key.created_at,
             )
         except asyncpg.UniqueViolationError:
             raise Conflict("this API key is already registered") from None
         return key
 
-    _KEY_SQL = (
-        "SELECT k.id, k.user_id, k.hint, k.label, k.created_at, k.revoked_at,"
-        " u.id, u.name, u.is_admin, u.created_at FROM api_keys k JOIN users u ON u.id = k.user_id"
-    )
-
-    @staticmethod
-    def _key_row(row: Any) -> tuple[ApiKey, User]:
-        return (
-            ApiKey(row[0], row[1], row[2], row[3], row[4], row[5]),
-            User(row[6], row[7], bool(row[8]), row[9]),
-        )
-
     async def find_api_key(self, key_hash: str) -> tuple[ApiKey, User] | None:
-        row = await self._fetchrow(self._KEY_SQL + " WHERE k.key_hash = $1", key_hash)
-        return self._key_row(row) if row else None
+        row = await self._fetchrow_named("find_api_key", key_hash=key_hash)
+        return api_key_from_row(row) if row else None
 
     async def list_api_keys(self) -> list[tuple[ApiKey, User]]:
-        rows = await self._fetch(self._KEY_SQL + " ORDER BY k.created_at")
-        return [self._key_row(r) for r in rows]
+        return [api_key_from_row(r) for r in await self._fetch_named("list_api_keys")]
 
     async def revoke_api_key(self, key_id: str, now: float) -> bool:
-        return (
-            await self._execute(
-                "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
-                now,
-                key_id,
-            )
-            > 0
-        )
+        return await self._execute_named("revoke_api_key", now=now, id=key_id) > 0
 
     # -- registry auths -------------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         try:
-            await self._execute(
-                "INSERT INTO registry_auths (id, user_id, name, username, password, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                auth.id,
-                auth.user_id,
-                auth.name,
-                auth.username,
-                auth.password,
-                auth.created_at,
+            await self._execute_named(
+                "create_registry_auth",
+                id=auth.id,
+                user_id=auth.user_id,
+                name=auth.name,
+                username=auth.username,
+                password=auth.password,
+                created_at=auth.created_at,
             )
         except asyncpg.UniqueViolationError:
             raise Conflict(
@@ -301,76 +294,55 @@ class PostgresStore:
             ) from None
         return auth
 
-    _AUTH_SQL = "SELECT id, user_id, name, username, password, created_at FROM registry_auths"
-
     async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]:
-        rows = await self._fetch(
-            self._AUTH_SQL + " WHERE user_id = $1 ORDER BY created_at", user_id
-        )
-        return [RegistryAuthRecord(*r) for r in rows]
+        rows = await self._fetch_named("list_registry_auths", user_id=user_id)
+        return [registry_auth_from_row(r) for r in rows]
 
     async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None:
-        row = await self._fetchrow(
-            self._AUTH_SQL + " WHERE user_id = $1 AND id = $2", user_id, auth_id
-        )
-        return RegistryAuthRecord(*row) if row else None
+        row = await self._fetchrow_named("get_registry_auth", user_id=user_id, id=auth_id)
+        return registry_auth_from_row(row) if row else None
 
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
-        return (
-            await self._execute(
-                "DELETE FROM registry_auths WHERE user_id = $1 AND id = $2", user_id, auth_id
-            )
-            > 0
-        )
+        return await self._execute_named("delete_registry_auth", user_id=user_id, id=auth_id) > 0
 
     # -- templates ------------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         try:
-            await self._execute(
-                "INSERT INTO templates (id, user_id, name, spec, created_at)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                template.id,
-                user_id,
-                template.name,
-                template.model_dump_json(),
-                now,
+            await self._execute_named(
+                "create_template",
+                id=template.id,
+                user_id=user_id,
+                name=template.name,
+                spec=template.model_dump_json(),
+                created_at=now,
             )
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a template named {template.name!r} already exists") from None
         return template
 
     async def list_templates(self, user_id: str) -> list[Template]:
-        rows = await self._fetch(
-            "SELECT spec FROM templates WHERE user_id = $1 ORDER BY created_at", user_id
-        )
-        return [Template.model_validate_json(r[0]) for r in rows]
+        rows = await self._fetch_named("list_templates", user_id=user_id)
+        return [Template.model_validate_json(r["spec"]) for r in rows]
 
     async def get_template(self, user_id: str, template_id: str) -> Template | None:
-        row = await self._fetchrow(
-            "SELECT spec FROM templates WHERE user_id = $1 AND id = $2", user_id, template_id
-        )
-        return Template.model_validate_json(row[0]) if row else None
+        row = await self._fetchrow_named("get_template", user_id=user_id, id=template_id)
+        return Template.model_validate_json(row["spec"]) if row else None
 
     async def update_template(self, user_id: str, template: Template) -> Template:
         try:
-            await self._execute(
-                "UPDATE templates SET name = $1, spec = $2 WHERE user_id = $3 AND id = $4",
-                template.name,
-                template.model_dump_json(),
-                user_id,
-                template.id,
+            await self._execute_named(
+                "update_template",
+                name=template.name,
+                spec=template.model_dump_json(),
+                user_id=user_id,
+                id=template.id,
             )
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a template named {template.name!r} already exists") from None
         return template
 
     async def delete_template(self, user_id: str, template_id: str) -> bool:
-        return (
-            await self._execute(
-                "DELETE FROM templates WHERE user_id = $1 AND id = $2", user_id, template_id
-            )
-            > 0
-        )
+        return await self._execute_named("delete_template", user_id=user_id, id=template_id) > 0
 
     # -- endpoints ------------------------------------------------------------------------
     _ENDPOINT_SQL = "SELECT id, user_id, spec, version, created_at FROM endpoints"

@@ -10,7 +10,7 @@ import orjson
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, status_view
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.store.base import JobCounts
+from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, User
 
 JOB_COLUMNS = (
     "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
@@ -173,4 +173,29 @@ def job_counts_from(rows: Iterable[Any]) -> JobCounts:
         timed_out=by_status.get("TIMED_OUT", 0),
         retried=retried,
         in_queue_normal=normal_queued,
+    )
+
+
+def user_from_row(row: Any) -> User:
+    return User(row["id"], row["name"], bool(row["is_admin"]), row["created_at"])
+
+
+def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
+    """A key and its owner, from a row of the ``find_api_key`` / ``list_api_keys`` queries."""
+    return (
+        ApiKey(
+            row["key_id"],
+            row["user_id"],
+            row["hint"],
+            row["label"],
+            row["key_created_at"],
+            row["revoked_at"],
+        ),
+        User(row["user_id"], row["user_name"], bool(row["is_admin"]), row["user_created_at"]),
+    )
+
+
+def registry_auth_from_row(row: Any) -> RegistryAuthRecord:
+    return RegistryAuthRecord(
+        row["id"], row["user_id"], row["name"], row["username"], row["password"], row["created_at"]
     )

@@ -36,11 +36,16 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
+from skiff.store.named_queries import Dialect
+from skiff.store.named_queries import load as load_queries
 from skiff.store.rows import (
     FOLD_JOB_COUNTS_SQL,
     JOB_COUNTS_SQL,
     WORKER_FIELDS,
+    api_key_from_row,
     job_counts_from,
+    registry_auth_from_row,
+    user_from_row,
     webhook_payload,
     worker_params,
 )
@@ -291,6 +296,18 @@ def _let_go(c: sqlite3.Connection, worker_id: str, job_ids: list[str] | None, no
     )
 
 
+_QUERIES = load_queries(Dialect.SQLITE)
+
+
+def _run(c: sqlite3.Connection, name: str, /, **values: object) -> sqlite3.Cursor:
+    """Run a named query; its rows are read by column name. Only this cursor makes
+    ``sqlite3.Row`` objects: the hot job queries keep reading plain tuples."""
+    query = _QUERIES[name]
+    cursor = c.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(query.sql, query.args(values))
+
+
 def _sqlite_value(value: object) -> object:
     if isinstance(value, enum.Enum):
         return value.value
@@ -335,6 +352,11 @@ class SQLiteStore:
         assert self._reader is not None, "store is not open"
         return self._reader.execute(sql, params).fetchall()
 
+    def _query(self, name: str, /, **values: object) -> list[sqlite3.Row]:
+        """The rows of a named query, read on the event loop's own connection."""
+        assert self._reader is not None, "store is not open"
+        return _run(self._reader, name, **values).fetchall()
+
     async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
         assert self._writer is not None, "store is not open"
         result: T = await self._writer.submit(op)
@@ -343,11 +365,11 @@ class SQLiteStore:
     # -- secrets --------------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:
         def op(c: sqlite3.Connection) -> bytes:
-            row = c.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+            row = _run(c, "get_secret", name=name).fetchone()
             if row:
-                return bytes(row[0])
+                return bytes(row["value"])
             value = secrets.token_bytes(32)
-            c.execute("INSERT INTO meta (name, value) VALUES (?, ?)", (name, value))
+            _run(c, "add_secret", name=name, value=value)
             return value
 
         return await self._write(op)
@@ -356,9 +378,13 @@ class SQLiteStore:
     async def create_user(self, user: User) -> User:
         def op(c: sqlite3.Connection) -> None:
             try:
-                c.execute(
-                    "INSERT INTO users (id, name, is_admin, created_at) VALUES (?, ?, ?, ?)",
-                    (user.id, user.name, int(user.is_admin), user.created_at),
+                _run(
+                    c,
+                    "create_user",
+                    id=user.id,
+                    name=user.name,
+                    is_admin=user.is_admin,
+                    created_at=user.created_at,
                 )
             except sqlite3.IntegrityError:
                 raise Conflict(f"a user named {user.name!r} already exists") from None
@@ -367,18 +393,21 @@ class SQLiteStore:
         return user
 
     async def get_user_by_name(self, name: str) -> User | None:
-        rows = self._read(
-            "SELECT id, name, is_admin, created_at FROM users WHERE name = ?", (name,)
-        )
-        return User(rows[0][0], rows[0][1], bool(rows[0][2]), rows[0][3]) if rows else None
+        rows = self._query("get_user_by_name", name=name)
+        return user_from_row(rows[0]) if rows else None
 
     async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
         def op(c: sqlite3.Connection) -> None:
             try:
-                c.execute(
-                    "INSERT INTO api_keys (id, user_id, key_hash, hint, label, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (key.id, key.user_id, key_hash, key.hint, key.label, key.created_at),
+                _run(
+                    c,
+                    "add_api_key",
+                    id=key.id,
+                    user_id=key.user_id,
+                    key_hash=key_hash,
+                    hint=key.hint,
+                    label=key.label,
+                    created_at=key.created_at,
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("this API key is already registered") from None
@@ -386,32 +415,16 @@ class SQLiteStore:
         await self._write(op)
         return key
 
-    _KEY_SQL = (
-        "SELECT k.id, k.user_id, k.hint, k.label, k.created_at, k.revoked_at,"
-        " u.id, u.name, u.is_admin, u.created_at FROM api_keys k JOIN users u ON u.id = k.user_id"
-    )
-
-    @staticmethod
-    def _key_row(row: tuple[Any, ...]) -> tuple[ApiKey, User]:
-        return (
-            ApiKey(row[0], row[1], row[2], row[3], row[4], row[5]),
-            User(row[6], row[7], bool(row[8]), row[9]),
-        )
-
     async def find_api_key(self, key_hash: str) -> tuple[ApiKey, User] | None:
-        rows = self._read(self._KEY_SQL + " WHERE k.key_hash = ?", (key_hash,))
-        return self._key_row(rows[0]) if rows else None
+        rows = self._query("find_api_key", key_hash=key_hash)
+        return api_key_from_row(rows[0]) if rows else None
 
     async def list_api_keys(self) -> list[tuple[ApiKey, User]]:
-        return [self._key_row(r) for r in self._read(self._KEY_SQL + " ORDER BY k.created_at")]
+        return [api_key_from_row(r) for r in self._query("list_api_keys")]
 
     async def revoke_api_key(self, key_id: str, now: float) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            cur = c.execute(
-                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                (now, key_id),
-            )
-            return cur.rowcount > 0
+            return _run(c, "revoke_api_key", now=now, id=key_id).rowcount > 0
 
         return await self._write(op)
 
@@ -419,17 +432,15 @@ class SQLiteStore:
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         def op(c: sqlite3.Connection) -> None:
             try:
-                c.execute(
-                    "INSERT INTO registry_auths (id, user_id, name, username, password, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (
-                        auth.id,
-                        auth.user_id,
-                        auth.name,
-                        auth.username,
-                        auth.password,
-                        auth.created_at,
-                    ),
+                _run(
+                    c,
+                    "create_registry_auth",
+                    id=auth.id,
+                    user_id=auth.user_id,
+                    name=auth.name,
+                    username=auth.username,
+                    password=auth.password,
+                    created_at=auth.created_at,
                 )
             except sqlite3.IntegrityError:
                 raise Conflict(
@@ -439,22 +450,17 @@ class SQLiteStore:
         await self._write(op)
         return auth
 
-    _AUTH_SQL = "SELECT id, user_id, name, username, password, created_at FROM registry_auths"
-
     async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]:
-        rows = self._read(self._AUTH_SQL + " WHERE user_id = ? ORDER BY created_at", (user_id,))
-        return [RegistryAuthRecord(*r) for r in rows]
+        rows = self._query("list_registry_auths", user_id=user_id)
+        return [registry_auth_from_row(r) for r in rows]
 
     async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None:
-        rows = self._read(self._AUTH_SQL + " WHERE user_id = ? AND id = ?", (user_id, auth_id))
-        return RegistryAuthRecord(*rows[0]) if rows else None
+        rows = self._query("get_registry_auth", user_id=user_id, id=auth_id)
+        return registry_auth_from_row(rows[0]) if rows else None
 
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            cur = c.execute(
-                "DELETE FROM registry_auths WHERE user_id = ? AND id = ?", (user_id, auth_id)
-            )
-            return cur.rowcount > 0
+            return _run(c, "delete_registry_auth", user_id=user_id, id=auth_id).rowcount > 0
 
         return await self._write(op)
 
@@ -462,10 +468,14 @@ class SQLiteStore:
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         def op(c: sqlite3.Connection) -> None:
             try:
-                c.execute(
-                    "INSERT INTO templates (id, user_id, name, spec, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (template.id, user_id, template.name, template.model_dump_json(), now),
+                _run(
+                    c,
+                    "create_template",
+                    id=template.id,
+                    user_id=user_id,
+                    name=template.name,
+                    spec=template.model_dump_json(),
+                    created_at=now,
                 )
             except sqlite3.IntegrityError:
                 raise Conflict(f"a template named {template.name!r} already exists") from None
@@ -474,23 +484,23 @@ class SQLiteStore:
         return template
 
     async def list_templates(self, user_id: str) -> list[Template]:
-        rows = self._read(
-            "SELECT spec FROM templates WHERE user_id = ? ORDER BY created_at", (user_id,)
-        )
-        return [Template.model_validate_json(r[0]) for r in rows]
+        rows = self._query("list_templates", user_id=user_id)
+        return [Template.model_validate_json(r["spec"]) for r in rows]
 
     async def get_template(self, user_id: str, template_id: str) -> Template | None:
-        rows = self._read(
-            "SELECT spec FROM templates WHERE user_id = ? AND id = ?", (user_id, template_id)
-        )
-        return Template.model_validate_json(rows[0][0]) if rows else None
+        rows = self._query("get_template", user_id=user_id, id=template_id)
+        return Template.model_validate_json(rows[0]["spec"]) if rows else None
 
     async def update_template(self, user_id: str, template: Template) -> Template:
         def op(c: sqlite3.Connection) -> None:
             try:
-                c.execute(
-                    "UPDATE templates SET name = ?, spec = ? WHERE user_id = ? AND id = ?",
-                    (template.name, template.model_dump_json(), user_id, template.id),
+                _run(
+                    c,
+                    "update_template",
+                    name=template.name,
+                    spec=template.model_dump_json(),
+                    user_id=user_id,
+                    id=template.id,
                 )
             except sqlite3.IntegrityError:
                 raise Conflict(f"a template named {template.name!r} already exists") from None
@@ -500,10 +510,7 @@ class SQLiteStore:
 
     async def delete_template(self, user_id: str, template_id: str) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            cur = c.execute(
-                "DELETE FROM templates WHERE user_id = ? AND id = ?", (user_id, template_id)
-            )
-            return cur.rowcount > 0
+            return _run(c, "delete_template", user_id=user_id, id=template_id).rowcount > 0
 
         return await self._write(op)
 
