@@ -37,6 +37,7 @@ from skiff.cluster.local import LocalCluster
 from skiff.cluster.postgres import PostgresCluster
 from skiff.config import Settings
 from skiff.console import mount as console_mount
+from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
@@ -55,8 +56,8 @@ def open_store(settings: Settings) -> Store:
 
 def open_cluster(settings: Settings) -> Cluster:
     """Several replicas can share a PostgreSQL database; SQLite means this replica alone."""
-    url = settings.database_url or ""
-    if url.startswith(("postgresql://", "postgres://")):
+    url = settings.database_url
+    if url is not None and backend_of(url) is Backend.POSTGRES:
         return PostgresCluster(
             url, settings.database_schema, settings.peer_url(), max_wait=settings.wait_poll_seconds
         )

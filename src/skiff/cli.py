@@ -22,6 +22,7 @@ import orjson
 from skiff import __version__
 from skiff.clock import SystemClock
 from skiff.config import Settings
+from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir, make_private_dirs
 from skiff.listen import CannotListen, listen
 from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
@@ -76,7 +77,7 @@ def _claim(settings: Settings) -> tuple[ServeLock, socket.socket]:
     made = not data_dir.exists()
     make_private_dir(data_dir)
     paths = [data_dir / LOCK_NAME]
-    if settings.database_url is None or settings.database_url.startswith("sqlite:///"):
+    if backend_of(settings.database_url) is Backend.SQLITE:
         # The database's own lock too, wherever it is: another data directory may name it.
         database = settings.sqlite_path()
         make_private_dirs(database.parent)

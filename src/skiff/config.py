@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from skiff.databases import sqlite_file_of
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SKIFF_", extra="ignore")
@@ -93,9 +95,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=0, ge=0)
 
     def sqlite_path(self) -> Path:
-        if self.database_url and self.database_url.startswith("sqlite:///"):
-            return Path(self.database_url.removeprefix("sqlite:///"))
-        return self.data_dir / "skiff.db"
+        named = sqlite_file_of(self.database_url)
+        return named if named is not None else self.data_dir / "skiff.db"
 
     def base_url(self) -> str:
         if self.public_url:

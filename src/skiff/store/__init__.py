@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from skiff.databases import Backend, backend_of
 from skiff.store.base import Store
 
 
@@ -40,14 +41,11 @@ def safe_url(database_url: str) -> str:
 def open_store(database_url: str | None, sqlite_path: Path, schema: str | None = None) -> Store:
     """SQLite (the embedded default, or ``sqlite:///path``) or PostgreSQL
     (``postgresql://...``); anything else is refused with a message that says what works."""
-    if database_url is None or database_url.startswith("sqlite:///"):
+    if backend_of(database_url) is Backend.SQLITE:
         from skiff.store.sqlite import SQLiteStore
 
         return SQLiteStore(sqlite_path)
-    if database_url.startswith(("postgresql://", "postgres://")):
-        from skiff.store.postgres import PostgresStore
+    from skiff.store.postgres import PostgresStore
 
-        return PostgresStore(database_url, schema=schema)
-    raise ValueError(
-        f"unsupported database URL {database_url!r}: use sqlite:///path or postgresql://..."
-    )
+    assert database_url is not None  # backend_of reads no URL as SQLite
+    return PostgresStore(database_url, schema=schema)
