@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from cachetools import LRUCache, TTLCache
+
 from skiff.clock import Clock
 from skiff.domain import keys
 from skiff.errors import Conflict, Unauthorized
@@ -12,8 +14,10 @@ from skiff.ids import short_id
 from skiff.store.base import ApiKey, Store, User
 
 ADMIN_USER = "admin"
-#: Worker tokens remembered as checked; past this many the memory starts over.
+#: Worker tokens remembered as checked; past this many the least recently used is forgotten.
 _CHECKED_TOKENS_MAX = 10_000
+#: API keys remembered (by hash) with their user; past this many the oldest go first.
+_KEYS_CACHED_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +37,14 @@ class Auth:
     def __init__(self, store: Store, clock: Clock, cache_seconds: float) -> None:
         self._store = store
         self._clock = clock
-        self._cache_seconds = cache_seconds
-        # hash -> (user or None, cached at); a revoked key stops working within cache_seconds.
-        self._cache: dict[str, tuple[User | None, float]] = {}
+        # key hash -> its user, or None for an unknown or revoked key; on the injected clock, so
+        # a revoked key stops working within cache_seconds (and tests move that time by hand).
+        self._cache: TTLCache[str, User | None, float] = TTLCache(
+            maxsize=_KEYS_CACHED_MAX, ttl=cache_seconds, timer=clock.now
+        )
         self._worker_secret: bytes | None = None
         #: worker token -> the endpoint it was checked for.
-        self._checked_tokens: dict[str, str] = {}
+        self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
 
     async def authenticate(self, raw: str | None, *, bare_ok: bool = False) -> User:
         """The user of an ``Authorization`` header: ``Bearer <key>``, as the platform's API and
@@ -54,16 +60,12 @@ class Auth:
             )
         key = _strip_scheme(raw)
         digest = keys.hash_key(key)
-        now = self._clock.now()
-        cached = self._cache.get(digest)
-        if cached is not None and now - cached[1] < self._cache_seconds:
-            user = cached[0]
-        else:
+        try:  # a cached None (an unknown or revoked key) is an answer too, hence no .get()
+            user = self._cache[digest]
+        except KeyError:
             found = await self._store.find_api_key(digest)
             user = found[1] if found is not None and found[0].revoked_at is None else None
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[digest] = (user, now)
+            self._cache[digest] = user
         if user is None:
             raise Unauthorized("invalid or revoked API key")
         return user
@@ -86,8 +88,6 @@ class Auth:
             return
         if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
             raise Unauthorized("invalid worker token for this endpoint")
-        if len(self._checked_tokens) >= _CHECKED_TOKENS_MAX:
-            self._checked_tokens.clear()
         self._checked_tokens[token] = endpoint_id
 
     async def ensure_user(self, name: str, is_admin: bool) -> User:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cachetools import TTLCache
 from pydantic import ValidationError
 
 from skiff.clock import Clock
@@ -24,7 +25,7 @@ from skiff.store.base import Store, User
 
 #: How long the job routes reuse an endpoint they read (``Endpoints.for_jobs``).
 RECENT_SECONDS = 1.0
-#: Copies kept at most; past that the copies start over (they are cheap to read again).
+#: Copies kept at most; past that the oldest go first (they are cheap to read again).
 RECENT_MAX = 10_000
 
 
@@ -37,8 +38,11 @@ class Endpoints:
         self._wakeups = wakeups
         self._workers = workers
         self._fleet = fleet
-        # endpoint id -> (read at, endpoint): the job routes' copy (see ``for_jobs``).
-        self._recent: dict[str, tuple[float, Endpoint]] = {}
+        # endpoint id -> endpoint: the job routes' copy (see ``for_jobs``), on the injected
+        # clock so tests move its age by hand.
+        self._recent: TTLCache[str, Endpoint, float] = TTLCache(
+            maxsize=RECENT_MAX, ttl=RECENT_SECONDS, timer=clock.now
+        )
 
     async def _check_template(self, user: User, template_id: str) -> None:
         if await self._store.get_template(user.id, template_id) is None:
@@ -81,17 +85,14 @@ class Endpoints:
     async def recent_copy(self, endpoint_id: str) -> Endpoint:
         """The endpoint as stored at most ``RECENT_SECONDS`` ago, whoever asks (the worker
         routes, whose token already names the endpoint, and ``for_jobs``)."""
-        now = self._clock.now()
         recent = self._recent.get(endpoint_id)
-        if recent is not None and now - recent[0] < RECENT_SECONDS:
-            return recent[1]
+        if recent is not None:
+            return recent
         found = await self._store.get_endpoint(endpoint_id)
         if found is None:
             self._recent.pop(endpoint_id, None)
             raise NotFound(f"endpoint {endpoint_id} not found")
-        if len(self._recent) >= RECENT_MAX:
-            self._recent.clear()
-        self._recent[endpoint_id] = (now, found)
+        self._recent[endpoint_id] = found
         return found
 
     async def update(self, user: User, endpoint_id: str, data: EndpointUpdate) -> Endpoint:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from cachetools import TTLCache
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
@@ -21,7 +22,8 @@ from skiff.store.base import Store, StreamChunk
 
 #: How long ``held_back`` reuses a reading of why an endpoint's workers are held back.
 HOLD_READ_SECONDS = 1.0
-#: Readings kept at most (one per endpoint asked about).
+#: Readings kept at most (one per endpoint asked about); past this many the oldest go first,
+#: deleted endpoints' readings among them.
 MAX_HOLDS_KEPT = 4096
 
 
@@ -45,8 +47,10 @@ class Jobs:
         #: Why an endpoint's workers are held back (``Placement.why``), for ``health`` and
         #: the answers about queued jobs.
         self.placement: Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]] | None = None
-        #: endpoint id -> (when read, what held its workers back), for ``held_back``.
-        self._holds: dict[str, tuple[float, Hold | None]] = {}
+        #: endpoint id -> what held its workers back, for ``held_back``; on the injected clock.
+        self._holds: TTLCache[str, Hold | None, float] = TTLCache(
+            maxsize=MAX_HOLDS_KEPT, ttl=HOLD_READ_SECONDS, timer=clock.now
+        )
 
     async def submit(
         self, endpoint: Endpoint, body: bytes, sync: bool, wait_ms: int | None = None
@@ -112,14 +116,12 @@ class Jobs:
         endpoint's workers per poll."""
         if self.placement is None:
             return None
-        now = self._clock.now()
-        cached = self._holds.get(endpoint.id)
-        if cached is not None and 0 <= now - cached[0] < HOLD_READ_SECONDS:
-            return cached[1]
+        try:  # a reading of None (nothing holds it back) is cached too, hence no .get()
+            return self._holds[endpoint.id]
+        except KeyError:
+            pass
         hold = await self.placement(endpoint, await self._store.list_workers(endpoint.id))
-        if len(self._holds) >= MAX_HOLDS_KEPT:  # deleted endpoints' readings go too
-            self._holds.clear()
-        self._holds[endpoint.id] = (now, hold)
+        self._holds[endpoint.id] = hold
         return hold
 
     async def set_ttl(self, endpoint: Endpoint, job_id: str, ttl_ms: int) -> Job:

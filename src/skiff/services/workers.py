@@ -10,6 +10,8 @@ used for (is it stopping?) is checked again by the store when it matters.
 
 from __future__ import annotations
 
+from cachetools import TTLCache
+
 from skiff.clock import Clock
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
@@ -20,6 +22,8 @@ from skiff.store.base import Store
 TOUCH_EVERY_SECONDS = 2.0
 #: How long a count of live workers (for the per-worker rate limit rule) is reused.
 LIVE_COUNT_SECONDS = 1.0
+#: Counts kept at most (one per endpoint asked about); past this many the oldest go first.
+LIVE_COUNTS_MAX = 10_000
 
 
 class Workers:
@@ -30,7 +34,10 @@ class Workers:
         self.replica_id = replica_id
         self._copies: dict[str, Worker] = {}
         self._touched: dict[str, float] = {}
-        self._live: dict[str, tuple[float, int]] = {}
+        #: endpoint id -> its live workers, on the injected clock (tests move it by hand).
+        self._live: TTLCache[str, int, float] = TTLCache(
+            maxsize=LIVE_COUNTS_MAX, ttl=LIVE_COUNT_SECONDS, timer=clock.now
+        )
 
     async def add(self, worker: Worker) -> Worker:
         """Record a worker this replica starts (or replace its record)."""
@@ -58,12 +65,11 @@ class Workers:
 
     async def live_count(self, endpoint_id: str) -> int:
         """Workers up (starting, idle or running), from a count at most a second old."""
-        now = self._clock.now()
         cached = self._live.get(endpoint_id)
-        if cached is not None and now - cached[0] < LIVE_COUNT_SECONDS:
-            return cached[1]
+        if cached is not None:
+            return cached
         count = sum(1 for w in await self._store.list_workers(endpoint_id) if w.is_live)
-        self._live[endpoint_id] = (now, count)
+        self._live[endpoint_id] = count
         return count
 
     async def held(self, worker_id: str) -> list[str]:

@@ -1,0 +1,127 @@
+"""The services' short-lived copies (an API key's user, an endpoint for the job routes, the
+count of an endpoint's live workers) on a real SQLite store: each is reused until its time is
+up on the injected clock, then read again. Time moves on a ``ManualClock``, so nothing sleeps.
+(Why an endpoint's workers are held back has its own such test in test_worker_placement.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from skiff.clock import ManualClock
+from skiff.config import Settings
+from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.errors import Unauthorized
+from skiff.services.auth import Auth
+from skiff.services.endpoints import RECENT_SECONDS
+from skiff.services.hub import Services
+from skiff.services.workers import LIVE_COUNT_SECONDS
+from skiff.store.sqlite import SQLiteStore
+
+KEY_CACHE_SECONDS = 5.0
+
+
+@pytest.fixture
+async def services(
+    tmp_path: Path, store: SQLiteStore, clock: ManualClock
+) -> AsyncIterator[Services]:
+    # No provider is attached: nothing here starts a worker process.
+    built = Services.build(Settings(data_dir=tmp_path / "data"), store, clock)
+    await store.create_template(
+        "u1", Template(id="t1", name="t", imageName="local/t", dockerStartCmd=["true"]), clock.now()
+    )
+    await store.create_endpoint(
+        Endpoint(
+            id="ep1",
+            userId="u1",
+            version=1,
+            createdAt=clock.now(),
+            spec=EndpointSpec.model_validate(
+                {"name": "ep1", "templateId": "t1", "computeType": ComputeType.CPU}
+            ),
+        )
+    )
+    yield built
+    await built.fleet.shutdown()
+
+
+def idle_worker(worker_id: str, now: float) -> Worker:
+    return Worker(
+        id=worker_id,
+        endpoint_id="ep1",
+        kind=WorkerKind.EXTERNAL,
+        state=WorkerState.IDLE,
+        version=1,
+        started_at=now,
+    )
+
+
+async def test_a_revoked_key_works_until_its_cached_user_expires(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    auth = Auth(store, clock, cache_seconds=KEY_CACHE_SECONDS)
+    issued = await auth.issue_key("alice", is_admin=False, label="test")
+    header = f"Bearer {issued.key}"
+    assert (await auth.authenticate(header)).name == "alice"
+    assert await store.revoke_api_key(issued.record.id, clock.now())
+    clock.advance(KEY_CACHE_SECONDS - 0.001)
+    assert (await auth.authenticate(header)).name == "alice"
+    clock.advance(0.001)
+    with pytest.raises(Unauthorized, match="invalid or revoked"):
+        await auth.authenticate(header)
+
+
+async def test_an_unknown_key_stays_refused_from_the_cache_until_it_expires(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    # A refusal is cached as well: a key registered meanwhile opens only once it expires.
+    auth = Auth(store, clock, cache_seconds=KEY_CACHE_SECONDS)
+    user = await auth.ensure_user("bob", is_admin=False)
+    key = "rpa_" + "x" * 40
+    with pytest.raises(Unauthorized):
+        await auth.authenticate(f"Bearer {key}")
+    await auth.register_key(key, user, "late")
+    with pytest.raises(Unauthorized):
+        await auth.authenticate(f"Bearer {key}")
+    clock.advance(KEY_CACHE_SECONDS)
+    assert (await auth.authenticate(f"Bearer {key}")).name == "bob"
+
+
+async def test_a_key_cache_of_zero_seconds_reads_the_store_every_time(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    auth = Auth(store, clock, cache_seconds=0)
+    issued = await auth.issue_key("carol", is_admin=False, label="test")
+    assert (await auth.authenticate(f"Bearer {issued.key}")).name == "carol"
+    assert await store.revoke_api_key(issued.record.id, clock.now())
+    with pytest.raises(Unauthorized):
+        await auth.authenticate(f"Bearer {issued.key}")
+
+
+async def test_the_job_routes_endpoint_copy_is_read_again_once_it_is_a_second_old(
+    services: Services, clock: ManualClock
+) -> None:
+    first = await services.endpoints.recent_copy("ep1")
+    # Changed behind this replica's back (as another replica would): the copy stays a while.
+    changed = first.spec.model_copy(update={"name": "renamed"})
+    assert await services.store.update_endpoint("ep1", changed, bump_version=False) is not None
+    clock.advance(RECENT_SECONDS - 0.001)
+    assert (await services.endpoints.recent_copy("ep1")).spec.name == "ep1"
+    clock.advance(0.001)
+    assert (await services.endpoints.recent_copy("ep1")).spec.name == "renamed"
+
+
+async def test_the_live_worker_count_is_counted_again_once_it_is_a_second_old(
+    services: Services, clock: ManualClock
+) -> None:
+    await services.workers.add(idle_worker("w1", clock.now()))
+    assert await services.workers.live_count("ep1") == 1
+    await services.workers.add(idle_worker("w2", clock.now()))
+    clock.advance(LIVE_COUNT_SECONDS - 0.001)
+    assert await services.workers.live_count("ep1") == 1
+    clock.advance(0.001)
+    assert await services.workers.live_count("ep1") == 2
