@@ -85,9 +85,10 @@ class Endpoints:
     async def recent_copy(self, endpoint_id: str) -> Endpoint:
         """The endpoint as stored at most ``RECENT_SECONDS`` ago, whoever asks (the worker
         routes, whose token already names the endpoint, and ``for_jobs``)."""
-        recent = self._recent.get(endpoint_id)
-        if recent is not None:
-            return recent
+        try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per request
+            return self._recent[endpoint_id]
+        except KeyError:
+            pass
         found = await self._store.get_endpoint(endpoint_id)
         if found is None:
             self._recent.pop(endpoint_id, None)

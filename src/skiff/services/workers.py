@@ -65,9 +65,10 @@ class Workers:
 
     async def live_count(self, endpoint_id: str) -> int:
         """Workers up (starting, idle or running), from a count at most a second old."""
-        cached = self._live.get(endpoint_id)
-        if cached is not None:
-            return cached
+        try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per request
+            return self._live[endpoint_id]
+        except KeyError:
+            pass
         count = sum(1 for w in await self._store.list_workers(endpoint_id) if w.is_live)
         self._live[endpoint_id] = count
         return count
