@@ -70,10 +70,25 @@ def test_batch_workers_scale_down_once_the_queue_drains_on_postgresql(
             counts = server.http.get(f"/v2/{eid}/health").json()["jobs"]
             return bool(counts["completed"] == len(ids))
 
-        server.wait_for(drained, timeout=120, what="all 160 jobs to complete")
-
         def workers() -> list[dict[str, Any]]:
             body = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"})
             return list(body.json()["workers"])
 
+        try:
+            server.wait_for(drained, timeout=120, what="all 160 jobs to complete")
+        except AssertionError as exc:
+            # What the server and its workers were doing, so a failure here can be read.
+            raise AssertionError(
+                f"{exc}\nhealth: {server.http.get(f'/v2/{eid}/health').text}"
+                f"\nworkers: {workers()}\n{_worker_log_tails(server.data_dir)}"
+            ) from None
+
         server.wait_for(lambda: workers() == [], timeout=30, what="the workers to scale down")
+
+
+def _worker_log_tails(data_dir: Path, lines: int = 15) -> str:
+    tails = []
+    for log in sorted(data_dir.glob("logs/*/*.log")):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        tails.append(f"== {log.name}\n" + "\n".join(tail))
+    return "\n".join(tails) or "no worker logs"
