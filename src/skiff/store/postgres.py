@@ -40,12 +40,16 @@ from skiff.store.rows import (
     WORKER_COLUMNS,
     WORKER_FIELDS,
     api_key_from_row,
+    api_key_params,
     endpoint_from_row,
     job_counts_from,
     job_from_row,
     registry_auth_from_row,
+    registry_auth_params,
     sql_in,
+    template_params,
     user_from_row,
+    user_params,
     webhook_payload,
     worker_from_row,
     worker_params,
@@ -236,13 +240,7 @@ class PostgresStore:
     # -- users and keys -------------------------------------------------------------------
     async def create_user(self, user: User) -> User:
         try:
-            await self._execute_named(
-                "create_user",
-                id=user.id,
-                name=user.name,
-                is_admin=user.is_admin,
-                created_at=user.created_at,
-            )
+            await self._execute_named("create_user", **user_params(user))
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a user named {user.name!r} already exists") from None
         return user
@@ -253,15 +251,7 @@ class PostgresStore:
 
     async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
         try:
-            await self._execute_named(
-                "add_api_key",
-                id=key.id,
-                user_id=key.user_id,
-                key_hash=key_hash,
-                hint=key.hint,
-                label=key.label,
-                created_at=key.created_at,
-            )
+            await self._execute_named("add_api_key", **api_key_params(key, key_hash))
         except asyncpg.UniqueViolationError:
             raise Conflict("this API key is already registered") from None
         return key
@@ -279,15 +269,7 @@ class PostgresStore:
     # -- registry auths -------------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         try:
-            await self._execute_named(
-                "create_registry_auth",
-                id=auth.id,
-                user_id=auth.user_id,
-                name=auth.name,
-                username=auth.username,
-                password=auth.password,
-                created_at=auth.created_at,
-            )
+            await self._execute_named("create_registry_auth", **registry_auth_params(auth))
         except asyncpg.UniqueViolationError:
             raise Conflict(
                 f"a container registry auth named {auth.name!r} already exists"
@@ -309,12 +291,7 @@ class PostgresStore:
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         try:
             await self._execute_named(
-                "create_template",
-                id=template.id,
-                user_id=user_id,
-                name=template.name,
-                spec=template.model_dump_json(),
-                created_at=now,
+                "create_template", **template_params(user_id, template), created_at=now
             )
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a template named {template.name!r} already exists") from None
@@ -330,13 +307,7 @@ class PostgresStore:
 
     async def update_template(self, user_id: str, template: Template) -> Template:
         try:
-            await self._execute_named(
-                "update_template",
-                name=template.name,
-                spec=template.model_dump_json(),
-                user_id=user_id,
-                id=template.id,
-            )
+            await self._execute_named("update_template", **template_params(user_id, template))
         except asyncpg.UniqueViolationError:
             raise Conflict(f"a template named {template.name!r} already exists") from None
         return template

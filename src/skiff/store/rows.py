@@ -9,6 +9,7 @@ import orjson
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, status_view
+from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, User
 
@@ -199,3 +200,46 @@ def registry_auth_from_row(row: Any) -> RegistryAuthRecord:
     return RegistryAuthRecord(
         row["id"], row["user_id"], row["name"], row["username"], row["password"], row["created_at"]
     )
+
+
+# Named parameters of the account and template writes, one mapping for both adapters' queries
+# (store/queries/*.sql).
+def user_params(user: User) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "name": user.name,
+        "is_admin": user.is_admin,
+        "created_at": user.created_at,
+    }
+
+
+def api_key_params(key: ApiKey, key_hash: str) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "user_id": key.user_id,
+        "key_hash": key_hash,
+        "hint": key.hint,
+        "label": key.label,
+        "created_at": key.created_at,
+    }
+
+
+def registry_auth_params(auth: RegistryAuthRecord) -> dict[str, Any]:
+    return {
+        "id": auth.id,
+        "user_id": auth.user_id,
+        "name": auth.name,
+        "username": auth.username,
+        "password": auth.password,
+        "created_at": auth.created_at,
+    }
+
+
+def template_params(user_id: str, template: Template) -> dict[str, Any]:
+    """``create_template`` adds ``created_at``."""
+    return {
+        "id": template.id,
+        "user_id": user_id,
+        "name": template.name,
+        "spec": template.model_dump_json(),
+    }

@@ -43,9 +43,13 @@ from skiff.store.rows import (
     JOB_COUNTS_SQL,
     WORKER_FIELDS,
     api_key_from_row,
+    api_key_params,
     job_counts_from,
     registry_auth_from_row,
+    registry_auth_params,
+    template_params,
     user_from_row,
+    user_params,
     webhook_payload,
     worker_params,
 )
@@ -378,14 +382,7 @@ class SQLiteStore:
     async def create_user(self, user: User) -> User:
         def op(c: sqlite3.Connection) -> None:
             try:
-                _run(
-                    c,
-                    "create_user",
-                    id=user.id,
-                    name=user.name,
-                    is_admin=user.is_admin,
-                    created_at=user.created_at,
-                )
+                _run(c, "create_user", **user_params(user))
             except sqlite3.IntegrityError:
                 raise Conflict(f"a user named {user.name!r} already exists") from None
 
@@ -399,16 +396,7 @@ class SQLiteStore:
     async def add_api_key(self, key: ApiKey, key_hash: str) -> ApiKey:
         def op(c: sqlite3.Connection) -> None:
             try:
-                _run(
-                    c,
-                    "add_api_key",
-                    id=key.id,
-                    user_id=key.user_id,
-                    key_hash=key_hash,
-                    hint=key.hint,
-                    label=key.label,
-                    created_at=key.created_at,
-                )
+                _run(c, "add_api_key", **api_key_params(key, key_hash))
             except sqlite3.IntegrityError:
                 raise Conflict("this API key is already registered") from None
 
@@ -432,16 +420,7 @@ class SQLiteStore:
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         def op(c: sqlite3.Connection) -> None:
             try:
-                _run(
-                    c,
-                    "create_registry_auth",
-                    id=auth.id,
-                    user_id=auth.user_id,
-                    name=auth.name,
-                    username=auth.username,
-                    password=auth.password,
-                    created_at=auth.created_at,
-                )
+                _run(c, "create_registry_auth", **registry_auth_params(auth))
             except sqlite3.IntegrityError:
                 raise Conflict(
                     f"a container registry auth named {auth.name!r} already exists"
@@ -468,15 +447,7 @@ class SQLiteStore:
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         def op(c: sqlite3.Connection) -> None:
             try:
-                _run(
-                    c,
-                    "create_template",
-                    id=template.id,
-                    user_id=user_id,
-                    name=template.name,
-                    spec=template.model_dump_json(),
-                    created_at=now,
-                )
+                _run(c, "create_template", **template_params(user_id, template), created_at=now)
             except sqlite3.IntegrityError:
                 raise Conflict(f"a template named {template.name!r} already exists") from None
 
@@ -494,14 +465,7 @@ class SQLiteStore:
     async def update_template(self, user_id: str, template: Template) -> Template:
         def op(c: sqlite3.Connection) -> None:
             try:
-                _run(
-                    c,
-                    "update_template",
-                    name=template.name,
-                    spec=template.model_dump_json(),
-                    user_id=user_id,
-                    id=template.id,
-                )
+                _run(c, "update_template", **template_params(user_id, template))
             except sqlite3.IntegrityError:
                 raise Conflict(f"a template named {template.name!r} already exists") from None
 
