@@ -23,8 +23,6 @@ import httpx
 import pytest
 from harness import WORKERS, Server, running
 
-pytestmark = pytest.mark.e2e
-
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "console"
 LAPTOP = {"width": 1280, "height": 860}

@@ -13,8 +13,6 @@ from harness import Server
 
 from skiff.domain.json_limits import MAX_JSON_DEPTH
 
-pytestmark = pytest.mark.e2e
-
 
 def _deep(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth

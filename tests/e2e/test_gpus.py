@@ -14,8 +14,6 @@ from typing import Any
 import pytest
 from harness import Server, running
 
-pytestmark = pytest.mark.e2e
-
 RTX = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -15,8 +15,6 @@ import httpx
 import pytest
 from harness import Server, running
 
-pytestmark = pytest.mark.e2e
-
 #: Short limits, so the tests wait seconds, not the defaults' tens of seconds.
 QUICK = {"SKIFF_HEADER_TIMEOUT_SECONDS": "1", "SKIFF_BODY_TIMEOUT_SECONDS": "1"}
 #: How long a test waits for the server to close what it should (well past the 1 s limits).

@@ -14,8 +14,6 @@ import pytest
 import standardwebhooks
 from harness import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def echo(server: Server, runpod_client: Any) -> Any:

@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 from harness import Server
-
-pytestmark = pytest.mark.e2e
 
 
 def KeylessServer(data_dir: Path, port: int | None = None) -> Server:

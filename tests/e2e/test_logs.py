@@ -15,8 +15,6 @@ import httpx
 import pytest
 from harness import Server
 
-pytestmark = pytest.mark.e2e
-
 BANNER = "Starting Serverless Worker"
 
 

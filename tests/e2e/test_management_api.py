@@ -10,8 +10,6 @@ import httpx
 import pytest
 from harness import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def other_key(server: Server) -> str:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import httpx
-import pytest
 from harness import Server
 from prometheus_client.parser import text_string_to_metric_families
-
-pytestmark = pytest.mark.e2e
 
 
 def test_metrics_answer_prometheus_text_with_jobs_and_workers_of_an_endpoint(

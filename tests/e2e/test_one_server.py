@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 from harness import Server, free_port
 
-pytestmark = pytest.mark.e2e
-
 
 def serve_again(server: Server, data_dir: Path, port: int) -> tuple[int, str]:
     """Run a second ``skiff serve``; its exit code and output. One that does not exit by itself

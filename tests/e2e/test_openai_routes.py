@@ -11,8 +11,6 @@ import httpx
 import pytest
 from harness import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def endpoint_id(server: Server) -> str:

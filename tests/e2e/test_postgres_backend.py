@@ -6,12 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from harness import Server, running
 
 from pgtest import PG_DSN
-
-pytestmark = pytest.mark.e2e
 
 DSN = PG_DSN
 

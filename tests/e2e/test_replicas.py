@@ -24,8 +24,6 @@ from harness import WORKERS, Server
 
 from pgtest import PG_DSN
 
-pytestmark = pytest.mark.e2e
-
 DSN = PG_DSN
 
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from harness import Server
-
-pytestmark = pytest.mark.e2e
 
 
 def test_jobs_survive_a_restart_and_finish(tmp_path: Path) -> None:

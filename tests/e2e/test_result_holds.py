@@ -9,10 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from harness import Server, running
-
-pytestmark = pytest.mark.e2e
 
 #: Far longer than any wait below: a worker gone sooner left on SIGTERM, not on SIGKILL.
 STOP_GRACE = "60"

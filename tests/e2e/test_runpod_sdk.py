@@ -8,8 +8,6 @@ from typing import Any
 import pytest
 from harness import Server
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def echo(server: Server, runpod_client: Any) -> Any:

@@ -5,10 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from harness import Server
-
-pytestmark = pytest.mark.e2e
 
 
 def _workers(server: Server, endpoint_id: str) -> list[dict[str, Any]]:

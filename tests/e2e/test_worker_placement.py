@@ -13,8 +13,6 @@ from typing import Any
 import pytest
 from harness import Server, running
 
-pytestmark = pytest.mark.e2e
-
 
 def endpoint_view(server: Server, eid: str) -> dict[str, Any]:
     response = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"})

@@ -17,7 +17,7 @@ single handler and the same answers.
 A ``LeanCycle`` offers the attributes uvicorn's protocol reads of its current cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive`` and
 ``run_asgi``), which is how it fits into uvicorn's pipelining queue and connection handling
-unchanged. uvicorn is pinned (requirements.lock); ``tests/unit/api/test_lean_http.py`` runs a
+unchanged. uvicorn is pinned (requirements.lock); ``tests/integration/api/test_lean_http.py`` runs a
 real uvicorn with this protocol.
 """
 

@@ -26,8 +26,6 @@ from schemathesis import checks
 
 from pgtest import PG_DSN, fresh_schema_sync
 
-pytestmark = pytest.mark.e2e
-
 #: What the interfaces promise: never a 5xx, and every answer documented (status, content type,
 #: body schema, headers); input the description calls invalid is refused. Schema-valid input
 #: may still be refused for what the description cannot say (an unknown templateId, say), so

@@ -9,13 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 IDS = ["G0", "B1", "B2", "B3", "B4", "B5"]
 
 
-@pytest.mark.e2e
 def test_quick_run_produces_every_benchmark(tmp_path: Path) -> None:
     out = tmp_path / "results"
     run = subprocess.run(
