@@ -1,0 +1,90 @@
+"""The in-process layer: the whole app (both interfaces, the console, the background loops) on a
+real SQLite file, reached through ``httpx.ASGITransport`` instead of a socket and a subprocess
+(the fixture ``in_process`` is in ``tests/integration/api/conftest.py``). It is what a test of
+the interfaces' behaviour uses when the HTTP server, the process or the runpod SDK is not what
+it tests; those have ``tests/e2e``.
+
+The app's lifespan runs as ``skiff serve`` runs it (store opened, administrator key made,
+leadership taken, loops started), so what answers here is the composed app, not a fake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from skiff.app import create_app
+from skiff.config import Settings
+from skiff.services.hub import Services
+
+ADMIN_KEY = "skiff-in-process-admin-key"
+_names = itertools.count()
+
+
+@dataclass
+class InProcess:
+    """A running app and clients for each kind of caller."""
+
+    services: Services
+    #: Authenticated as the administrator (``Authorization: Bearer``).
+    http: httpx.AsyncClient
+    #: No credentials at all.
+    anonymous: httpx.AsyncClient
+    transport: httpx.ASGITransport
+
+    async def create_endpoint(self, **fields: Any) -> dict[str, Any]:
+        template = await self.http.post(
+            "/v1/templates",
+            json={
+                "name": f"tpl-{next(_names)}",
+                "imageName": "local/worker",
+                "dockerStartCmd": ["python", "-c", "pass"],
+            },
+        )
+        assert template.status_code == 200, template.text
+        body = {"templateId": template.json()["id"], "computeType": "CPU", **fields}
+        endpoint = await self.http.post("/v1/endpoints", json=body)
+        assert endpoint.status_code == 200, endpoint.text
+        return dict(endpoint.json())
+
+    async def worker(self, endpoint_id: str) -> httpx.AsyncClient:
+        """A client that speaks the worker protocol for ``endpoint_id`` with its token, as an
+        external worker would."""
+        token = await self.services.auth.worker_token(endpoint_id)
+        return httpx.AsyncClient(
+            transport=self.transport,
+            base_url=str(self.http.base_url),
+            headers={"Authorization": token},
+        )
+
+
+@contextlib.asynccontextmanager
+async def running(data_dir: Path) -> AsyncIterator[InProcess]:
+    """The app on ``data_dir`` with its lifespan running, and its clients."""
+    settings = Settings(
+        data_dir=data_dir,
+        api_key=ADMIN_KEY,
+        # Tests that wait on a long-poll should not wait long for an empty answer.
+        wait_poll_seconds=1.0,
+    )
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app=app)
+    base = "http://skiff.test"
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=transport,
+            base_url=base,
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        ) as http,
+        httpx.AsyncClient(transport=transport, base_url=base) as anonymous,
+    ):
+        yield InProcess(
+            services=app.state.services, http=http, anonymous=anonymous, transport=transport
+        )

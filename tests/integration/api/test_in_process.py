@@ -1,0 +1,125 @@
+"""Both interfaces through the in-process layer (``conftest.py``): a job's whole life on ``/v2``
+with an external worker speaking the worker protocol, and the ``/v1`` resources it needs,
+without a socket or a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+
+from in_process import InProcess
+
+
+async def test_a_job_runs_through_the_worker_protocol_and_its_result_is_read(
+    in_process: InProcess,
+) -> None:
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    http = in_process.http
+    submitted = await http.post(f"/v2/{endpoint_id}/run", json={"input": {"n": 1}})
+    assert submitted.status_code == 200, submitted.text
+    job_id = submitted.json()["id"]
+    assert submitted.json()["status"] == "IN_QUEUE"
+
+    async with await in_process.worker(endpoint_id) as worker:
+        taken = await worker.get(f"/v2/{endpoint_id}/job-take/w-1?job_in_progress=0")
+        assert taken.status_code == 200, taken.text
+        assert taken.json()["id"] == job_id and taken.json()["input"] == {"n": 1}
+        running = (await http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
+        assert running["status"] == "IN_PROGRESS"
+        done = await worker.post(
+            f"/v2/{endpoint_id}/job-done/w-1/{job_id}?isStream=false",
+            json={"output": {"doubled": 2}},
+        )
+        assert done.status_code == 200, done.text
+
+    status = (await http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
+    assert status["status"] == "COMPLETED" and status["output"] == {"doubled": 2}
+    health = (await http.get(f"/v2/{endpoint_id}/health")).json()
+    assert health["jobs"]["completed"] == 1 and health["jobs"]["inQueue"] == 0
+
+
+async def test_runsync_answers_once_the_worker_reports_within_the_wait(
+    in_process: InProcess,
+) -> None:
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+
+    async def work() -> None:
+        async with await in_process.worker(endpoint_id) as worker:
+            taken = await worker.get(f"/v2/{endpoint_id}/job-take/w-2?job_in_progress=0")
+            while taken.status_code == 204:
+                taken = await worker.get(f"/v2/{endpoint_id}/job-take/w-2?job_in_progress=0")
+            job = taken.json()
+            await worker.post(
+                f"/v2/{endpoint_id}/job-done/w-2/{job['id']}?isStream=false",
+                json={"output": job["input"]["word"].upper()},
+            )
+
+    working = asyncio.create_task(work())
+    answer = await in_process.http.post(
+        f"/v2/{endpoint_id}/runsync?wait=30000", json={"input": {"word": "sync"}}
+    )
+    await working
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "COMPLETED" and answer.json()["output"] == "SYNC"
+
+
+async def test_cancel_retry_and_purge_act_on_the_queue(in_process: InProcess) -> None:
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    http = in_process.http
+    ids = [
+        (await http.post(f"/v2/{endpoint_id}/run", json={"input": {"i": i}})).json()["id"]
+        for i in range(3)
+    ]
+    cancelled = (await http.post(f"/v2/{endpoint_id}/cancel/{ids[0]}")).json()
+    assert cancelled["status"] == "CANCELLED"
+    refused = await http.post(f"/v2/{endpoint_id}/retry/{ids[0]}")
+    assert refused.status_code == 400 and "FAILED or TIMED_OUT" in refused.json()["error"]
+    purged = (await http.post(f"/v2/{endpoint_id}/purge-queue")).json()
+    assert purged["removed"] == 2
+    health = (await http.get(f"/v2/{endpoint_id}/health")).json()
+    assert health["jobs"]["inQueue"] == 0 and health["jobs"]["cancelled"] == 1
+
+
+async def test_a_stream_is_read_in_order_and_ends_with_the_final_state(
+    in_process: InProcess,
+) -> None:
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    http = in_process.http
+    job_id = (await http.post(f"/v2/{endpoint_id}/run", json={"input": {}})).json()["id"]
+    async with await in_process.worker(endpoint_id) as worker:
+        await worker.get(f"/v2/{endpoint_id}/job-take/w-3?job_in_progress=0")
+        for word in ("a", "b"):
+            chunk = await worker.post(
+                f"/v2/{endpoint_id}/job-stream/w-3/{job_id}?isStream=true",
+                json={"output": word},
+            )
+            assert chunk.status_code == 200, chunk.text
+        await worker.post(
+            f"/v2/{endpoint_id}/job-done/w-3/{job_id}?isStream=true", json={"output": "ab"}
+        )
+    streamed = (await http.get(f"/v2/{endpoint_id}/stream/{job_id}")).json()
+    assert [c["output"] for c in streamed["stream"]] == ["a", "b"]
+    assert streamed["status"] == "COMPLETED"
+
+
+async def test_the_interfaces_refuse_callers_without_a_key_in_their_own_shape(
+    in_process: InProcess,
+) -> None:
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    job = await in_process.anonymous.post(f"/v2/{endpoint_id}/run", json={"input": {}})
+    assert job.status_code == 401 and "error" in job.json()
+    management = await in_process.anonymous.get("/v1/endpoints")
+    assert management.status_code == 401 and "message" in management.json()
+    worker = await in_process.anonymous.get(f"/v2/{endpoint_id}/job-take/w-4")
+    assert worker.status_code == 401
+
+
+async def test_management_resources_round_trip(in_process: InProcess) -> None:
+    http = in_process.http
+    endpoint = await in_process.create_endpoint(workersMax=0, name="round-trip")
+    listed = (await http.get("/v1/endpoints")).json()
+    assert [e["id"] for e in listed] == [endpoint["id"]]
+    updated = await http.patch(f"/v1/endpoints/{endpoint['id']}", json={"workersMax": 2})
+    assert updated.status_code == 200 and updated.json()["workersMax"] == 2
+    assert (await http.delete(f"/v1/endpoints/{endpoint['id']}")).status_code in (200, 204)
+    gone = await http.get(f"/v1/endpoints/{endpoint['id']}")
+    assert gone.status_code == 404 and "message" in gone.json()
