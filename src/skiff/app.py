@@ -3,7 +3,7 @@
 /healthz          liveness (no auth)
 /metrics          Prometheus metrics (no auth)
 /v1/...           management REST          (api/management.py)
-/v2/...           job interface + workers  (api/jobs.py, api/workers.py)
+/v2/...           job interface + workers  (api/v2.py declares every route)
 /console/...      web console              (console/)
 """
 
@@ -14,23 +14,16 @@ import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
-from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute
-from fastapi_offline import FastAPIOffline
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
-from skiff.api import errors, management
-from skiff.api import jobs as jobs_api
-from skiff.api import openai as openai_api
-from skiff.api import workers as workers_api
-from skiff.api.hot import HotRoutes, WithHotRoutes
-from skiff.api.openapi3 import document_errors, downgrade_to_3_0
-from skiff.api.responses import NO_TELEMETRY, json_response
+from skiff.api import management
+from skiff.api import v2 as v2_api
+from skiff.api.hot import WithHotRoutes
+from skiff.api.responses import json_response
 from skiff.clock import Clock, SystemClock
 from skiff.cluster.base import Cluster
 from skiff.cluster.local import LocalCluster
@@ -62,40 +55,6 @@ def open_cluster(settings: Settings) -> Cluster:
             url, settings.database_schema, settings.peer_url(), max_wait=settings.wait_poll_seconds
         )
     return LocalCluster(settings.peer_url())
-
-
-def _build_v2(services: Services, job_routes: APIRouter, worker_routes: APIRouter) -> FastAPI:
-    app = FastAPIOffline(
-        title="skiff job interface",
-        telemetry=NO_TELEMETRY,
-        version="0.1.0",
-        description=(
-            "The queue-based job interface (`/v2/{endpoint_id}/...`) that the runpod SDK's "
-            "`Endpoint` calls, and the worker protocol its `serverless.start` speaks. Clients "
-            "authenticate with `Authorization: Bearer <API key>` (the bare key works too); "
-            'workers with their endpoint\'s worker token. Errors are `{"error": ...}`.'
-        ),
-        openapi_url="/openapi.json",
-        docs_url="/docs",
-        redoc_url=None,
-    )
-    errors.install(app, "error")
-    app.include_router(job_routes)
-    app.include_router(openai_api.build(services))
-    app.include_router(worker_routes)
-    original = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = original()
-            schema["servers"] = [{"url": "/v2"}]
-            app.openapi_schema = downgrade_to_3_0(
-                document_errors(schema, "error", ("400", "401", "404", "413", "429"))
-            )
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 def create_app(
@@ -199,21 +158,19 @@ def create_app(
         key = "message" if request.url.path.startswith("/v1") else "error"
         return json_response({key: f"no such path: {request.url.path}"}, 404)
 
-    job_routes = jobs_api.build(services)
-    worker_routes = workers_api.build(services)
+    v2 = v2_api.build(services)
     app = WithHotRoutes(
         exception_handlers={404: not_found},
         routes=[
             Route("/healthz", healthz),
             Route("/metrics", metrics),
             Mount("/v1", app=management.build(services)),
-            Mount("/v2", app=_build_v2(services, job_routes, worker_routes)),
+            Mount(v2_api.PREFIX, app=v2.app),
             console_mount(services),
         ],
         lifespan=lifespan,
     )
     app.state.services = services
-    # The routes every job crosses skip the framework's routing and middleware (api/hot.py).
-    hot = [r for r in (*job_routes.routes, *worker_routes.routes) if isinstance(r, APIRoute)]
-    app.hot = HotRoutes("/v2", hot, errors.responder("error"))
+    # The routes every job crosses skip the framework's routing and middleware (api/v2.py).
+    app.hot = v2.hot
     return app

@@ -1,4 +1,5 @@
-"""A direct way in for the job and worker routes, the ones every job crosses several times.
+"""A direct way in for the hot ``/v2`` routes (declared in api/v2.py), the ones every job
+crosses several times.
 
 Through the full stack a ``/run`` passes Starlette's and FastAPI's middlewares, the mounted
 ``/v2`` app and a regular-expression match against every route, before and after skiff's own
@@ -7,16 +8,16 @@ app and, for a request whose method and path name one of these routes exactly, c
 route's own handler function with a plain Starlette ``Request`` and answers its exceptions with
 the same handlers ``errors.install`` registers. Anything else (another method, a trailing slash,
 ``/v2/docs``, HEAD) goes on to the full app unchanged, which also still serves these routes'
-OpenAPI description: one handler per route, two ways to reach it.
+OpenAPI description: one declaration and one handler per route (api/v2.py). The fast protocol
+(api/lean_http.py) reaches the same handlers through ``match`` and ``call``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from fastapi.routing import APIRoute
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,21 +54,23 @@ def _segments(template: str) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
     return tuple(literals), tuple(names)
 
 
-def _compile(route: APIRoute) -> Iterable[Route]:
-    literals, names = _segments(route.path)
-    params = inspect.signature(route.endpoint).parameters
+def _compile(method: str, path: str, handler: Handler) -> Route:
+    literals, names = _segments(path)
+    params = inspect.signature(handler).parameters
     extra = set(params) - {"request"} - set(names)
     if extra or "request" not in params:
-        raise ValueError(f"route {route.path!r}: its handler must take (request, path params)")
+        raise ValueError(f"route {path!r}: its handler must take (request, path params)")
     kwargs = tuple(n for n in names if n in params)
-    for method in sorted(route.methods or ()):
-        yield Route(method, literals, names, route.endpoint, kwargs)
+    return Route(method, literals, names, handler, kwargs)
 
 
 class HotRoutes:
-    """``routes`` (mounted at ``prefix``) straight to their handlers."""
+    """``routes``, each (method, path template, handler) below ``prefix``, straight to their
+    handlers."""
 
-    def __init__(self, prefix: str, routes: Sequence[APIRoute], on_error: ErrorResponder) -> None:
+    def __init__(
+        self, prefix: str, routes: Iterable[tuple[str, str, Handler]], on_error: ErrorResponder
+    ) -> None:
         #: The mount point, e.g. ``/v2``: what a request's ``root_path`` gains.
         self.root = prefix.rstrip("/")
         self.prefix = self.root + "/"
@@ -76,15 +79,15 @@ class HotRoutes:
         # a dict lookup per possible position finds the only candidate, so no path is matched
         # against every route.
         self._table: dict[tuple[str, int, int, str], Route] = {}
-        for api_route in routes:
-            for route in _compile(api_route):
-                at = next((i for i, s in enumerate(route.literals) if s is not None), -1)
-                if at < 0:
-                    raise ValueError(f"route {api_route.path!r} has no literal segment")
-                key = (route.method, len(route.literals), at, route.literals[at] or "")
-                if key in self._table:
-                    raise ValueError(f"two direct routes share the shape {key}")
-                self._table[key] = route
+        for method, path, handler in routes:
+            route = _compile(method, path, handler)
+            at = next((i for i, s in enumerate(route.literals) if s is not None), -1)
+            if at < 0:
+                raise ValueError(f"route {path!r} has no literal segment")
+            key = (route.method, len(route.literals), at, route.literals[at] or "")
+            if key in self._table:
+                raise ValueError(f"two direct routes share the shape {key}")
+            self._table[key] = route
         self._positions = sorted({key[2] for key in self._table})
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:

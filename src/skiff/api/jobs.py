@@ -1,15 +1,16 @@
-"""``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``)."""
+"""``/v2/{endpoint_id}/...``: the job interface clients call (the runpod SDK's ``Endpoint``).
+
+The handlers; their paths, methods and OpenAPI descriptions are declared in api/v2.py."""
 
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, NamedTuple
 
-from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api import access
-from skiff.api import jobs_openapi as oa
 from skiff.api.body import read_body
+from skiff.api.hot import Handler
 from skiff.api.params import query
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
@@ -58,8 +59,19 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int) -
     return value
 
 
-def build(services: Services) -> APIRouter:
-    router = APIRouter(tags=["jobs"])
+class JobHandlers(NamedTuple):
+    run: Handler
+    runsync: Handler
+    status: Handler
+    requests: Handler
+    stream: Handler
+    cancel: Handler
+    retry: Handler
+    purge_queue: Handler
+    health: Handler
+
+
+def build(services: Services) -> JobHandlers:
     jobs = services.jobs
     clock = services.clock
 
@@ -75,24 +87,12 @@ def build(services: Services) -> APIRouter:
                 view["placement"] = placement_view(hold)
         return view
 
-    @router.post(
-        "/{endpoint_id}/run",
-        openapi_extra=oa.JOB_BODY,
-        responses=oa.RUN_RESPONSES,
-        summary="Submit a job (async)",
-    )
     async def run(request: Request) -> Response:
         """Queue a job; answers `{id, status: "IN_QUEUE"}`. Bodies over 10 MB answer 413."""
         async with admitted(request, "run") as endpoint:
             job = await jobs.submit(endpoint, await read_body(request, RUN_LIMIT), sync=False)
             return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post(
-        "/{endpoint_id}/runsync",
-        openapi_extra=oa.RUNSYNC_EXTRA,
-        responses=oa.RUNSYNC_RESPONSES,
-        summary="Submit a job and wait",
-    )
     async def runsync(request: Request) -> Response:
         """Queue a job and wait up to `wait` ms (1000..300000, default 90000) for it to finish.
         A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
@@ -108,12 +108,6 @@ def build(services: Services) -> APIRouter:
                 await _why_queued(endpoint, job, {"id": job.id, "status": job.status.value})
             )
 
-    @router.get(
-        "/{endpoint_id}/status/{job_id}",
-        openapi_extra=oa.STATUS_EXTRA,
-        responses=oa.STATUS_RESPONSES,
-        summary="A job's state and result",
-    )
     async def status(request: Request, job_id: str) -> Response:
         """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
         A job past its ttl or its retention window answers 404."""
@@ -125,12 +119,6 @@ def build(services: Services) -> APIRouter:
                 job = await jobs.get(endpoint, job_id)
             return json_response(await _why_queued(endpoint, job, status_view(job, clock.now())))
 
-    @router.get(
-        "/{endpoint_id}/requests",
-        openapi_extra=oa.REQUESTS_EXTRA,
-        responses=oa.REQUESTS_RESPONSES,
-        summary="The endpoint's recent jobs",
-    )
     async def requests(request: Request) -> Response:
         """Newest first, `limit` (1-200, default 50) a page; pass `nextCursor` back as
         `cursor` for the next page. No input or output: `/status` has those."""
@@ -146,11 +134,6 @@ def build(services: Services) -> APIRouter:
                 }
             )
 
-    @router.get(
-        "/{endpoint_id}/stream/{job_id}",
-        responses=oa.STREAM_RESPONSES,
-        summary="Chunks a generator handler yielded",
-    )
     async def stream(request: Request, job_id: str) -> Response:
         """Only the chunks not returned before, in order: `{id, status, stream: [{output}]}`."""
         async with admitted(request, "stream") as endpoint:
@@ -164,44 +147,24 @@ def build(services: Services) -> APIRouter:
                 body["error"] = read.job.error
             return json_response(body)
 
-    @router.post(
-        "/{endpoint_id}/cancel/{job_id}",
-        responses=oa.ID_STATUS_RESPONSES,
-        summary="Cancel a queued or running job",
-    )
     async def cancel(request: Request, job_id: str) -> Response:
         """Answers at once. A job that already finished keeps (and answers) its final state."""
         async with admitted(request, "cancel") as endpoint:
             job = await jobs.cancel(endpoint, job_id)
             return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post(
-        "/{endpoint_id}/retry/{job_id}",
-        responses=oa.ID_STATUS_RESPONSES,
-        summary="Requeue a FAILED or TIMED_OUT job",
-    )
     async def retry(request: Request, job_id: str) -> Response:
         async with admitted(request, "retry") as endpoint:
             job = await jobs.retry(endpoint, job_id)
             return json_response({"id": job.id, "status": job.status.value})
 
-    @router.post(
-        "/{endpoint_id}/purge-queue",
-        responses=oa.PURGE_RESPONSES,
-        summary="Remove every queued job",
-    )
     async def purge_queue(request: Request) -> Response:
         async with admitted(request, "purge-queue") as endpoint:
             removed = await jobs.purge_queue(endpoint)
             return json_response({"removed": removed, "status": "completed"})
 
-    @router.get(
-        "/{endpoint_id}/health",
-        responses=oa.HEALTH_RESPONSES,
-        summary="Job and worker counts",
-    )
     async def health(request: Request) -> Response:
         async with admitted(request, "health") as endpoint:
             return json_response(await jobs.health(endpoint))
 
-    return router
+    return JobHandlers(run, runsync, status, requests, stream, cancel, retry, purge_queue, health)

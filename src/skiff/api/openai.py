@@ -5,20 +5,21 @@ The job's input is ``{"openai_route": "/v1/chat/completions", "openai_input": <b
 expect. Without ``"stream": true`` the answer is the job's output as the response body; with
 it, the chunks the worker yields are relayed as ``text/event-stream`` as they arrive (a string
 chunk as it is, since such workers yield ready ``data: ...`` lines; any other value as a
-``data:`` line of JSON), and the stream ends when the job does.
+``data:`` line of JSON), and the stream ends when the job does. The handlers; their paths,
+methods and OpenAPI descriptions are declared in api/v2.py.
 """
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
-from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from skiff.api import access
 from skiff.api.body import read_body
+from skiff.api.hot import Handler
 from skiff.api.responses import json_response
 from skiff.domain import json_limits
 from skiff.domain.endpoints import Endpoint
@@ -29,15 +30,6 @@ from skiff.services.hub import Services
 BODY_LIMIT = 20 * 1024 * 1024
 #: How long a non-streaming call waits for its job, like the longest ``/runsync`` wait.
 WAIT_SECONDS = 300.0
-
-_ANSWERS: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The worker's answer (JSON), or an event stream with `stream: true`",
-        "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {}}},
-    },
-    502: {"description": "The worker failed the job (`error` says how)"},
-    504: {"description": "No answer within 300 s (the job goes on; `id` names it)"},
-}
 
 
 def _sse(output_json: str) -> bytes:
@@ -65,8 +57,13 @@ async def _gone(request: Request) -> None:
         pass
 
 
-def build(services: Services) -> APIRouter:
-    router = APIRouter(tags=["openai"])
+class OpenAIHandlers(NamedTuple):
+    chat_completions: Handler
+    completions: Handler
+    models: Handler
+
+
+def build(services: Services) -> OpenAIHandlers:
     jobs = services.jobs
 
     async def answer_or_leave(request: Request, endpoint: Endpoint, job_id: str) -> Job | None:
@@ -138,18 +135,13 @@ def build(services: Services) -> APIRouter:
                 504,
             )
 
-    @router.post(
-        "/{endpoint_id}/openai/v1/chat/completions", responses=_ANSWERS, summary="Chat completion"
-    )
     async def chat_completions(request: Request) -> Response:
         return await call(request, "/v1/chat/completions", with_body=True)
 
-    @router.post("/{endpoint_id}/openai/v1/completions", responses=_ANSWERS, summary="Completion")
     async def completions(request: Request) -> Response:
         return await call(request, "/v1/completions", with_body=True)
 
-    @router.get("/{endpoint_id}/openai/v1/models", responses=_ANSWERS, summary="Models")
     async def models(request: Request) -> Response:
         return await call(request, "/v1/models", with_body=False)
 
-    return router
+    return OpenAIHandlers(chat_completions, completions, models)

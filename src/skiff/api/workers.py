@@ -2,13 +2,16 @@
 
 Workers authenticate with a token scoped to their endpoint (``Authorization: <token>``, as the
 runpod SDK sends ``RUNPOD_AI_API_KEY``). Every answer here is what the SDK 1.12.0 expects.
+The handlers; their paths, methods and OpenAPI descriptions are declared in api/v2.py.
 """
 
-from fastapi import APIRouter
+from typing import NamedTuple
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api.body import read_body
+from skiff.api.hot import Handler
 from skiff.api.lean_http import CONNECTED
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
@@ -21,8 +24,16 @@ NO_CONTENT = 204
 MAX_BATCH = 64
 
 
-def build(services: Services) -> APIRouter:
-    router = APIRouter(tags=["worker protocol"])
+class WorkerHandlers(NamedTuple):
+    job_take: Handler
+    job_take_batch: Handler
+    job_stop: Handler
+    job_done: Handler
+    job_stream: Handler
+    ping: Handler
+
+
+def build(services: Services) -> WorkerHandlers:
     dispatch = services.dispatch
     hold = services.settings.take_hold_seconds
 
@@ -46,7 +57,6 @@ def build(services: Services) -> APIRouter:
 
         return check
 
-    @router.get("/{endpoint_id}/job-take/{worker_id}", summary="Long-poll for one job")
     async def job_take(request: Request, worker_id: str) -> Response:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time."""
         endpoint = await endpoint_of(request)
@@ -57,7 +67,6 @@ def build(services: Services) -> APIRouter:
             return Response(status_code=NO_CONTENT)
         return json_response(worker_payload(jobs[0]))
 
-    @router.get("/{endpoint_id}/job-take-batch/{worker_id}", summary="Long-poll for jobs")
     async def job_take_batch(request: Request, worker_id: str) -> Response:
         """200 with a list of at most `batch_size` jobs, or 204."""
         endpoint = await endpoint_of(request)
@@ -73,7 +82,6 @@ def build(services: Services) -> APIRouter:
             return Response(status_code=NO_CONTENT)
         return json_response([worker_payload(j) for j in jobs])
 
-    @router.get("/{endpoint_id}/job-stop/{worker_id}", summary="Long-poll for jobs to stop")
     async def job_stop(request: Request, worker_id: str) -> Response:
         """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
         endpoint = await endpoint_of(request)
@@ -82,7 +90,6 @@ def build(services: Services) -> APIRouter:
             return Response(status_code=NO_CONTENT)
         return json_response({"jobsToStop": ids})
 
-    @router.post("/{endpoint_id}/job-done/{worker_id}/{job_id}", summary="Report a result")
     async def job_done(request: Request, worker_id: str, job_id: str) -> Response:
         """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
         update; `error` fails the job; anything else completes it. A body nested too deep to
@@ -94,7 +101,6 @@ def build(services: Services) -> APIRouter:
             return json_response({"error": refused}, 400)
         return json_response({"ok": True})
 
-    @router.post("/{endpoint_id}/job-stream/{worker_id}/{job_id}", summary="Report a chunk")
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
         body = await read_body(request, RESULT_LIMIT)
@@ -103,7 +109,6 @@ def build(services: Services) -> APIRouter:
             return json_response({"error": refused}, 400)
         return json_response({"ok": True})
 
-    @router.get("/{endpoint_id}/ping/{worker_id}", summary="Heartbeat")
     async def ping(request: Request, worker_id: str) -> Response:
         """Renews the leases of the jobs named in `job_id` (comma-separated)."""
         endpoint = await endpoint_of(request)
@@ -113,4 +118,4 @@ def build(services: Services) -> APIRouter:
         await dispatch.ping(endpoint, worker_id, job_ids)
         return json_response({"ok": True})
 
-    return router
+    return WorkerHandlers(job_take, job_take_batch, job_stop, job_done, job_stream, ping)

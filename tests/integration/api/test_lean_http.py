@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from skiff.api import errors
 from skiff.api.body import read_body
-from skiff.api.hot import HotRoutes, WithHotRoutes
+from skiff.api.hot import Handler, HotRoutes, WithHotRoutes
 from skiff.api.lean_http import CONNECTED, LEAN_BODY_LIMIT, lean_protocol
 from skiff.api.responses import json_response
 from skiff.errors import NotFound
@@ -60,6 +60,12 @@ def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
         return Response(status_code=204)
 
     return router
+
+
+def _direct(router: APIRouter) -> list[tuple[str, str, Handler]]:
+    """The router's routes as ``HotRoutes`` takes them (api/v2.py makes them so for /v2)."""
+    routes = [r for r in router.routes if isinstance(r, APIRoute)]
+    return [(m, r.path, r.endpoint) for r in routes for m in sorted(r.methods)]
 
 
 class _Counting:
@@ -122,8 +128,7 @@ async def server() -> AsyncIterator[Running]:
     errors.install(inner, "error")
     inner.include_router(router)
     app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
-    routes = [r for r in router.routes if isinstance(r, APIRoute)]
-    app.hot = HotRoutes("/v2", routes, errors.responder("error"))
+    app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
