@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from skiff.api.responses import json_response
 from skiff.errors import Invalid, SkiffError, TooManyRequests
-from skiff.store import unavailable
+from skiff.services.outages import database_unreachable
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def handlers(key: str) -> dict[type[Exception], ErrorHandler]:
         return json_response(error_body(key, str(exc.detail)), exc.status_code)
 
     async def unexpected(_request: Request, exc: Exception) -> Response:
-        if unavailable(exc):
+        if database_unreachable(exc):
             # Nothing was lost: what was accepted is committed, and the caller may retry.
             log.warning("the database is unreachable: %r", exc)
             response = json_response(

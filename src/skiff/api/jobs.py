@@ -14,17 +14,20 @@ from skiff.api.hot import Handler
 from skiff.api.params import query
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
+from skiff.domain.health import health_view
 from skiff.domain.jobs import (
     FINAL_STATES,
     Job,
     JobStatus,
+    parse_job_request,
     parse_status_ttl,
     request_view,
     status_view,
 )
+from skiff.domain.placement import placement_view
+from skiff.domain.streams import chunk_view
 from skiff.errors import Invalid
 from skiff.services.hub import Services
-from skiff.services.jobs import chunk_view, placement_view
 
 RUN_LIMIT = 10 * 1024 * 1024
 RUNSYNC_LIMIT = 20 * 1024 * 1024
@@ -90,7 +93,9 @@ def build(services: Services) -> JobHandlers:
     async def run(request: Request) -> Response:
         """Queue a job; answers `{id, status: "IN_QUEUE"}`. Bodies over 10 MB answer 413."""
         async with admitted(request, "run") as endpoint:
-            job = await jobs.submit(endpoint, await read_body(request, RUN_LIMIT), sync=False)
+            body = await read_body(request, RUN_LIMIT)
+            job_request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
+            job = await jobs.submit(endpoint, job_request, sync=False)
             return json_response({"id": job.id, "status": job.status.value})
 
     async def runsync(request: Request) -> Response:
@@ -100,7 +105,8 @@ def build(services: Services) -> JobHandlers:
             wait_ms = _wait_ms(request)
             given = wait_ms if query(request, "wait") is not None else None
             body = await read_body(request, RUNSYNC_LIMIT)
-            job = await jobs.submit(endpoint, body, sync=True, wait_ms=given)
+            job_request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
+            job = await jobs.submit(endpoint, job_request, sync=True, wait_ms=given)
             job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
             if job.status in FINAL_STATES:
                 return json_response(status_view(job, clock.now()))
@@ -165,6 +171,6 @@ def build(services: Services) -> JobHandlers:
 
     async def health(request: Request) -> Response:
         async with admitted(request, "health") as endpoint:
-            return json_response(await jobs.health(endpoint))
+            return json_response(health_view(await jobs.health(endpoint)))
 
     return JobHandlers(run, runsync, status, requests, stream, cancel, retry, purge_queue, health)

@@ -2,7 +2,6 @@
 signing secret)."""
 
 import asyncio
-import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -14,20 +13,22 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 
-from skiff.api import errors
+from skiff.api import credentials, errors
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.body_gate import BodyGate
+from skiff.domain import times
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.placement import HoldCause
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
+from skiff.domain.users import User
+from skiff.domain.workers import WorkerReport
 from skiff.errors import Invalid, NotFound
 from skiff.services.hub import Services
 from skiff.services.logs import LogFollower, WorkerLogs
 from skiff.services.peer_logs import LOCAL_HEADER
-from skiff.store.base import User
 
 
 class WorkerOut(BaseModel):
@@ -37,8 +38,10 @@ class WorkerOut(BaseModel):
     )
     kind: str = Field(description="local (started by skiff) or external")
     version: int
-    startedAt: float
-    lastSeen: float | None = None
+    startedAt: str = Field(description="When it started (ISO-8601, UTC, milliseconds)")
+    lastSeen: str | None = Field(
+        default=None, description="When it last called in (ISO-8601, UTC, milliseconds)"
+    )
     gpu: str | None = Field(default=None, description="The GPU type it holds")
     gpuIds: str | None = Field(default=None, description="Its CUDA_VISIBLE_DEVICES, e.g. 0,1")
     pid: int | None = None
@@ -126,8 +129,21 @@ class EndpointOut(EndpointSpec):
     )
 
 
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
+def _worker_out(report: WorkerReport) -> WorkerOut:
+    w = report.worker
+    return WorkerOut(
+        id=w.id,
+        state=w.state.value,
+        kind=w.kind.value,
+        version=w.version,
+        startedAt=times.iso(w.started_at),
+        lastSeen=times.iso(w.last_seen) if w.last_seen is not None else None,
+        gpu=w.gpu,
+        gpuIds=w.gpu_ids,
+        pid=w.pid,
+        replica=w.owner,
+        jobs=report.jobs,
+    )
 
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
@@ -143,10 +159,13 @@ def build(services: Services) -> FastAPI:
         checked: User | None = request.scope.get(USER)
         if checked is not None:  # a request with a body: checked before it was read
             return checked
-        return await services.auth.authenticate(request.headers.get("authorization"))
+        return await services.auth.authenticate(
+            credentials.api_key(request.headers.get("authorization"))
+        )
 
     async def admit(request: Request) -> int:
-        request.scope[USER] = await services.auth.authenticate(request.headers.get("authorization"))
+        key = credentials.api_key(request.headers.get("authorization"))
+        request.scope[USER] = await services.auth.authenticate(key)
         return BODY_LIMIT
 
     UserDep = Annotated[User, Depends(current_user)]
@@ -265,7 +284,7 @@ def build(services: Services) -> FastAPI:
             id=endpoint.id,
             userId=endpoint.userId,
             version=endpoint.version,
-            createdAt=_iso(endpoint.createdAt),
+            createdAt=times.iso(endpoint.createdAt),
         )
         if include_template:
             out.template = await services.templates.get(user, endpoint.spec.templateId)
@@ -274,17 +293,15 @@ def build(services: Services) -> FastAPI:
             out.lastWorkerFailure = WorkerFailureOut(
                 error=failure.error,
                 failedStarts=failure.failed_starts,
-                at=_iso(failure.at),
-                nextStartAt=_iso(failure.next_start_at),
+                at=times.iso(failure.at),
+                nextStartAt=times.iso(failure.next_start_at),
                 lastLogLines=failure.last_log_lines,
             )
         hold = await services.placement.why(endpoint)
         if hold is not None:
             out.placement = PlacementOut(cause=hold.cause, reason=hold.reason)
         if include_workers:
-            out.workers = [
-                WorkerOut(**w) for w in await services.endpoints.workers_view(endpoint.id)
-            ]
+            out.workers = [_worker_out(r) for r in await services.endpoints.workers_of(endpoint.id)]
         return out
 
     IncludeTemplate = Annotated[bool, Query(alias="includeTemplate")]

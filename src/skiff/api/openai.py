@@ -9,7 +9,7 @@ chunk as it is, since such workers yield ready ``data: ...`` lines; any other va
 methods and OpenAPI descriptions are declared in api/v2.py.
 """
 
-import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, NamedTuple
 
@@ -23,13 +23,11 @@ from skiff.api.hot import Handler
 from skiff.api.responses import json_response
 from skiff.domain import json_limits
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, Job, JobStatus
 from skiff.errors import Invalid
 from skiff.services.hub import Services
+from skiff.services.openai_calls import Ending
 
 BODY_LIMIT = 20 * 1024 * 1024
-#: How long a non-streaming call waits for its job, like the longest ``/runsync`` wait.
-WAIT_SECONDS = 300.0
 
 
 def _sse(output_json: str) -> bytes:
@@ -64,76 +62,44 @@ class OpenAIHandlers(NamedTuple):
 
 
 def build(services: Services) -> OpenAIHandlers:
-    jobs = services.jobs
-
-    async def answer_or_leave(request: Request, endpoint: Endpoint, job_id: str) -> Job | None:
-        """The job once final (or as it is after ``WAIT_SECONDS``); None if the client went
-        away first. Its answer is then no longer wanted: the job is cancelled (freeing the
-        worker), and returning ends the caller's ``admitted`` (freeing its concurrency slot)
-        at once instead of after the whole wait."""
-        waiting = asyncio.ensure_future(jobs.wait_until_final(endpoint, job_id, WAIT_SECONDS))
-        leaving = asyncio.ensure_future(_gone(request))
-        try:
-            await asyncio.wait((waiting, leaving), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiting.cancel()
-            leaving.cancel()
-        if waiting.done() and not waiting.cancelled():
-            return waiting.result()
-        await jobs.cancel(endpoint, job_id)
-        return None
+    calls = services.openai_calls
 
     async def relay(endpoint: Endpoint, job_id: str) -> AsyncIterator[bytes]:
-        finished = False
-        try:
-            async for read in jobs.follow_stream(endpoint, job_id):
-                for chunk in read.chunks:
-                    yield _sse(chunk.output_json)
-                if read.job.status in FINAL_STATES and not read.chunks:
-                    finished = True
-                    if read.job.status is not JobStatus.COMPLETED:
-                        error = read.job.error or read.job.status.value
-                        yield b"data: " + orjson.dumps({"error": {"message": error}}) + b"\n\n"
-        finally:
-            if not finished:
-                # The client went away: its answer is no longer wanted, so free the worker.
-                await jobs.cancel(endpoint, job_id)
+        # Closed with this generator, so a client that went away cancels the job at once.
+        async with contextlib.aclosing(calls.events(endpoint, job_id)) as events:
+            async for event in events:
+                if event.output_json is not None:
+                    yield _sse(event.output_json)
+                else:
+                    yield b"data: " + orjson.dumps({"error": {"message": event.error}}) + b"\n\n"
 
     async def call(request: Request, route: str, with_body: bool) -> Response:
         async with access.admitted(services, request, "openai") as endpoint:
-            job_input: dict[str, Any] = {"openai_route": route}
-            stream = False
+            body: dict[str, Any] | None = None
             if with_body:
                 raw = await read_body(request, BODY_LIMIT)
                 try:
-                    body, too_deep = json_limits.loads(raw)
+                    doc, too_deep = json_limits.loads(raw)
                 except orjson.JSONDecodeError:
                     raise Invalid("the body is not valid JSON", field="body") from None
                 if too_deep:
                     raise Invalid(f"the body is {json_limits.TOO_DEEP}", field="body")
-                if not isinstance(body, dict):
+                if not isinstance(doc, dict):
                     raise Invalid("the body must be a JSON object", field="body")
-                job_input["openai_input"] = body
-                stream = body.get("stream") is True
-            job = await jobs.submit(
-                endpoint, orjson.dumps({"input": job_input}), sync=True, wait_ms=300_000
-            )
-            if stream:
+                body = doc
+            job = await calls.start(endpoint, route, body)
+            if body is not None and body.get("stream") is True:
                 return StreamingResponse(relay(endpoint, job.id), media_type="text/event-stream")
-            final = await answer_or_leave(request, endpoint, job.id)
-            if final is None:  # nobody to answer; 499 as proxies log a client that left
+            # Returning ends the caller's ``admitted`` (freeing its concurrency slot) as soon
+            # as the client leaves, not after the whole wait.
+            outcome = await calls.outcome(endpoint, job, lambda: _gone(request))
+            if outcome.ending is Ending.LEFT:
+                # nobody to answer; 499 as proxies log a client that left
                 return Response(status_code=499)
-            job = final
-            if job.status is JobStatus.COMPLETED:
-                return Response(_answer(job.output_json), media_type="application/json")
-            if job.status in FINAL_STATES:
-                return json_response(
-                    {"error": job.error or f"the job ended {job.status.value}", "id": job.id}, 502
-                )
-            return json_response(
-                {"error": "no answer from a worker within 300 s; the job goes on", "id": job.id},
-                504,
-            )
+            if outcome.ending is Ending.ANSWERED:
+                return Response(_answer(outcome.job.output_json), media_type="application/json")
+            status = 502 if outcome.ending is Ending.FAILED else 504
+            return json_response({"error": outcome.error, "id": job.id}, status)
 
     async def chat_completions(request: Request) -> Response:
         return await call(request, "/v1/chat/completions", with_body=True)

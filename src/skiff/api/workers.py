@@ -10,12 +10,14 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import Response
 
+from skiff.api import credentials
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
 from skiff.api.lean_http import CONNECTED
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
+from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.services.dispatch import StillConnected
 from skiff.services.hub import Services
 
@@ -39,7 +41,8 @@ def build(services: Services) -> WorkerHandlers:
 
     async def endpoint_of(request: Request) -> Endpoint:
         endpoint_id = request.path_params["endpoint_id"]
-        await services.auth.check_worker(endpoint_id, request.headers.get("authorization"))
+        token = credentials.worker_token(request.headers.get("authorization"))
+        await services.auth.check_worker(endpoint_id, token)
         return await services.endpoints.recent_copy(endpoint_id)
 
     def holds_jobs(request: Request) -> bool | None:
@@ -95,16 +98,16 @@ def build(services: Services) -> WorkerHandlers:
         update; `error` fails the job; anything else completes it. A body nested too deep to
         store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
-        body = await read_body(request, RESULT_LIMIT)
-        refused = await dispatch.done(endpoint, worker_id, job_id, body)
+        result = parse_worker_result(await read_body(request, RESULT_LIMIT))
+        refused = await dispatch.done(endpoint, worker_id, job_id, result)
         if refused is not None:
             return json_response({"error": refused}, 400)
         return json_response({"ok": True})
 
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
-        body = await read_body(request, RESULT_LIMIT)
-        refused = await dispatch.stream(endpoint, worker_id, job_id, body)
+        chunk = read_stream_chunk(await read_body(request, RESULT_LIMIT))
+        refused = await dispatch.stream(endpoint, worker_id, job_id, chunk)
         if refused is not None:
             return json_response({"error": refused}, 400)
         return json_response({"ok": True})

@@ -26,9 +26,9 @@ from skiff.console import csrf, render
 from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.keys import hash_key
+from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.services.hub import Services
-from skiff.store.base import User
 
 HERE = Path(__file__).parent
 
@@ -70,7 +70,7 @@ class Visitor:
 class Console:
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.sessions = Sessions(lambda: services.store.secret(SECRET_NAME))
+        self.sessions = Sessions(lambda: services.auth.server_secret(SECRET_NAME))
         self.pages = render.environment(HERE / "templates")
 
     # -- who is asking -------------------------------------------------------------------
@@ -86,10 +86,7 @@ class Console:
     async def user_of(self, key_digest: str) -> User | None:
         """The user of a key by its digest, if the key is still valid (a revoked key ends the
         sessions made with it)."""
-        found = await self.services.store.find_api_key(key_digest)
-        if found is None or found[0].revoked_at is not None:
-            return None
-        return found[1]
+        return await self.services.auth.user_of_digest(key_digest)
 
     async def user_of_key(self, api_key: str) -> User | None:
         return await self.user_of(hash_key(api_key.strip()))

@@ -22,8 +22,10 @@ from skiff.domain.endpoints import (
     ScalerType,
     apply_endpoint_update,
 )
+from skiff.domain.health import health_view
 from skiff.domain.jobs import JobStatus
 from skiff.domain.templates import Template, TemplateCategory, TemplateCreate
+from skiff.domain.workers import WorkerReport
 from skiff.errors import Conflict, Invalid
 
 #: The endpoint input a form saves: a new endpoint's or an edit's.
@@ -82,7 +84,7 @@ async def endpoint_rows(console: Console, visitor: Visitor) -> list[dict[str, An
         rows.append(
             {
                 "endpoint": endpoint,
-                "health": await services.jobs.health(endpoint),
+                "health": health_view(await services.jobs.health(endpoint)),
                 "failure": await services.fleet.failure(endpoint.id),
             }
         )
@@ -100,15 +102,30 @@ async def endpoint_list(console: Console, request: Request, visitor: Visitor) ->
     )
 
 
+def worker_row(report: WorkerReport) -> dict[str, Any]:
+    """A worker as the detail page's table reads it."""
+    w = report.worker
+    return {
+        "id": w.id,
+        "state": w.state.value,
+        "kind": w.kind.value,
+        "version": w.version,
+        "startedAt": w.started_at,
+        "gpu": w.gpu,
+        "gpuIds": w.gpu_ids,
+        "jobs": report.jobs,
+    }
+
+
 async def live_state(console: Console, endpoint: Endpoint) -> dict[str, Any]:
     """What the detail page refreshes by itself: health, workers, the newest jobs."""
     services = console.services
     jobs, _ = await services.jobs.recent(endpoint, RECENT_JOBS, None)
     return {
         "endpoint": endpoint,
-        "health": await services.jobs.health(endpoint),
+        "health": health_view(await services.jobs.health(endpoint)),
         "failure": await services.fleet.failure(endpoint.id),
-        "workers": await services.endpoints.workers_view(endpoint.id),
+        "workers": [worker_row(r) for r in await services.endpoints.workers_of(endpoint.id)],
         "jobs": jobs,
     }
 

@@ -15,9 +15,9 @@ from skiff.console.app import Console, json_answer
 from skiff.console.endpoint_pages import detail_page
 from skiff.console.forms import without_s3_secret
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, status_view
+from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request, status_view
+from skiff.domain.streams import chunk_view
 from skiff.errors import Invalid
-from skiff.services.jobs import chunk_view
 
 Handler = Callable[[Request], Awaitable[Response]]
 #: The largest job body the request panel sends (the size ``/run`` takes).
@@ -96,7 +96,8 @@ def routes(console: Console) -> list[BaseRoute]:
         try:
             if len(body.encode()) > BODY_LIMIT:
                 raise Invalid("the job body is over 10 MB", field="body")
-            job = await services.jobs.submit(endpoint, body.encode(), sync=False)
+            job_request = parse_job_request(body.encode(), endpoint.spec.executionTimeoutMs)
+            job = await services.jobs.submit(endpoint, job_request, sync=False)
         except Invalid as exc:
             if wants_json:
                 return json_answer({"error": exc.message, "field": exc.field}, 400)

@@ -50,7 +50,7 @@ def routes(console: Console) -> list[BaseRoute]:
         tail = _tail(request)
         workers = sorted(
             set(await asyncio.to_thread(worker_logs.workers, endpoint.id))
-            | {w["id"] for w in await services.endpoints.workers_view(endpoint.id)}
+            | {r.worker.id for r in await services.endpoints.workers_of(endpoint.id)}
         )
         return console.page(
             request,

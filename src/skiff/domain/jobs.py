@@ -126,6 +126,23 @@ class JobRequest:
     s3_config_json: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    """How many of an endpoint's jobs are in each state."""
+
+    in_queue: int = 0
+    in_progress: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    retried: int = 0
+    #: Normal-priority jobs waiting: the ones that may raise the worker count.
+    in_queue_normal: int = 0
+    #: When the oldest normal-priority job waiting was submitted (None when none waits).
+    oldest_queued_at: float | None = None
+
+
 @dataclass(slots=True)
 class Job:
     id: str

@@ -33,6 +33,11 @@ class Hold:
     reason: str
 
 
+def placement_view(hold: Hold) -> dict[str, str]:
+    """The ``placement`` key of ``/health`` and of a queued job's ``/status`` and ``/runsync``."""
+    return {"cause": hold.cause.value, "reason": hold.reason}
+
+
 def describe_gpus(gpus: Sequence[Gpu]) -> str:
     """``"2 x NVIDIA GeForce RTX 4090, 1 x NVIDIA H100 80GB HBM3"``, or ``"no GPUs"``."""
     counts = Counter(g.name for g in sorted(gpus, key=lambda g: g.index))

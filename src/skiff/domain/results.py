@@ -81,3 +81,23 @@ def parse_stream_chunk(body: bytes) -> tuple[str, str | None]:
         metrics_json = orjson.dumps(metrics).decode() if isinstance(metrics, dict) else None
         return orjson.dumps(doc["output"]).decode(), metrics_json
     return orjson.dumps(doc).decode(), None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerChunk:
+    """A job-stream body as read: the chunk, or why it cannot be stored."""
+
+    output_json: str
+    metrics_json: str | None
+    #: The chunk is nested too deep to store: its job fails with this reason. Dropping it
+    #: silently would hand the client a stream with a hole in it.
+    refused: str | None = None
+
+
+def read_stream_chunk(body: bytes) -> WorkerChunk:
+    """``parse_stream_chunk``, with a chunk nested too deep as a refusal rather than raised."""
+    try:
+        output_json, metrics_json = parse_stream_chunk(body)
+    except ChunkTooDeep as exc:
+        return WorkerChunk("null", None, refused=str(exc))
+    return WorkerChunk(output_json, metrics_json)

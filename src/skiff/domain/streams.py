@@ -11,7 +11,28 @@ The chunk's ``metrics`` (if any) ride on the last piece.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import orjson
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One stored chunk of a job's stream, its JSON kept as text."""
+
+    seq: int
+    output_json: str
+    metrics_json: str | None
+
+
+def chunk_view(chunk: StreamChunk) -> dict[str, Any]:
+    """A chunk as ``/stream`` answers it (and the console shows it)."""
+    view: dict[str, Any] = {"output": orjson.Fragment(chunk.output_json)}
+    if chunk.metrics_json is not None:
+        view["metrics"] = orjson.Fragment(chunk.metrics_json)
+    return view
+
 
 MAX_CHUNK_BYTES = 1024 * 1024
 #: Room for ``{"skiffPart":{"part":...,"parts":...,"json":...}}`` around a piece.

@@ -63,3 +63,12 @@ class Worker:
     def is_pending(self) -> bool:
         """Wanted but without a process: waiting for a GPU, or backed off after failed starts."""
         return self.state in (WorkerState.THROTTLED, WorkerState.UNHEALTHY)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerReport:
+    """A worker as its endpoint's pages show it: its record and the jobs it holds."""
+
+    worker: Worker
+    #: Ids of the jobs it holds, sorted.
+    jobs: list[str]

@@ -9,9 +9,10 @@ from cachetools import LRUCache, TTLCache
 
 from skiff.clock import Clock
 from skiff.domain import keys
+from skiff.domain.users import User
 from skiff.errors import Conflict, Unauthorized
 from skiff.ids import short_id
-from skiff.store.base import ApiKey, Store, User
+from skiff.store.base import ApiKey, Store
 
 ADMIN_USER = "admin"
 #: Worker tokens remembered as checked; past this many the least recently used is forgotten.
@@ -27,12 +28,6 @@ class IssuedKey:
     user: User
 
 
-def _strip_scheme(header: str) -> str:
-    """``Bearer <key>`` (any case) or the bare key, as the job interface accepts both."""
-    scheme, _, rest = header.strip().partition(" ")
-    return rest.strip() if rest and scheme.lower() == "bearer" else header.strip()
-
-
 class Auth:
     def __init__(self, store: Store, clock: Clock, cache_seconds: float) -> None:
         self._store = store
@@ -46,42 +41,37 @@ class Auth:
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
 
-    async def authenticate(self, raw: str | None, *, bare_ok: bool = False) -> User:
-        """The user of an ``Authorization`` header: ``Bearer <key>``, as the platform's API and
-        the runpod SDK send it. ``bare_ok`` also takes the key alone, which the job interface
-        (``/v2``) accepts because the hosted platform's examples send it so."""
-        if not raw:
-            raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-        scheme, _, rest = raw.strip().partition(" ")
-        if not bare_ok and (scheme.lower() != "bearer" or not rest.strip()):
-            raise Unauthorized(
-                "send the API key as 'Authorization: Bearer <key>' "
-                "(the key alone is accepted on /v2 only)"
-            )
-        key = _strip_scheme(raw)
+    async def authenticate(self, key: str) -> User:
+        """The user of an API key (``api/credentials.py`` reads it from the request)."""
         digest = keys.hash_key(key)
         try:  # a cached None (an unknown or revoked key) is an answer too, hence no .get()
             user = self._cache[digest]
         except KeyError:
-            found = await self._store.find_api_key(digest)
-            user = found[1] if found is not None and found[0].revoked_at is None else None
+            user = await self.user_of_digest(digest)
             self._cache[digest] = user
         if user is None:
             raise Unauthorized("invalid or revoked API key")
         return user
 
+    async def user_of_digest(self, digest: str) -> User | None:
+        """The user of a key by its hash, if the key is known and not revoked, read now (the
+        console's sessions hold the hash, and a revoked key ends them at once)."""
+        found = await self._store.find_api_key(digest)
+        return found[1] if found is not None and found[0].revoked_at is None else None
+
+    async def server_secret(self, name: str) -> bytes:
+        """A secret of this server (made on first use, the same on every replica)."""
+        return await self._store.secret(name)
+
     async def worker_secret(self) -> bytes:
         if self._worker_secret is None:
-            self._worker_secret = await self._store.secret("worker-token")
+            self._worker_secret = await self.server_secret("worker-token")
         return self._worker_secret
 
     async def worker_token(self, endpoint_id: str) -> str:
         return keys.worker_token(await self.worker_secret(), endpoint_id)
 
-    async def check_worker(self, endpoint_id: str, raw: str | None) -> None:
-        if not raw:
-            raise Unauthorized("missing worker token")
-        token = _strip_scheme(raw)
+    async def check_worker(self, endpoint_id: str, token: str) -> None:
         # Every worker request carries its token: remember the ones already checked rather
         # than compute an HMAC each time (the secret never changes while skiff runs).
         if self._checked_tokens.get(token) == endpoint_id:

@@ -13,12 +13,7 @@ from collections.abc import Awaitable, Callable
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
-from skiff.domain.results import (
-    ChunkTooDeep,
-    Outcome,
-    parse_stream_chunk,
-    parse_worker_result,
-)
+from skiff.domain.results import Outcome, WorkerChunk, WorkerResult
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.metrics import Metrics
@@ -127,11 +122,11 @@ class Dispatch:
                 woken = True
 
     async def done(
-        self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes
+        self, endpoint: Endpoint, worker_id: str, job_id: str, result: WorkerResult
     ) -> str | None:
-        """Record a job-done body. Returns why the result was refused (the job then FAILED
-        with that reason), or None when it was taken as sent."""
-        result = parse_worker_result(body)
+        """Record a job-done result (``domain.results.parse_worker_result`` reads it from the
+        body). Returns why the result was refused (the job then FAILED with that reason), or
+        None when it was taken as sent."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         if result.stop_pod:
             await self._workers.mark_recycle(worker)
@@ -166,18 +161,16 @@ class Dispatch:
             await self._workers.jobs_released(worker, [job_id])
 
     async def stream(
-        self, endpoint: Endpoint, worker_id: str, job_id: str, body: bytes
+        self, endpoint: Endpoint, worker_id: str, job_id: str, chunk: WorkerChunk
     ) -> str | None:
-        """Append a job-stream chunk. A chunk that cannot be stored (nested too deep) FAILS
-        the job with the reason, which is returned; None when the chunk was kept."""
+        """Append a job-stream chunk (``domain.results.read_stream_chunk`` reads it). A chunk
+        that cannot be stored (nested too deep) FAILS the job with the reason, which is
+        returned; None when the chunk was kept."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        try:
-            output_json, metrics_json = parse_stream_chunk(body)
-        except ChunkTooDeep as exc:
-            # Dropping the chunk silently would hand the client a stream with a hole in it.
-            await self._finish(worker, job_id, JobStatus.FAILED, None, str(exc))
-            return str(exc)
-        pieces = split_chunk(output_json, metrics_json)
+        if chunk.refused is not None:
+            await self._finish(worker, job_id, JobStatus.FAILED, None, chunk.refused)
+            return chunk.refused
+        pieces = split_chunk(chunk.output_json, chunk.metrics_json)
         if await self._store.append_stream_chunks(job_id, worker_id, pieces):
             self._wakeups.notify(f"job:{job_id}")
         return None

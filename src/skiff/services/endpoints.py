@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from cachetools import TTLCache
 from pydantic import ValidationError
 
@@ -16,12 +14,14 @@ from skiff.domain.endpoints import (
     rolls_workers,
     spec_from_create,
 )
+from skiff.domain.users import User
+from skiff.domain.workers import WorkerReport
 from skiff.errors import Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
-from skiff.store.base import Store, User
+from skiff.store.base import Store
 
 #: How long the job routes reuse an endpoint they read (``Endpoints.for_jobs``).
 RECENT_SECONDS = 1.0
@@ -130,20 +130,9 @@ class Endpoints:
         self._wakeups.notify(f"ep:{endpoint_id}")
         self._wakeups.notify("scaler")
 
-    async def workers_view(self, endpoint_id: str) -> list[dict[str, Any]]:
+    async def workers_of(self, endpoint_id: str) -> list[WorkerReport]:
+        """The endpoint's workers, each with the jobs it holds."""
         return [
-            {
-                "id": w.id,
-                "state": w.state.value,
-                "kind": w.kind.value,
-                "version": w.version,
-                "startedAt": w.started_at,
-                "lastSeen": w.last_seen,
-                "gpu": w.gpu,
-                "gpuIds": w.gpu_ids,
-                "pid": w.pid,
-                "replica": w.owner,
-                "jobs": sorted(await self._workers.held(w.id)),
-            }
+            WorkerReport(worker=w, jobs=sorted(await self._workers.held(w.id)))
             for w in await self._workers.of_endpoint(endpoint_id)
         ]

@@ -10,6 +10,7 @@ from skiff.cluster.local import LocalCluster
 from skiff.config import Settings
 from skiff.providers.capacity import host_worker_limit
 from skiff.providers.gpus import inventory
+from skiff.services.admission import Admission
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
@@ -17,6 +18,7 @@ from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
+from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
 from skiff.services.placement import Placement
 from skiff.services.ratelimits import RateLimits
@@ -50,6 +52,8 @@ class Services:
     reaper: Reaper
     webhooks: WebhookSender
     rate_limits: RateLimits
+    admission: Admission
+    openai_calls: OpenAICalls
     metrics: Metrics
     cluster: Cluster
     peer_logs: PeerLogs
@@ -100,6 +104,12 @@ class Services:
             await check_webhook_url(url, settings.webhook_allow_private)
 
         jobs.webhook_guard = webhook_guard
+        endpoints = Endpoints(store, clock, wakeups, workers, fleet)
+        rate_limits = RateLimits(
+            settings.rate_limits,
+            settings.rate_requests_per_worker,
+            storage=settings.rate_limit_storage,
+        )
         return cls(
             settings=settings,
             clock=clock,
@@ -111,7 +121,7 @@ class Services:
             fleet=fleet,
             gpus=gpus,
             jobs=jobs,
-            endpoints=Endpoints(store, clock, wakeups, workers, fleet),
+            endpoints=endpoints,
             templates=Templates(store, clock, wakeups),
             registry_auths=RegistryAuths(store, clock),
             scaler=Scaler(
@@ -134,11 +144,9 @@ class Services:
                 worker_silence=settings.worker_silence_seconds,
                 stop_grace=settings.stop_grace_seconds,
             ),
-            rate_limits=RateLimits(
-                settings.rate_limits,
-                settings.rate_requests_per_worker,
-                storage=settings.rate_limit_storage,
-            ),
+            rate_limits=rate_limits,
+            admission=Admission(auth, endpoints, workers, rate_limits),
+            openai_calls=OpenAICalls(jobs),
             metrics=metrics,
             cluster=cluster,
             peer_logs=PeerLogs(cluster),

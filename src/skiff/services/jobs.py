@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
 from cachetools import TTLCache
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.jobs import FINAL_STATES, Job, JobStatus, parse_job_request, retention_ms
+from skiff.domain.health import Health
+from skiff.domain.jobs import FINAL_STATES, Job, JobRequest, JobStatus, retention_ms
 from skiff.domain.placement import Hold
+from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.ids import job_id
 from skiff.services.wakeups import Wakeups
-from skiff.store.base import Store, StreamChunk
+from skiff.store.base import Store
 
 #: How long ``held_back`` reuses a reading of why an endpoint's workers are held back.
 HOLD_READ_SECONDS = 1.0
@@ -53,9 +53,9 @@ class Jobs:
         )
 
     async def submit(
-        self, endpoint: Endpoint, body: bytes, sync: bool, wait_ms: int | None = None
+        self, endpoint: Endpoint, request: JobRequest, sync: bool, wait_ms: int | None = None
     ) -> Job:
-        request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
+        """Queue a job (``domain.jobs.parse_job_request`` reads a request from its body)."""
         if request.webhook is not None and self.webhook_guard is not None:
             await self.webhook_guard(request.webhook)
         job = Job(
@@ -185,48 +185,11 @@ class Jobs:
     async def purge_queue(self, endpoint: Endpoint) -> int:
         return await self._store.purge_queue(endpoint.id)
 
-    async def health(self, endpoint: Endpoint) -> dict[str, Any]:
+    async def health(self, endpoint: Endpoint) -> Health:
         counts = await self._store.job_counts(endpoint.id)
         workers = await self._store.list_workers(endpoint.id)
-        by_state = {state: 0 for state in WorkerState}
+        by_state = dict.fromkeys(WorkerState, 0)
         for worker in workers:
             by_state[worker.state] += 1
-        report: dict[str, Any] = {
-            "jobs": {
-                "completed": counts.completed,
-                "failed": counts.failed,
-                "inProgress": counts.in_progress,
-                "inQueue": counts.in_queue,
-                "retried": counts.retried,
-                "cancelled": counts.cancelled,
-                "timedOut": counts.timed_out,
-            },
-            "workers": {
-                "idle": by_state[WorkerState.IDLE],
-                "running": by_state[WorkerState.RUNNING],
-                "initializing": by_state[WorkerState.INITIALIZING],
-                "ready": by_state[WorkerState.IDLE],
-                "throttled": by_state[WorkerState.THROTTLED],
-                "unhealthy": by_state[WorkerState.UNHEALTHY],
-                # flashboot: started and ready to be put to work, not taking jobs yet.
-                "standby": by_state[WorkerState.STANDBY],
-            },
-        }
         hold = await self.placement(endpoint, workers) if self.placement is not None else None
-        if hold is not None:
-            # An extra key (the SDK's health() returns the JSON as it is): jobs that wait on
-            # an endpoint that cannot place a worker say why instead of waiting in silence.
-            report["placement"] = placement_view(hold)
-        return report
-
-
-def placement_view(hold: Hold) -> dict[str, str]:
-    """The ``placement`` key of ``/health`` and of a queued job's ``/status`` and ``/runsync``."""
-    return {"cause": hold.cause.value, "reason": hold.reason}
-
-
-def chunk_view(chunk: StreamChunk) -> dict[str, Any]:
-    view: dict[str, Any] = {"output": orjson.Fragment(chunk.output_json)}
-    if chunk.metrics_json is not None:
-        view["metrics"] = orjson.Fragment(chunk.metrics_json)
-    return view
+        return Health(jobs=counts, workers=by_state, placement=hold)

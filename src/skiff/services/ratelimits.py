@@ -84,9 +84,6 @@ REDIS_TIMEOUT_SECONDS: Final = 2.0
 #: outage does not add a timeout to every request.
 REDIS_RETRY_AFTER_SECONDS: Final = 5.0
 
-# How an operation is named in messages, so a person can tell which route was refused.
-_ROUTES: Final[dict[str, str]] = {"openai": "/openai/*"}
-
 # There is no telling when a concurrent request will finish; a second is a polite guess.
 _CONCURRENCY_RETRY_AFTER: Final = 1
 
@@ -119,10 +116,6 @@ return left
 Ident = tuple[str, str, str]
 
 _T = TypeVar("_T")
-
-
-def _route(operation: str) -> str:
-    return _ROUTES.get(operation, f"/{operation}")
 
 
 class _Window(RateLimitItemPerSecond):
@@ -418,9 +411,17 @@ class RateLimits:
 
     @asynccontextmanager
     async def admit(
-        self, user_id: str, endpoint_id: str, operation: str, running_workers: int
+        self,
+        user_id: str,
+        endpoint_id: str,
+        operation: str,
+        running_workers: int,
+        named: str | None = None,
     ) -> AsyncIterator[None]:
         """Hold one request's place for the ``async with`` body, or raise TooManyRequests.
+
+        ``named`` is how a refusal names the operation to a person (the caller knows what it
+        was called; ``operation`` itself by default).
 
         With memory storage nothing here suspends between the checks and the bookkeeping, so on
         one event loop no other request can slip in between the test and the hit. With Redis,
@@ -436,7 +437,8 @@ class RateLimits:
         slot = False
         if time.monotonic() >= self._storage_back_at:
             try:
-                slot = await self._enter(ident, _Window(limit, WINDOW_SECONDS))
+                window = _Window(limit, WINDOW_SECONDS)
+                slot = await self._enter(ident, window, named or operation)
             except self._budgets.errors as err:
                 self._storage_failed(err)
         self._in_flight[ident] = self._in_flight.get(ident, 0) + 1
@@ -452,18 +454,18 @@ class RateLimits:
             if slot:
                 await self._budgets.free_slot(ident)
 
-    async def _enter(self, ident: Ident, window: _Window) -> bool:
+    async def _enter(self, ident: Ident, window: _Window, named: str) -> bool:
         """Check and spend; True when a concurrency slot was taken (to give back on exit)."""
         operation = ident[2]
         concurrent = BASE_LIMITS[operation][1]
         # Test the window first without spending from it: a request refused for concurrency
         # below should not use up the budget of the requests that follow it.
         if not await self._budgets.test(window, ident):
-            raise await self._window_refusal(window, ident)
+            raise await self._window_refusal(window, ident, named)
         slot = concurrent is not None
         if concurrent is not None and not await self._budgets.take_slot(ident, concurrent):
             raise TooManyRequests(
-                f"limit of {concurrent} concurrent requests for {_route(operation)} on this "
+                f"limit of {concurrent} concurrent requests for {named} on this "
                 f"endpoint reached; wait for one to finish, retry after "
                 f"{_CONCURRENCY_RETRY_AFTER} s",
                 _CONCURRENCY_RETRY_AFTER,
@@ -472,21 +474,21 @@ class RateLimits:
             # Only now spend from the window. hit() re-checks atomically: on memory it cannot
             # disagree with test(); on Redis another replica may have spent the last place.
             if not await self._budgets.hit(window, ident):
-                raise await self._window_refusal(window, ident)
+                raise await self._window_refusal(window, ident, named)
         except BaseException:
             if slot:
                 await self._budgets.free_slot(ident)
             raise
         return slot
 
-    async def _window_refusal(self, window: _Window, ident: Ident) -> TooManyRequests:
+    async def _window_refusal(self, window: _Window, ident: Ident, named: str) -> TooManyRequests:
         reset_time = await self._budgets.reset_time(window, ident)
         # The oldest request in the window leaves it at reset_time, freeing a place; round up
         # so a client waiting exactly that long is not refused again, and never say 0.
         retry_after = max(1, math.ceil(reset_time - self._clock.now()))
         return TooManyRequests(
             f"rate limit of {window.amount} requests per {WINDOW_SECONDS} s for "
-            f"{_route(ident[2])} on this endpoint exceeded; retry after {retry_after} s",
+            f"{named} on this endpoint exceeded; retry after {retry_after} s",
             retry_after,
         )
 

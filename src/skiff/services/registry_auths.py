@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from skiff.clock import Clock
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
+from skiff.domain.users import User
 from skiff.errors import Conflict, NotFound
 from skiff.ids import short_id
-from skiff.store.base import RegistryAuthRecord, Store, User
+from skiff.store.base import RegistryAuthRecord, Store
 
 
 def _public(record: RegistryAuthRecord) -> RegistryAuth:

@@ -10,10 +10,11 @@ from skiff.domain.templates import (
     TemplateUpdate,
     apply_template_update,
 )
+from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.wakeups import Wakeups
-from skiff.store.base import Store, User
+from skiff.store.base import Store
 
 
 class Templates:

@@ -7,26 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from skiff.databases import Backend, backend_of
 from skiff.store.base import Store
-
-
-def unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` means the database cannot be reached right now (worth a 503 and a
-    retry), as opposed to a bug."""
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return True
-    try:
-        import asyncpg  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - asyncpg is a dependency
-        return False
-    return isinstance(
-        exc,
-        (
-            asyncpg.PostgresConnectionError,
-            asyncpg.InterfaceError,
-            asyncpg.CannotConnectNowError,
-            asyncpg.exceptions.AdminShutdownError,
-        ),
-    )
+from skiff.store.outages import unavailable as unavailable
 
 
 def safe_url(database_url: str) -> str:

@@ -2,6 +2,7 @@
 
 Every job operation that changes state is one conditional update guarded by the states the
 job may move from (``domain.jobs.sources_of``), so two racing requests cannot both win.
+JobCounts, StreamChunk and User are domain types, re-exported here for the adapters.
 """
 
 from __future__ import annotations
@@ -12,16 +13,11 @@ from typing import Protocol
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.jobs import JobCounts as JobCounts
+from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
+from skiff.domain.users import User as User
 from skiff.domain.workers import Worker
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    id: str
-    name: str
-    is_admin: bool
-    created_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +41,6 @@ class RegistryAuthRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamChunk:
-    seq: int
-    output_json: str
-    metrics_json: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class WebhookDelivery:
     id: str
     job_id: str
@@ -69,21 +58,6 @@ class WebhookDelivery:
     finished_at: float | None
     #: The owner's signing secret (``whsec_...``), or None if the owner has none yet.
     secret: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class JobCounts:
-    in_queue: int = 0
-    in_progress: int = 0
-    completed: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    timed_out: int = 0
-    retried: int = 0
-    #: Normal-priority jobs waiting: the ones that may raise the worker count.
-    in_queue_normal: int = 0
-    #: When the oldest normal-priority job waiting was submitted (None when none waits).
-    oldest_queued_at: float | None = None
 
 
 class Store(Protocol):

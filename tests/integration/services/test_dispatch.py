@@ -10,7 +10,8 @@ import pytest
 
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import JobStatus
+from skiff.domain.jobs import JobRequest, JobStatus, parse_job_request
+from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
 from skiff.services.jobs import Jobs
@@ -25,6 +26,10 @@ async def connected() -> bool:
     return True
 
 
+def _request(endpoint: Endpoint, body: bytes) -> JobRequest:
+    return parse_job_request(body, endpoint.spec.executionTimeoutMs)
+
+
 @dataclass
 class Rig:
     store: SQLiteStore
@@ -35,7 +40,7 @@ class Rig:
     endpoint: Endpoint
 
     async def submit(self, body: bytes = b'{"input": {"x": 1}}') -> str:
-        return (await self.jobs.submit(self.endpoint, body, sync=False)).id
+        return (await self.jobs.submit(self.endpoint, _request(self.endpoint, body), sync=False)).id
 
     async def status(self, job_id: str) -> JobStatus:
         return (await self.jobs.get(self.endpoint, job_id)).status
@@ -99,7 +104,7 @@ async def test_a_late_result_for_a_cancelled_job_is_ignored(rig: Rig) -> None:
     job_id = await rig.submit()
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected)
     await rig.jobs.cancel(rig.endpoint, job_id)
-    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": "late"}')
+    await rig.dispatch.done(rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": "late"}'))
     job = await rig.jobs.get(rig.endpoint, job_id)
     assert job.status is JobStatus.CANCELLED and job.output_json is None
 
@@ -201,7 +206,7 @@ async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
     job_id = await rig.submit()
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
     refused = await rig.dispatch.done(
-        rig.endpoint, "w1", job_id, b'{"output": ' + _deep(depth) + b"}"
+        rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": ' + _deep(depth) + b"}")
     )
     assert refused is not None and "nested deeper than" in refused
     job = await rig.jobs.get(rig.endpoint, job_id)
@@ -214,20 +219,31 @@ async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
 async def test_a_result_within_the_limit_is_not_refused(rig: Rig) -> None:
     job_id = await rig.submit()
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
-    assert await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": [[1]]}') is None
+    assert (
+        await rig.dispatch.done(
+            rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": [[1]]}')
+        )
+        is None
+    )
     assert await rig.status(job_id) is JobStatus.COMPLETED
 
 
 async def test_a_stream_chunk_nested_too_deep_fails_the_job_with_that_reason(rig: Rig) -> None:
     job_id = await rig.submit()
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
-    assert await rig.dispatch.stream(rig.endpoint, "w1", job_id, b'{"output": 1}') is None
+    assert (
+        await rig.dispatch.stream(rig.endpoint, "w1", job_id, read_stream_chunk(b'{"output": 1}'))
+        is None
+    )
     refused = await rig.dispatch.stream(
-        rig.endpoint, "w1", job_id, b'{"output": ' + _deep(400) + b"}"
+        rig.endpoint, "w1", job_id, read_stream_chunk(b'{"output": ' + _deep(400) + b"}")
     )
     assert refused is not None and "stream chunk" in refused
     job = await rig.jobs.get(rig.endpoint, job_id)
     assert job.status is JobStatus.FAILED and job.error == refused
     # The worker's own final answer afterwards changes nothing.
-    assert await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": 2}') is None
+    assert (
+        await rig.dispatch.done(rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": 2}'))
+        is None
+    )
     assert (await rig.jobs.get(rig.endpoint, job_id)).status is JobStatus.FAILED

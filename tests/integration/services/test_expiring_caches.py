@@ -65,7 +65,7 @@ async def test_a_revoked_key_works_until_its_cached_user_expires(
 ) -> None:
     auth = Auth(store, clock, cache_seconds=KEY_CACHE_SECONDS)
     issued = await auth.issue_key("alice", is_admin=False, label="test")
-    header = f"Bearer {issued.key}"
+    header = issued.key
     assert (await auth.authenticate(header)).name == "alice"
     assert await store.revoke_api_key(issued.record.id, clock.now())
     clock.advance(KEY_CACHE_SECONDS - 0.001)
@@ -83,12 +83,12 @@ async def test_an_unknown_key_stays_refused_from_the_cache_until_it_expires(
     user = await auth.ensure_user("bob", is_admin=False)
     key = "rpa_" + "x" * 40
     with pytest.raises(Unauthorized):
-        await auth.authenticate(f"Bearer {key}")
+        await auth.authenticate(key)
     await auth.register_key(key, user, "late")
     with pytest.raises(Unauthorized):
-        await auth.authenticate(f"Bearer {key}")
+        await auth.authenticate(key)
     clock.advance(KEY_CACHE_SECONDS)
-    assert (await auth.authenticate(f"Bearer {key}")).name == "bob"
+    assert (await auth.authenticate(key)).name == "bob"
 
 
 async def test_a_key_cache_of_zero_seconds_reads_the_store_every_time(
@@ -96,10 +96,10 @@ async def test_a_key_cache_of_zero_seconds_reads_the_store_every_time(
 ) -> None:
     auth = Auth(store, clock, cache_seconds=0)
     issued = await auth.issue_key("carol", is_admin=False, label="test")
-    assert (await auth.authenticate(f"Bearer {issued.key}")).name == "carol"
+    assert (await auth.authenticate(issued.key)).name == "carol"
     assert await store.revoke_api_key(issued.record.id, clock.now())
     with pytest.raises(Unauthorized):
-        await auth.authenticate(f"Bearer {issued.key}")
+        await auth.authenticate(issued.key)
 
 
 async def test_the_job_routes_endpoint_copy_is_read_again_once_it_is_a_second_old(

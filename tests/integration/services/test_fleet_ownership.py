@@ -13,7 +13,7 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
-from skiff.domain.jobs import JobStatus
+from skiff.domain.jobs import JobStatus, parse_job_request
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.providers.local import LocalProvider
@@ -48,7 +48,9 @@ async def held_job(services: Services, worker_id: str) -> str:
     """A job submitted and claimed by ``worker_id``; returns its id."""
     endpoint = await services.store.get_endpoint("ep1")
     assert endpoint is not None
-    job = await services.jobs.submit(endpoint, b'{"input": {}}', sync=False)
+    job = await services.jobs.submit(
+        endpoint, parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs), sync=False
+    )
     now = services.clock.now()
     claimed = await services.store.claim_jobs("ep1", worker_id, 1, now, now + 30)
     assert [j.id for j in claimed] == [job.id]
@@ -161,5 +163,5 @@ async def test_replicas_starting_together_both_bootstrap_the_administrator(
         first.bootstrap_admin("sk_shared_key_0123456789"),
         second.bootstrap_admin("sk_shared_key_0123456789"),
     )
-    user = await first.authenticate("Bearer sk_shared_key_0123456789")
+    user = await first.authenticate("sk_shared_key_0123456789")
     assert user.is_admin

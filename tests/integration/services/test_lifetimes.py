@@ -11,7 +11,8 @@ import pytest
 
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import JobStatus
+from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.services.dispatch import Dispatch
@@ -64,7 +65,12 @@ class Rig:
 
     async def submit(self, sync: bool = False, wait_ms: int | None = None, **body: Any) -> str:
         doc = {"input": {"x": 1}, **body}
-        job = await self.jobs.submit(self.endpoint, orjson.dumps(doc), sync=sync, wait_ms=wait_ms)
+        job = await self.jobs.submit(
+            self.endpoint,
+            parse_job_request(orjson.dumps(doc), self.endpoint.spec.executionTimeoutMs),
+            sync=sync,
+            wait_ms=wait_ms,
+        )
         return job.id
 
     async def take(self, worker_id: str = "w1") -> list[str]:
@@ -150,7 +156,9 @@ async def test_a_result_after_the_timeout_is_acknowledged_and_ignored(rig: Rig) 
     job_id = await rig.submit(policy={"executionTimeout": 5000})
     await rig.take()
     await rig.later(5)
-    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": "too late"}')
+    await rig.dispatch.done(
+        rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": "too late"}')
+    )
     job = await rig.jobs.get(rig.endpoint, job_id)
     assert job.status is JobStatus.TIMED_OUT and job.output_json is None
 
@@ -237,7 +245,7 @@ async def test_ttl_outside_its_range_is_refused(rig: Rig) -> None:
 
 async def _finish(rig: Rig, job_id: str) -> None:
     assert await rig.take() == [job_id]
-    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": 1}')
+    await rig.dispatch.done(rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": 1}'))
 
 
 async def test_a_finished_run_job_is_readable_for_30_minutes(rig: Rig) -> None:
@@ -277,10 +285,12 @@ async def test_a_runsync_job_with_wait_is_kept_as_long_as_the_wait_up_to_5_minut
 async def test_retry_works_inside_the_retention_window_only(rig: Rig) -> None:
     job_id = await rig.submit()
     await rig.take()
-    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"error": "boom"}')
+    await rig.dispatch.done(rig.endpoint, "w1", job_id, parse_worker_result(b'{"error": "boom"}'))
     assert (await rig.jobs.retry(rig.endpoint, job_id)).status is JobStatus.IN_QUEUE
     await rig.take("w2")
-    await rig.dispatch.done(rig.endpoint, "w2", job_id, b'{"error": "boom again"}')
+    await rig.dispatch.done(
+        rig.endpoint, "w2", job_id, parse_worker_result(b'{"error": "boom again"}')
+    )
     await rig.later(30 * 60)
     with pytest.raises(NotFound):
         await rig.jobs.retry(rig.endpoint, job_id)
@@ -289,7 +299,9 @@ async def test_retry_works_inside_the_retention_window_only(rig: Rig) -> None:
 async def test_retry_clears_the_previous_output_and_error(rig: Rig) -> None:
     job_id = await rig.submit(policy={"executionTimeout": 5000})
     await rig.take()
-    await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"status": "IN_PROGRESS", "output": 1}')
+    await rig.dispatch.done(
+        rig.endpoint, "w1", job_id, parse_worker_result(b'{"status": "IN_PROGRESS", "output": 1}')
+    )
     await rig.later(5)
     assert await rig.status(job_id) is JobStatus.TIMED_OUT
     job = await rig.jobs.retry(rig.endpoint, job_id)
@@ -307,7 +319,7 @@ async def test_retry_from_any_other_state_is_refused_with_the_reason(rig: Rig, s
     if state != "IN_QUEUE":
         await rig.take()
     if state == "COMPLETED":
-        await rig.dispatch.done(rig.endpoint, "w1", job_id, b'{"output": 1}')
+        await rig.dispatch.done(rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": 1}'))
     if state == "CANCELLED":
         await rig.jobs.cancel(rig.endpoint, job_id)
     with pytest.raises(Invalid) as info:

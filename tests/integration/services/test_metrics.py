@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import JobStatus
+from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
 from skiff.services.jobs import Jobs
@@ -59,7 +60,13 @@ class Rig:
     asked: list[str] = field(default_factory=list)
 
     async def submit(self, endpoint: Endpoint) -> str:
-        return (await self.jobs.submit(endpoint, b'{"input": {}}', sync=False)).id
+        return (
+            await self.jobs.submit(
+                endpoint,
+                parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs),
+                sync=False,
+            )
+        ).id
 
     async def take(self, endpoint: Endpoint, worker_id: str) -> list[str]:
         taken = await self.dispatch.take(endpoint, worker_id, 1, 0.05, connected)
@@ -115,11 +122,11 @@ async def test_jobs_histograms_polls_and_workers_after_a_round_of_work(rig: Rig)
     rig.clock.advance(2)
     assert await rig.take(rig.ep1, "w1") == [a]
     rig.clock.advance(3)
-    await rig.dispatch.done(rig.ep1, "w1", a, b'{"output": {"ok": true}}')
+    await rig.dispatch.done(rig.ep1, "w1", a, parse_worker_result(b'{"output": {"ok": true}}'))
     rig.clock.advance(1)
     assert await rig.take(rig.ep1, "w1") == [b]
     rig.clock.advance(0.5)
-    await rig.dispatch.done(rig.ep1, "w1", b, b'{"error": "boom"}')
+    await rig.dispatch.done(rig.ep1, "w1", b, parse_worker_result(b'{"error": "boom"}'))
     assert await rig.take(rig.ep1, "w3") == [c]
     assert await rig.take(rig.ep2, "w2") == []
     await rig.workers.add(
@@ -197,7 +204,7 @@ async def test_an_unknown_oldest_job_reads_zero(rig: Rig) -> None:
 async def test_a_deleted_endpoint_leaves_no_series_behind(rig: Rig) -> None:
     job = await rig.submit(rig.ep2)
     assert await rig.take(rig.ep2, "w2") == [job]
-    await rig.dispatch.done(rig.ep2, "w2", job, b'{"output": 1}')
+    await rig.dispatch.done(rig.ep2, "w2", job, parse_worker_result(b'{"output": 1}'))
     assert "ep2" in endpoints_named(await rig.scrape())
 
     await rig.store.delete_endpoint("ep2")

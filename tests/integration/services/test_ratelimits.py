@@ -53,7 +53,7 @@ async def refused(
     rl: RateLimits, op: str = "run", user: str = "u1", ep: str = "ep1", workers: int = 0
 ) -> TooManyRequests:
     with pytest.raises(TooManyRequests) as info:
-        async with rl.admit(user, ep, op, workers):
+        async with rl.admit(user, ep, op, workers, named=f"/{op}"):
             pass
     return info.value
 

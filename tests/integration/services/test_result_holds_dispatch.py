@@ -11,7 +11,8 @@ import pytest
 
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import JobStatus
+from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import WorkerState
 from skiff.services.dispatch import Dispatch
 from skiff.services.jobs import Jobs
@@ -41,7 +42,13 @@ class Rig:
     endpoint: Endpoint
 
     async def submit(self) -> str:
-        return (await self.jobs.submit(self.endpoint, b'{"input": {}}', sync=False)).id
+        return (
+            await self.jobs.submit(
+                self.endpoint,
+                parse_job_request(b'{"input": {}}', self.endpoint.spec.executionTimeoutMs),
+                sync=False,
+            )
+        ).id
 
     def poll(self, room: int = 4) -> asyncio.Task[list[str]]:
         """A worker's take (``batch_size`` = room) waiting in the background."""
@@ -54,7 +61,9 @@ class Rig:
 
     def report(self, job_id: str) -> asyncio.Task[None]:
         return asyncio.create_task(
-            self.dispatch.done(self.endpoint, "w1", job_id, b'{"output": {"ok": true}}')
+            self.dispatch.done(
+                self.endpoint, "w1", job_id, parse_worker_result(b'{"output": {"ok": true}}')
+            )
         )
 
 
@@ -168,5 +177,7 @@ async def test_a_progress_update_is_answered_at_once(rig: Rig) -> None:
     polling = rig.poll()
     await settle()
     update = b'{"status": "IN_PROGRESS", "output": "half"}'
-    await asyncio.wait_for(rig.dispatch.done(rig.endpoint, "w1", first, update), 2)
+    await asyncio.wait_for(
+        rig.dispatch.done(rig.endpoint, "w1", first, parse_worker_result(update)), 2
+    )
     polling.cancel()

@@ -14,6 +14,8 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.health import health_view
+from skiff.domain.jobs import parse_job_request
 from skiff.domain.placement import HoldCause
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerState
@@ -172,7 +174,7 @@ async def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(
         held = await services.placement.why(second)
         assert held is not None and held.cause is HoldCause.WORKER_LIMIT
         assert "its limit of 3 (SKIFF_MAX_WORKERS)" in held.reason
-        health = await services.jobs.health(second)
+        health = health_view(await services.jobs.health(second))
         assert health["placement"] == {"cause": "worker-limit", "reason": held.reason}
         assert health["workers"]["throttled"] == 4
 
@@ -212,7 +214,7 @@ async def test_a_gpu_endpoint_on_a_server_without_its_gpu_type_says_why(
         [waiting] = await workers_of(services, "ep1")
         assert waiting.state is WorkerState.THROTTLED and running(services) == []
 
-        health = await services.jobs.health(endpoint)
+        health = health_view(await services.jobs.health(endpoint))
         assert health["placement"]["cause"] == "no-gpu"
         assert health["placement"]["reason"] == (
             "no worker can start: each needs a GPU among [NVIDIA H100 80GB HBM3] and this "
@@ -228,7 +230,7 @@ async def test_an_endpoint_with_nothing_holding_it_back_says_nothing(
 ) -> None:
     endpoint = await add_endpoint(services, "ep1")
     assert await services.placement.why(endpoint) is None
-    assert "placement" not in await services.jobs.health(endpoint)
+    assert "placement" not in health_view(await services.jobs.health(endpoint))
 
 
 async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
@@ -239,7 +241,11 @@ async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
         endpoint = await add_endpoint(
             services, "ep1", computeType=ComputeType.GPU, gpuTypeIds=["NVIDIA H100 80GB HBM3"]
         )
-        job = await services.jobs.submit(endpoint, b'{"input": {}}', sync=False)
+        job = await services.jobs.submit(
+            endpoint,
+            parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs),
+            sync=False,
+        )
         await services.scaler.reconcile(endpoint)
         why = services.jobs.placement
         assert why is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from skiff.api.credentials import worker_token
 from skiff.clock import ManualClock
 from skiff.errors import Unauthorized
 from skiff.services.auth import Auth
@@ -19,7 +20,7 @@ def auth(store: SQLiteStore, clock: ManualClock) -> Auth:
 async def test_an_endpoints_token_opens_that_endpoint_every_time(auth: Auth) -> None:
     token = await auth.worker_token("ep-a")
     for header in (token, f"Bearer {token}", token):
-        await auth.check_worker("ep-a", header)
+        await auth.check_worker("ep-a", worker_token(header))
 
 
 async def test_a_remembered_token_still_opens_no_other_endpoint(auth: Auth) -> None:
@@ -35,7 +36,7 @@ async def test_a_remembered_token_still_opens_no_other_endpoint(auth: Auth) -> N
 async def test_a_missing_or_forged_token_is_refused(auth: Auth, header: str | None) -> None:
     await auth.check_worker("ep-a", await auth.worker_token("ep-a"))
     with pytest.raises(Unauthorized):
-        await auth.check_worker("ep-a", header)
+        await auth.check_worker("ep-a", worker_token(header))
 
 
 async def test_a_token_of_another_endpoint_is_refused_before_and_after_its_own_use(

@@ -1,0 +1,13 @@
+"""Who owns endpoints, templates and keys: a user of this server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: str
+    name: str
+    is_admin: bool
+    created_at: float

@@ -1,0 +1,72 @@
+"""Who may call a job route, and within which limits: the caller's key, its endpoint, and a
+place within the endpoint's rate limits for the operation (429 beyond)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Final
+
+from skiff.domain.endpoints import Endpoint
+from skiff.services.auth import Auth
+from skiff.services.endpoints import Endpoints
+from skiff.services.ratelimits import BASE_LIMITS, RateLimits
+from skiff.services.workers import Workers
+
+#: How a refusal names each operation, so a person can tell which route was refused.
+_NAMED: Final[dict[str, str]] = {op: f"/{op}" for op in BASE_LIMITS} | {"openai": "/openai/*"}
+
+
+class Admission:
+    def __init__(
+        self, auth: Auth, endpoints: Endpoints, workers: Workers, limits: RateLimits
+    ) -> None:
+        self._auth = auth
+        self._endpoints = endpoints
+        self._workers = workers
+        self._limits = limits
+
+    def admit(self, key: str, endpoint_id: str, operation: str) -> Admitted:
+        """``async with`` it: the endpoint ``endpoint_id`` of the user of ``key``, inside its
+        rate limits for ``operation`` until the block ends."""
+        return Admitted(self, key, endpoint_id, operation)
+
+
+class Admitted:
+    """A plain class rather than ``@asynccontextmanager``: every job request enters it, and a
+    generator-based context manager (two, with the rate limits' own) was a measurable share of
+    a ``/run`` (docs/performance.md). With the limits off there is nothing to hold and nothing
+    to count."""
+
+    __slots__ = ("_admission", "_endpoint_id", "_hold", "_key", "_operation")
+
+    def __init__(self, admission: Admission, key: str, endpoint_id: str, operation: str) -> None:
+        self._admission = admission
+        self._key = key
+        self._endpoint_id = endpoint_id
+        self._operation = operation
+        self._hold: AbstractAsyncContextManager[None] | None = None
+
+    async def __aenter__(self) -> Endpoint:
+        admission = self._admission
+        user = await admission._auth.authenticate(self._key)
+        endpoint = await admission._endpoints.for_jobs(user, self._endpoint_id)
+        limits = admission._limits
+        if limits.enabled:
+            operation = self._operation
+            running = await admission._workers.live_count(endpoint.id)
+            hold = limits.admit(
+                user.id, endpoint.id, operation, running, _NAMED.get(operation, operation)
+            )
+            await hold.__aenter__()
+            self._hold = hold
+        return endpoint
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._hold is not None:
+            await self._hold.__aexit__(exc_type, exc, tb)
