@@ -32,11 +32,14 @@ from skiff.config import Settings
 from skiff.console import mount as console_mount
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
+from skiff.providers.capacity import host_worker_limit
+from skiff.providers.gpus import inventory
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
 from skiff.services.leadership import Leadership
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from skiff.services.worker_exits import WorkerExits
 from skiff.store import open_store as store_for
 from skiff.store.base import Store
 
@@ -57,6 +60,26 @@ def open_cluster(settings: Settings) -> Cluster:
     return LocalCluster(settings.peer_url())
 
 
+def build_services(settings: Settings, store: Store, clock: Clock, cluster: Cluster) -> Services:
+    """Every service, with what this machine provides: its worker processes (which report
+    their exits to the fleet through ``WorkerExits``), its GPUs and the most workers it runs at
+    once. Nothing here touches the event loop, so it is built before the server starts."""
+    exits = WorkerExits()
+    provider = LocalProvider(
+        exits.report, log_max_bytes=settings.log_max_bytes, log_backups=settings.log_backups
+    )
+    return Services.build(
+        settings,
+        store,
+        clock,
+        cluster,
+        provider=provider,
+        exits=exits,
+        gpus=inventory(settings.gpus),
+        worker_limit=settings.max_workers or host_worker_limit(),
+    )
+
+
 def create_app(
     settings: Settings,
     clock: Clock | None = None,
@@ -67,7 +90,7 @@ def create_app(
     clock = clock or SystemClock()
     store = open_store(settings)
     cluster = open_cluster(settings)
-    services = Services.build(settings, store, clock, cluster)
+    services = build_services(settings, store, clock, cluster)
     ready = False
 
     async def take_up_lead() -> None:
@@ -99,16 +122,9 @@ def create_app(
         issued = await services.auth.bootstrap_admin(settings.api_key)
         if issued is not None and on_first_key is not None:
             on_first_key(issued)
-        services.fleet.attach(
-            LocalProvider(
-                services.fleet.on_exit,
-                log_max_bytes=settings.log_max_bytes,
-                log_backups=settings.log_backups,
-            )
-        )
+        # Wake-ups notified here reach the other replicas from now on (``Wakeups`` was given
+        # the cluster's publish, which sends nothing until the cluster has started).
         await cluster.start(services.wakeups.deliver_all, leadership.lost)
-        services.wakeups.publish = cluster.publish
-        services.wakeups.max_wait = cluster.max_wait
         # The first campaign runs before the server answers, so a lone replica serves with its
         # loops already running (and an earlier run's workers already swept).
         await leadership.step()

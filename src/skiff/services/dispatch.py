@@ -16,9 +16,10 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.results import Outcome, WorkerChunk, WorkerResult
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.job_events import JobEvents
 from skiff.services.metrics import Metrics
 from skiff.services.result_holds import ResultHolds
-from skiff.services.wakeups import Wakeups
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -35,6 +36,8 @@ class Dispatch:
         clock: Clock,
         wakeups: Wakeups,
         workers: Workers,
+        events: JobEvents,
+        metrics: Metrics,
         lease_seconds: float,
         max_attempts: int,
         holds: ResultHolds | None = None,
@@ -43,14 +46,14 @@ class Dispatch:
         self._clock = clock
         self._wakeups = wakeups
         self._workers = workers
+        self._events = events
+        #: Told of take outcomes (finished jobs reach it through ``events``).
+        self._metrics = metrics
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
         #: Answers to job-done kept back until the worker's next job reaches it (off: none).
         self.holds = holds or ResultHolds(0)
         wakeups.on_close(self.holds.close)
-        #: Told of take outcomes and finished jobs; set after construction (``hub.py``) so
-        #: the constructor stays as tests call it.
-        self.metrics: Metrics | None = None
 
     async def take(
         self,
@@ -67,8 +70,7 @@ class Dispatch:
         self.holds.take_arrived(worker_id)
         jobs = await self._take(endpoint, worker_id, limit, hold, still_connected, holds_jobs)
         self.holds.take_answered(worker_id, len(jobs))
-        if self.metrics is not None:
-            self.metrics.take_poll(endpoint.id, bool(jobs))
+        self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 
     async def _take(
@@ -92,7 +94,7 @@ class Dispatch:
         woken = False
         while True:
             with (
-                self._wakeups.listen(f"ep:{endpoint.id}") as event,
+                self._wakeups.listen(Wake.endpoint(endpoint.id)) as event,
                 self.holds.polling(worker.id, limit),
             ):
                 if woken:
@@ -132,7 +134,7 @@ class Dispatch:
             await self._workers.mark_recycle(worker)
         if result.outcome is Outcome.PROGRESS:
             if await self._store.record_progress(job_id, worker_id, result.output_json):
-                self._wakeups.notify(f"job:{job_id}")
+                self._wakeups.notify(Wake.job(job_id))
             return None
         status = JobStatus.FAILED if result.outcome is Outcome.FAILED else JobStatus.COMPLETED
         await self._finish(worker, job_id, status, result.output_json, result.error)
@@ -151,9 +153,7 @@ class Dispatch:
         )
         if finished is not None:
             # The store let the worker go of the job in the same transaction.
-            self._wakeups.notify(f"job:{job_id}")
-            if self.metrics is not None:
-                self.metrics.job_finished(finished)
+            self._events.finished(finished)
             # Recorded and announced: only the answer to the worker may wait, to start its next
             # job sooner (services/result_holds.py).
             await self.holds.hold(worker.id)
@@ -172,7 +172,7 @@ class Dispatch:
             return chunk.refused
         pieces = split_chunk(chunk.output_json, chunk.metrics_json)
         if await self._store.append_stream_chunks(job_id, worker_id, pieces):
-            self._wakeups.notify(f"job:{job_id}")
+            self._wakeups.notify(Wake.job(job_id))
         return None
 
     async def stop_signals(
@@ -183,7 +183,7 @@ class Dispatch:
         deadline = loop.time() + hold
         woken = False
         while True:
-            with self._wakeups.listen(f"stop:{worker.id}") as event:
+            with self._wakeups.listen(Wake.stop(worker.id)) as event:
                 if woken and not await self._still_wanted(worker.id):
                     # Being stopped: the SDK leaves only once this poll ends, and it runs no
                     # job any more that a signal could be for.
@@ -225,21 +225,21 @@ class Dispatch:
         await self._workers.jobs_released(worker, None)
 
     def request_stop(self, worker_id: str, job_id: str) -> None:
-        """A job this worker holds was cancelled, timed out or expired: wake its job-stop
-        long-poll. The signal itself is already stored, with its time: the let-go grace
-        counts from there."""
-        self._wakeups.notify(f"stop:{worker_id}")
+        """A job this worker holds expired: wake its job-stop long-poll. The signal itself is
+        already stored, with its time: the let-go grace counts from there. (A job cancelled or
+        timed out wakes it as it becomes final: ``JobEvents.finished``.)"""
+        self._wakeups.notify(Wake.stop(worker_id))
 
     def worker_stopping(self, worker_id: str) -> None:
         """The worker was told to stop (its record says so): answer its held job-dones and
         end its job-stop poll now, since the SDK leaves only once its job tasks and that poll
         are done."""
         self.holds.release(worker_id)
-        self._wakeups.notify(f"stop:{worker_id}")
+        self._wakeups.notify(Wake.stop(worker_id))
 
     def wake_pollers(self, endpoint_id: str) -> None:
         """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""
-        self._wakeups.notify(f"ep:{endpoint_id}")
+        self._wakeups.notify(Wake.endpoint(endpoint_id))
 
     async def worker_lost(self, worker: Worker, reason: str) -> list[Job]:
         """Its jobs go back to the queue (or fail once they used up their attempts)."""
@@ -283,9 +283,9 @@ class Dispatch:
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:
-            self._wakeups.notify(f"job:{job.id}")
             if job.status is JobStatus.IN_QUEUE:
-                self._wakeups.notify(f"ep:{job.endpoint_id}")
-            elif self.metrics is not None:
+                self._wakeups.notify(Wake.job(job.id))
+                self._wakeups.notify(Wake.endpoint(job.endpoint_id))
+            else:
                 # A lost worker's job that used up its attempts ends FAILED here.
-                self.metrics.job_finished(job)
+                self._events.finished(job)

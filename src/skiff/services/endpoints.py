@@ -19,7 +19,7 @@ from skiff.domain.workers import WorkerReport
 from skiff.errors import Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
-from skiff.services.wakeups import Wakeups
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -59,7 +59,7 @@ class Endpoints:
             spec=spec_from_create(data, default_name=f"endpoint-{endpoint_id}"),
         )
         await self._store.create_endpoint(endpoint)
-        self._wakeups.notify("scaler")
+        self._wakeups.notify(Wake.SCALER)
         return endpoint
 
     async def all(self, user: User) -> list[Endpoint]:
@@ -113,7 +113,7 @@ class Endpoints:
         self._recent.pop(endpoint_id, None)
         if updated is None:
             raise NotFound(f"endpoint {endpoint_id} not found")
-        self._wakeups.notify("scaler")
+        self._wakeups.notify(Wake.SCALER)
         return updated
 
     async def delete(self, user: User, endpoint_id: str) -> None:
@@ -127,8 +127,8 @@ class Endpoints:
         await self._fleet.remove_endpoint_workers(endpoint_id, workers)
         self._fleet.remove_files(endpoint_id, [w.id for w in workers])
         # Wake anything waiting on this endpoint so it notices it is gone, and the leader.
-        self._wakeups.notify(f"ep:{endpoint_id}")
-        self._wakeups.notify("scaler")
+        self._wakeups.notify(Wake.endpoint(endpoint_id))
+        self._wakeups.notify(Wake.SCALER)
 
     async def workers_of(self, endpoint_id: str) -> list[WorkerReport]:
         """The endpoint's workers, each with the jobs it holds."""

@@ -30,6 +30,7 @@ from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.gpus import GpuPool
 from skiff.services.logs import WorkerLogs
+from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -68,8 +69,11 @@ class Fleet:
         dispatch: Dispatch,
         auth: Auth,
         gpus: GpuPool,
+        provider: WorkerProvider,
+        exits: WorkerExits,
         worker_limit: int,
     ) -> None:
+        """``provider`` runs the processes and reports each one's end to ``exits``."""
         self._settings = settings
         #: The most worker processes this replica runs at once (``SKIFF_MAX_WORKERS``).
         self.worker_limit = worker_limit
@@ -78,7 +82,8 @@ class Fleet:
         self._workers = workers
         self._dispatch = dispatch
         self._auth = auth
-        self.provider: WorkerProvider | None = None
+        self.provider = provider
+        exits.subscribe(self.on_exit)
         # endpoint id -> (consecutive failed starts, not before)
         self._backoff: dict[str, tuple[int, float]] = {}
         self._stopping: set[asyncio.Task[None]] = set()
@@ -97,13 +102,6 @@ class Fleet:
         self._said: dict[str, str] = {}
         self._gpus = gpus
         self._logs = WorkerLogs(settings.data_dir)
-
-    def attach(self, provider: WorkerProvider) -> None:
-        self.provider = provider
-
-    def _provider(self) -> WorkerProvider:
-        assert self.provider is not None, "no worker provider attached"
-        return self.provider
 
     def log_dir(self, endpoint_id: str) -> Path:
         return self._settings.data_dir / "logs" / endpoint_id
@@ -243,7 +241,7 @@ class Fleet:
         self._launched[worker.id] = endpoint.id
         await self._workers.add(worker)
         try:
-            pid = await self._provider().start(launch)
+            pid = await self.provider.start(launch)
         except OSError as exc:
             self._gpus.release(worker.id)
             self._launched.pop(worker.id, None)
@@ -317,7 +315,7 @@ class Fleet:
         if worker.kind is WorkerKind.EXTERNAL:
             await self._dispatch.worker_lost(worker, "the worker was stopped")
         elif self._owns(worker):
-            await self._provider().stop(worker.id, self._settings.worker_stop_grace_seconds)
+            await self.provider.stop(worker.id, self._settings.worker_stop_grace_seconds)
         # A local worker of another replica: that replica stops it (it is stopping all of its
         # workers, having lost the lead), or, if it died, the leader's sweep forgets it.
 
@@ -420,7 +418,7 @@ class Fleet:
         dead = [w for w in workers if w.owner not in live]
         for worker in dead:
             if same_host and worker.pid is not None:
-                self._provider().kill_leftover(worker.id, worker.pid)
+                self.provider.kill_leftover(worker.id, worker.pid)
             await self._dispatch.worker_lost(worker, "the replica that ran the worker is gone")
         return dead
 
@@ -430,7 +428,7 @@ class Fleet:
         leading and its throttled or unhealthy records are no longer wanted. Their jobs go back
         to the queue and the records go, so that no phantom worker counts against
         ``workersMax``."""
-        running = set(self.provider.running()) if self.provider is not None else set()
+        running = set(self.provider.running())
         stale = [
             w
             for w in await self._workers.all()
@@ -447,8 +445,6 @@ class Fleet:
     async def reap_orphans(self) -> None:
         """Stop this replica's processes whose record says they should not run: the endpoint
         was deleted, or the worker was told to stop, through another replica."""
-        if self.provider is None:
-            return
         for worker_id in self.provider.running():
             if worker_id in self._reaping:
                 continue
@@ -462,7 +458,7 @@ class Fleet:
 
     async def _reap(self, worker_id: str, forgotten: bool) -> None:
         try:
-            await self._provider().stop(worker_id, self._settings.worker_stop_grace_seconds)
+            await self.provider.stop(worker_id, self._settings.worker_stop_grace_seconds)
             endpoint_id = self._launched.get(worker_id)
             gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
             if forgotten and gone and endpoint_id is not None:
@@ -480,10 +476,7 @@ class Fleet:
             for worker in own:
                 await self._workers.set_state(worker, WorkerState.STOPPING)
             await asyncio.gather(
-                *(
-                    self._provider().stop(w.id, self._settings.worker_stop_grace_seconds)
-                    for w in own
-                )
+                *(self.provider.stop(w.id, self._settings.worker_stop_grace_seconds) for w in own)
             )
         finally:
             self._reaping.difference_update(w.id for w in own)
@@ -499,9 +492,8 @@ class Fleet:
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""
-        if self.provider is not None:
-            self._ending.update(self.provider.running())
-            await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
+        self._ending.update(self.provider.running())
+        await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
 
     async def abandon(self) -> None:
         """This replica stopped leading: end its workers (their jobs go back to the queue)

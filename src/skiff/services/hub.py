@@ -6,16 +6,16 @@ from dataclasses import dataclass
 
 from skiff.clock import Clock
 from skiff.cluster.base import Cluster
-from skiff.cluster.local import LocalCluster
 from skiff.config import Settings
-from skiff.providers.capacity import host_worker_limit
-from skiff.providers.gpus import inventory
+from skiff.domain.gpus import Gpu
+from skiff.providers.base import WorkerProvider
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
+from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
@@ -29,6 +29,7 @@ from skiff.services.scaler import Scaler
 from skiff.services.templates import Templates
 from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import WebhookSender, check_webhook_url
+from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -39,6 +40,7 @@ class Services:
     clock: Clock
     store: Store
     wakeups: Wakeups
+    job_events: JobEvents
     auth: Auth
     workers: Workers
     dispatch: Dispatch
@@ -61,29 +63,42 @@ class Services:
 
     @classmethod
     def build(
-        cls, settings: Settings, store: Store, clock: Clock, cluster: Cluster | None = None
+        cls,
+        settings: Settings,
+        store: Store,
+        clock: Clock,
+        cluster: Cluster,
+        *,
+        provider: WorkerProvider,
+        exits: WorkerExits,
+        gpus: list[Gpu],
+        worker_limit: int,
     ) -> Services:
-        """``cluster`` joins this replica to the others on the database (alone by default)."""
-        cluster = cluster or LocalCluster(settings.peer_url())
-        wakeups = Wakeups()
+        """Each service once, after what it needs. What the deployment and the machine decide
+        comes from the composition root: ``cluster`` (this replica alone, or one of several on
+        the database), the worker ``provider`` with the ``exits`` it reports to, this machine's
+        ``gpus`` and ``worker_limit``."""
+        wakeups = Wakeups(publish=cluster.publish, max_wait=cluster.max_wait)
+        events = JobEvents(wakeups)
         auth = Auth(store, clock, settings.key_cache_seconds)
         workers = Workers(store, clock, cluster.replica_id)
-        dispatch = Dispatch(
-            store,
-            clock,
-            wakeups,
-            workers,
-            settings.lease_seconds,
-            settings.max_attempts,
-            ResultHolds(settings.result_hold_seconds),
-        )
 
         async def oldest_queued_at(endpoint_id: str) -> float | None:
             return (await store.job_counts(endpoint_id)).oldest_queued_at
 
         metrics = Metrics(store, clock, workers, oldest_queued_at=oldest_queued_at)
-        dispatch.metrics = metrics
-        gpus = GpuPool(inventory(settings.gpus))
+        dispatch = Dispatch(
+            store,
+            clock,
+            wakeups,
+            workers,
+            events,
+            metrics,
+            settings.lease_seconds,
+            settings.max_attempts,
+            ResultHolds(settings.result_hold_seconds),
+        )
+        gpu_pool = GpuPool(gpus)
         fleet = Fleet(
             settings,
             store,
@@ -91,19 +106,25 @@ class Services:
             workers,
             dispatch,
             auth,
-            gpus,
-            worker_limit=settings.max_workers or host_worker_limit(),
+            gpu_pool,
+            provider,
+            exits,
+            worker_limit=worker_limit,
         )
-        jobs = Jobs(store, clock, wakeups)
-        placement = Placement(store, gpus, fleet)
-        jobs.placement = placement.why
-        jobs.on_stop = dispatch.request_stop
-        jobs.on_finished = metrics.job_finished
+        placement = Placement(store, gpu_pool, fleet)
+        webhooks = WebhookSender(
+            store,
+            clock,
+            allow_private=settings.webhook_allow_private,
+            timeout=settings.webhook_timeout_seconds,
+        )
+        events.on_final(metrics.job_finished)
+        events.on_final(webhooks.job_finished)
 
         async def webhook_guard(url: str) -> None:
             await check_webhook_url(url, settings.webhook_allow_private)
 
-        jobs.webhook_guard = webhook_guard
+        jobs = Jobs(store, clock, wakeups, events, placement.why, webhook_guard)
         endpoints = Endpoints(store, clock, wakeups, workers, fleet)
         rate_limits = RateLimits(
             settings.rate_limits,
@@ -115,11 +136,12 @@ class Services:
             clock=clock,
             store=store,
             wakeups=wakeups,
+            job_events=events,
             auth=auth,
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,
-            gpus=gpus,
+            gpus=gpu_pool,
             jobs=jobs,
             endpoints=endpoints,
             templates=Templates(store, clock, wakeups),
@@ -137,6 +159,7 @@ class Services:
                 store,
                 clock,
                 wakeups,
+                events,
                 workers,
                 dispatch,
                 fleet,
@@ -151,10 +174,5 @@ class Services:
             cluster=cluster,
             peer_logs=PeerLogs(cluster),
             placement=placement,
-            webhooks=WebhookSender(
-                store,
-                clock,
-                allow_private=settings.webhook_allow_private,
-                timeout=settings.webhook_timeout_seconds,
-            ),
+            webhooks=webhooks,
         )

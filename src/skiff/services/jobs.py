@@ -17,7 +17,8 @@ from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.ids import job_id
-from skiff.services.wakeups import Wakeups
+from skiff.services.job_events import JobEvents
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
 #: How long ``held_back`` reuses a reading of why an endpoint's workers are held back.
@@ -33,20 +34,29 @@ class StreamRead:
     chunks: list[StreamChunk]
 
 
+#: Why an endpoint's workers are held back, given its worker records (``Placement.why``).
+WhyHeld = Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]]
+#: Refuses a webhook URL a delivery must not reach (raises ``Invalid``).
+WebhookGuard = Callable[[str], Awaitable[None]]
+
+
 class Jobs:
-    def __init__(self, store: Store, clock: Clock, wakeups: Wakeups) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        events: JobEvents,
+        placement: WhyHeld,
+        webhook_guard: WebhookGuard,
+    ) -> None:
+        """``placement`` answers ``health`` and the answers about queued jobs."""
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
-        #: Told of every job this service makes final (a cancel), for the metrics.
-        self.on_finished: Callable[[Job], None] = lambda _job: None
-        #: Told (worker id, job id) when a running job's worker must stop it.
-        self.on_stop: Callable[[str, str], None] = lambda _worker, _job: None
-        #: Refuses webhook URLs a delivery must not reach (raises ``Invalid``).
-        self.webhook_guard: Callable[[str], Awaitable[None]] | None = None
-        #: Why an endpoint's workers are held back (``Placement.why``), for ``health`` and
-        #: the answers about queued jobs.
-        self.placement: Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]] | None = None
+        self._events = events
+        self._placement = placement
+        self._webhook_guard = webhook_guard
         #: endpoint id -> what held its workers back, for ``held_back``; on the injected clock.
         self._holds: TTLCache[str, Hold | None, float] = TTLCache(
             maxsize=MAX_HOLDS_KEPT, ttl=HOLD_READ_SECONDS, timer=clock.now
@@ -56,8 +66,8 @@ class Jobs:
         self, endpoint: Endpoint, request: JobRequest, sync: bool, wait_ms: int | None = None
     ) -> Job:
         """Queue a job (``domain.jobs.parse_job_request`` reads a request from its body)."""
-        if request.webhook is not None and self.webhook_guard is not None:
-            await self.webhook_guard(request.webhook)
+        if request.webhook is not None:
+            await self._webhook_guard(request.webhook)
         job = Job(
             id=job_id(sync),
             endpoint_id=endpoint.id,
@@ -73,9 +83,9 @@ class Jobs:
         )
         job.expires_at = job.submitted_at + job.ttl_ms / 1000
         await self._store.insert_job(job)
-        self._wakeups.notify(f"ep:{endpoint.id}")
+        self._wakeups.notify(Wake.endpoint(endpoint.id))
         if not job.low_priority:
-            self._wakeups.notify("scaler")
+            self._wakeups.notify(Wake.SCALER)
         return job
 
     async def wait_until_final(self, endpoint: Endpoint, job_id: str, timeout: float) -> Job:
@@ -83,7 +93,7 @@ class Jobs:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            with self._wakeups.listen(f"job:{job_id}") as event:
+            with self._wakeups.listen(Wake.job(job_id)) as event:
                 job = await self.get(endpoint, job_id)
                 remaining = deadline - loop.time()
                 if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
@@ -93,7 +103,7 @@ class Jobs:
     async def follow_stream(self, endpoint: Endpoint, job_id: str) -> AsyncIterator[StreamRead]:
         """Every new batch of chunks as it arrives, ending with the job's final state."""
         while True:
-            with self._wakeups.listen(f"job:{job_id}") as event:
+            with self._wakeups.listen(Wake.job(job_id)) as event:
                 read = await self.read_stream(endpoint, job_id)
                 if read.chunks:
                     yield read
@@ -114,13 +124,11 @@ class Jobs:
         """Why the endpoint's workers are held back, from a reading at most a second old: a
         client polling ``/status`` of a queued job learns why it waits without a read of the
         endpoint's workers per poll."""
-        if self.placement is None:
-            return None
         try:  # a reading of None (nothing holds it back) is cached too, hence no .get()
             return self._holds[endpoint.id]
         except KeyError:
             pass
-        hold = await self.placement(endpoint, await self._store.list_workers(endpoint.id))
+        hold = await self._placement(endpoint, await self._store.list_workers(endpoint.id))
         self._holds[endpoint.id] = hold
         return hold
 
@@ -157,11 +165,8 @@ class Jobs:
         if job is None:
             raise NotFound(f"job {job_id} not found")
         if job.status is JobStatus.CANCELLED and job.finished_at == now:
-            self.on_finished(job)
-        if job.status is JobStatus.CANCELLED:
-            self._wakeups.notify(f"job:{job_id}")
-            if job.stop_pending and job.worker_id:
-                self.on_stop(job.worker_id, job.id)
+            # Cancelled by this call (the store returns an already final job as it was).
+            self._events.finished(job, stop_worker=job.stop_pending)
         return job
 
     async def retry(self, endpoint: Endpoint, job_id: str) -> Job:
@@ -179,7 +184,7 @@ class Jobs:
                 f"only FAILED or TIMED_OUT jobs can be retried; job {job_id} is {job.status}",
                 field="status",
             )
-        self._wakeups.notify(f"ep:{endpoint.id}")
+        self._wakeups.notify(Wake.endpoint(endpoint.id))
         return job
 
     async def purge_queue(self, endpoint: Endpoint) -> int:
@@ -191,5 +196,5 @@ class Jobs:
         by_state = dict.fromkeys(WorkerState, 0)
         for worker in workers:
             by_state[worker.state] += 1
-        hold = await self.placement(endpoint, workers) if self.placement is not None else None
+        hold = await self._placement(endpoint, workers)
         return Health(jobs=counts, workers=by_state, placement=hold)

@@ -21,7 +21,8 @@ from skiff.domain.jobs import JobStatus
 from skiff.domain.workers import WorkerKind
 from skiff.services.dispatch import Dispatch
 from skiff.services.fleet import Fleet
-from skiff.services.wakeups import Wakeups
+from skiff.services.job_events import JobEvents
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -37,6 +38,7 @@ class Reaper:
         store: Store,
         clock: Clock,
         wakeups: Wakeups,
+        events: JobEvents,
         workers: Workers,
         dispatch: Dispatch,
         fleet: Fleet,
@@ -47,6 +49,7 @@ class Reaper:
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
+        self._events = events
         self._workers = workers
         self._dispatch = dispatch
         self._fleet = fleet
@@ -65,15 +68,13 @@ class Reaper:
     async def pass_once(self) -> None:
         now = self._clock.now()
         for job in await self._store.time_out_jobs(now):
-            if self._dispatch.metrics is not None:
-                self._dispatch.metrics.job_finished(job)
-            self._wakeups.notify(f"job:{job.id}")
-            if job.worker_id is not None:
-                self._dispatch.request_stop(job.worker_id, job.id)
+            # The store signalled its worker to stop it in the same transaction.
+            self._events.finished(job, stop_worker=True)
         while True:
             expired = await self._store.expire_jobs(now, EXPIRE_BATCH)
             for job in expired:
-                self._wakeups.notify(f"job:{job.id}")
+                # Gone rather than final: its waiters wake to find it no longer there.
+                self._wakeups.notify(Wake.job(job.id))
                 if job.status is JobStatus.IN_PROGRESS and job.worker_id is not None:
                     self._dispatch.request_stop(job.worker_id, job.id)
             if len(expired) < EXPIRE_BATCH:

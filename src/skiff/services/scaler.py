@@ -10,13 +10,12 @@ from skiff.domain.endpoints import Endpoint
 from skiff.domain.scaling import Limits, Load, decide, overdue_starts
 from skiff.domain.workers import WorkerState
 from skiff.services.fleet import Fleet
-from skiff.services.wakeups import Wakeups
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
 
-SCALER_KEY = "scaler"
 #: The least time between two reconcile passes, once a burst of them is spent.
 MIN_GAP_SECONDS = 0.05
 #: How many passes may run back to back after a quiet spell.
@@ -77,7 +76,7 @@ class Scaler:
             if wait > 0:
                 await asyncio.sleep(wait)
             passes.take(loop.time())
-            with self._wakeups.listen(SCALER_KEY) as event:
+            with self._wakeups.listen(Wake.SCALER) as event:
                 try:
                     await self.reconcile_all()
                 except Exception:

@@ -13,7 +13,7 @@ from skiff.domain.templates import (
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
-from skiff.services.wakeups import Wakeups
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
 
@@ -54,7 +54,7 @@ class Templates:
             getattr(current, f) != getattr(updated, f) for f in TEMPLATE_FIELDS_THAT_ROLL_WORKERS
         )
         if rolls and await self._store.bump_endpoint_versions(template_id):
-            self._wakeups.notify("scaler")
+            self._wakeups.notify(Wake.SCALER)
         return updated
 
     async def delete(self, user: User, template_id: str) -> None:

@@ -1,11 +1,12 @@
 """Waiting without spinning: long-polls and ``/runsync`` sleep on a key until someone notifies it.
 
-Keys: ``ep:<endpoint>`` (a job became available), ``job:<id>`` (a job changed: finished,
-streamed a chunk), ``stop:<worker>`` (a job-stop signal is waiting), ``scaler`` (the wanted
-number of workers may have changed). Inside one process an ``asyncio.Event`` per key is enough;
-with several replicas every key notified here is also published to the others (``publish``,
-PostgreSQL NOTIFY) and theirs arrive through ``deliver``. A wake-up lost on the way is covered
-by ``max_wait``: no wait sleeps longer before its caller checks the database again.
+Keys (``Wake``): ``Wake.endpoint(id)`` (a job became available), ``Wake.job(id)`` (a job
+changed: finished, streamed a chunk), ``Wake.stop(worker)`` (a job-stop signal is waiting),
+``Wake.SCALER`` (the wanted number of workers may have changed). Inside one process an
+``asyncio.Event`` per key is enough; with several replicas every key notified here is also
+published to the others (``publish``, PostgreSQL NOTIFY, as the key's string) and theirs arrive
+through ``deliver``. A wake-up lost on the way is covered by ``max_wait``: no wait sleeps longer
+before its caller checks the database again.
 """
 
 from __future__ import annotations
@@ -13,21 +14,56 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Final, NewType
+
+#: What a wait sleeps on. Its string is the wire form replicas publish to each other, so the
+#: forms below must not change while replicas of two versions may share a database.
+WakeKey = NewType("WakeKey", str)
+
+
+class Wake:
+    """The wake-up keys, the only place their strings are spelled."""
+
+    #: The wanted number of workers may have changed.
+    SCALER: Final = WakeKey("scaler")
+
+    @staticmethod
+    def job(job_id: str) -> WakeKey:
+        """The job changed: it finished, streamed a chunk or reported progress."""
+        return WakeKey(f"job:{job_id}")
+
+    @staticmethod
+    def endpoint(endpoint_id: str) -> WakeKey:
+        """A job of the endpoint became available, or the endpoint itself changed."""
+        return WakeKey(f"ep:{endpoint_id}")
+
+    @staticmethod
+    def stop(worker_id: str) -> WakeKey:
+        """A job-stop signal waits for the worker, or the worker is being stopped."""
+        return WakeKey(f"stop:{worker_id}")
+
+
+def _alone(_key: str) -> None:
+    """``publish`` of a replica that has nobody to tell."""
 
 
 class Wakeups:
-    def __init__(self) -> None:
+    def __init__(
+        self, publish: Callable[[str], None] = _alone, max_wait: float | None = None
+    ) -> None:
+        """``publish`` carries notified keys to the other replicas (the cluster's); ``max_wait``
+        is the longest one wait sleeps before its caller re-checks (None: no limit)."""
         self._events: dict[str, tuple[asyncio.Event, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set when the server is going down: every wait ends and no new one starts.
         self.closing = False
-        #: Carries notified keys to the other replicas; None with one replica.
-        self.publish: Callable[[str], None] | None = None
-        #: The longest one wait sleeps before its caller re-checks (None: no limit).
-        self.max_wait: float | None = None
+        self._publish = publish
+        self.max_wait = max_wait
         self._on_close: list[Callable[[], None]] = []
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server's running loop, known only at start-up: ``close_threadsafe`` (a signal
+        handler's) schedules the close on it."""
         self._loop = loop
 
     def close(self) -> None:
@@ -48,7 +84,7 @@ class Wakeups:
             self._loop.call_soon_threadsafe(self.close)
 
     @contextlib.contextmanager
-    def listen(self, key: str) -> Iterator[asyncio.Event]:
+    def listen(self, key: WakeKey) -> Iterator[asyncio.Event]:
         """Subscribe *before* checking the condition, so a notify in between is not lost."""
         event, count = self._events.get(key, (None, 0))
         if event is None:
@@ -66,10 +102,9 @@ class Wakeups:
                 else:
                     self._events[key] = (event, current[1] - 1)
 
-    def notify(self, key: str) -> None:
+    def notify(self, key: WakeKey) -> None:
         self.deliver(key)
-        if self.publish is not None:
-            self.publish(key)
+        self._publish(key)
 
     def deliver(self, key: str) -> None:
         """Wake this replica's waiters on ``key`` (a key another replica published)."""

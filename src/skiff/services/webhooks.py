@@ -28,6 +28,7 @@ import httpx
 from standardwebhooks import Webhook
 
 from skiff.clock import Clock
+from skiff.domain.jobs import Job
 from skiff.domain.webhooks import is_public_address, next_attempt
 from skiff.errors import Invalid
 from skiff.store.base import Store, WebhookDelivery
@@ -224,7 +225,10 @@ class WebhookSender:
         if self._wake is not None:
             self._wake.set()
 
-    notify = wake
+    def job_finished(self, job: Job) -> None:
+        """A job became final (``JobEvents``): one with a webhook has a delivery due now."""
+        if job.webhook is not None:
+            self.wake()
 
     async def run(self) -> None:
         """Attempt due deliveries until cancelled; idle ``IDLE_SECONDS`` between passes."""

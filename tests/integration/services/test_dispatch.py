@@ -11,10 +11,13 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobRequest, JobStatus, parse_job_request
+from skiff.domain.placement import Hold
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
+from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.metrics import Metrics
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.sqlite import SQLiteStore
@@ -24,6 +27,18 @@ LEASE = 30.0
 
 async def connected() -> bool:
     return True
+
+
+async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+    return None
+
+
+async def any_webhook(_url: str) -> None:
+    pass
+
+
+async def no_oldest(_endpoint_id: str) -> float | None:
+    return None
 
 
 def _request(endpoint: Endpoint, body: bytes) -> JobRequest:
@@ -49,8 +64,13 @@ class Rig:
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
+    events = JobEvents(wakeups)
     workers = Workers(store, clock)
-    dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=LEASE, max_attempts=2)
+    metrics = Metrics(store, clock, workers, no_oldest)
+    dispatch = Dispatch(
+        store, clock, wakeups, workers, events, metrics, lease_seconds=LEASE, max_attempts=2
+    )
+    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
     endpoint = Endpoint(
         id="ep1",
         userId="u1",
@@ -59,7 +79,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         spec=EndpointSpec(name="ep", templateId="t1"),
     )
     await store.create_endpoint(endpoint)
-    yield Rig(store, clock, workers, dispatch, Jobs(store, clock, wakeups), endpoint)
+    yield Rig(store, clock, workers, dispatch, jobs, endpoint)
 
 
 async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: Rig) -> None:

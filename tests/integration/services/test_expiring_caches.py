@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
@@ -29,8 +30,9 @@ KEY_CACHE_SECONDS = 5.0
 async def services(
     tmp_path: Path, store: SQLiteStore, clock: ManualClock
 ) -> AsyncIterator[Services]:
-    # No provider is attached: nothing here starts a worker process.
-    built = Services.build(Settings(data_dir=tmp_path / "data"), store, clock)
+    # Nothing here starts a worker process.
+    settings = Settings(data_dir=tmp_path / "data")
+    built = build_services(settings, store, clock, open_cluster(settings))
     await store.create_template(
         "u1", Template(id="t1", name="t", imageName="local/t", dockerStartCmd=["true"]), clock.now()
     )

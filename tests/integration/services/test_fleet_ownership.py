@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.providers.local import LocalProvider
 from skiff.services.auth import Auth
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
@@ -26,8 +26,8 @@ from skiff.store.sqlite import SQLiteStore
 async def services(
     tmp_path: Path, store: SQLiteStore, clock: ManualClock
 ) -> AsyncIterator[Services]:
-    built = Services.build(Settings(data_dir=tmp_path / "data"), store, clock)
-    built.fleet.attach(LocalProvider(built.fleet.on_exit))
+    settings = Settings(data_dir=tmp_path / "data")
+    built = build_services(settings, store, clock, open_cluster(settings))
     yield built
     await built.fleet.shutdown()
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.templates import Template
-from skiff.providers.local import LocalProvider
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
 
@@ -23,8 +23,7 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
 async def started(tmp_path: Path, store: SQLiteStore, clock: ManualClock) -> Services:
     settings = Settings(data_dir=tmp_path / "data", worker_stop_grace_seconds=0.2)
-    services = Services.build(settings, store, clock)
-    services.fleet.attach(LocalProvider(services.fleet.on_exit))
+    services = build_services(settings, store, clock, open_cluster(settings))
     await store.create_template(
         "u1",
         Template(id="t1", name="sleeper", imageName="local/sleeper", dockerStartCmd=SLEEPER),

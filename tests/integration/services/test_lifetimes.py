@@ -12,11 +12,14 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.placement import Hold
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Invalid, NotFound
 from skiff.services.dispatch import Dispatch
+from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.metrics import Metrics
 from skiff.services.reaper import Reaper
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
@@ -27,6 +30,18 @@ STOP_GRACE = 10.0
 
 async def connected() -> bool:
     return True
+
+
+async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+    return None
+
+
+async def any_webhook(_url: str) -> None:
+    pass
+
+
+async def no_oldest(_endpoint_id: str) -> float | None:
+    return None
 
 
 @dataclass
@@ -88,15 +103,19 @@ class Rig:
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
+    events = JobEvents(wakeups)
     workers = Workers(store, clock)
-    dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=3600, max_attempts=3)
-    jobs = Jobs(store, clock, wakeups)
-    jobs.on_stop = dispatch.request_stop
+    metrics = Metrics(store, clock, workers, no_oldest)
+    dispatch = Dispatch(
+        store, clock, wakeups, workers, events, metrics, lease_seconds=3600, max_attempts=3
+    )
+    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
     fleet = RecordingFleet()
     reaper = Reaper(
         store,
         clock,
         wakeups,
+        events,
         workers,
         dispatch,
         fleet,  # type: ignore[arg-type]

@@ -12,9 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.placement import Hold
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
+from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
 from skiff.services.wakeups import Wakeups
@@ -26,6 +28,14 @@ Labels = frozenset[tuple[str, str]]
 
 async def connected() -> bool:
     return True
+
+
+async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+    return None
+
+
+async def any_webhook(_url: str) -> None:
+    pass
 
 
 def parse(text: bytes) -> dict[tuple[str, Labels], float]:
@@ -89,8 +99,8 @@ def _endpoint(endpoint_id: str, now: float) -> Endpoint:
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
+    events = JobEvents(wakeups)
     workers = Workers(store, clock)
-    dispatch = Dispatch(store, clock, wakeups, workers, lease_seconds=30.0, max_attempts=2)
     oldest: dict[str, float] = {}
     asked: list[str] = []
 
@@ -99,7 +109,10 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         return oldest.get(endpoint_id)
 
     metrics = Metrics(store, clock, workers, oldest_queued_at)
-    dispatch.metrics = metrics
+    events.on_final(metrics.job_finished)
+    dispatch = Dispatch(
+        store, clock, wakeups, workers, events, metrics, lease_seconds=30.0, max_attempts=2
+    )
     ep1, ep2 = _endpoint("ep1", clock.now()), _endpoint("ep2", clock.now())
     await store.create_endpoint(ep1)
     await store.create_endpoint(ep2)
@@ -108,7 +121,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         clock,
         workers,
         dispatch,
-        Jobs(store, clock, wakeups),
+        Jobs(store, clock, wakeups, events, nothing_held, any_webhook),
         metrics,
         ep1,
         ep2,
@@ -243,7 +256,6 @@ async def test_job_finished_takes_any_final_job_such_as_a_timed_out_one(rig: Rig
 async def test_a_job_cancelled_in_the_queue_is_counted_without_durations(rig: Rig) -> None:
     job = await rig.jobs.cancel(rig.ep1, await rig.submit(rig.ep1))
     assert job.status is JobStatus.CANCELLED
-    rig.metrics.job_finished(job)
 
     samples = await rig.scrape()
 

@@ -12,10 +12,13 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.placement import Hold
 from skiff.domain.results import parse_worker_result
-from skiff.domain.workers import WorkerState
+from skiff.domain.workers import Worker, WorkerState
 from skiff.services.dispatch import Dispatch
+from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.metrics import Metrics
 from skiff.services.result_holds import ResultHolds
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
@@ -30,6 +33,18 @@ WATCH = 2.0
 
 async def connected() -> bool:
     return True
+
+
+async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+    return None
+
+
+async def any_webhook(_url: str) -> None:
+    pass
+
+
+async def no_oldest(_endpoint_id: str) -> float | None:
+    return None
 
 
 @dataclass
@@ -70,8 +85,11 @@ class Rig:
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
+    events = JobEvents(wakeups)
     workers = Workers(store, clock)
-    dispatch = Dispatch(store, clock, wakeups, workers, 30.0, 2, ResultHolds(HOLD, watch=WATCH))
+    metrics = Metrics(store, clock, workers, no_oldest)
+    holds = ResultHolds(HOLD, watch=WATCH)
+    dispatch = Dispatch(store, clock, wakeups, workers, events, metrics, 30.0, 2, holds)
     endpoint = Endpoint(
         id="ep1",
         userId="u1",
@@ -80,7 +98,8 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         spec=EndpointSpec(name="ep", templateId="t"),
     )
     await store.create_endpoint(endpoint)
-    yield Rig(store, wakeups, workers, dispatch, Jobs(store, clock, wakeups), endpoint)
+    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
+    yield Rig(store, wakeups, workers, dispatch, jobs, endpoint)
     wakeups.close()
 
 

@@ -18,12 +18,14 @@ import standardwebhooks
 from aiohttp import web
 
 from skiff.api import management
+from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.services import webhooks as webhooks_module
-from skiff.services.hub import Services
+from skiff.services.job_events import JobEvents
+from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import WebhookSender
 from skiff.store.base import User, WebhookDelivery
 from skiff.store.sqlite import SQLiteStore
@@ -410,6 +412,26 @@ async def test_run_delivers_as_soon_as_it_is_woken(
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_job_that_becomes_final_with_a_webhook_is_delivered_at_once(
+    rig: Rig, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender subscribes to the job events, as ``Services.build`` wires it: a finished job
+    does not wait out the sender's idle period."""
+    monkeypatch.setattr(webhooks_module, "IDLE_SECONDS", 60.0)
+    sender = rig.sender()
+    events = JobEvents(Wakeups())
+    events.on_final(sender.job_finished)
+    task = asyncio.create_task(sender.run())
+    try:
+        await asyncio.sleep(0.1)  # the first pass finds nothing; the loop idles for a minute
+        events.finished(await rig.final(receiver.url))
+        async with asyncio.timeout(5.0):
+            await receiver.arrived.wait()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_rotating_the_secret_signs_the_next_attempt_with_the_new_one(
     rig: Rig, receiver: Receiver
 ) -> None:
@@ -502,7 +524,8 @@ async def unused_port() -> int:
 async def test_the_api_shows_the_users_secret_and_rotates_it(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "skiff.db")
     await store.open()
-    services = Services.build(Settings(data_dir=tmp_path), store, ManualClock())
+    settings = Settings(data_dir=tmp_path)
+    services = build_services(settings, store, ManualClock(), open_cluster(settings))
     try:
         issued = await services.auth.bootstrap_admin(None)
         assert issued is not None

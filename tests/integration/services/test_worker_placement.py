@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
@@ -19,7 +20,6 @@ from skiff.domain.jobs import parse_job_request
 from skiff.domain.placement import HoldCause
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerState
-from skiff.providers.local import LocalProvider
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
 
@@ -31,17 +31,13 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 async def build(
     tmp_path: Path, store: SQLiteStore, clock: ManualClock, **settings: object
 ) -> Services:
-    built = Services.build(
-        Settings(
-            data_dir=tmp_path / "data",
-            worker_start_timeout_seconds=START_TIMEOUT,
-            worker_stop_grace_seconds=1,
-            **settings,  # type: ignore[arg-type]
-        ),
-        store,
-        clock,
+    chosen = Settings(
+        data_dir=tmp_path / "data",
+        worker_start_timeout_seconds=START_TIMEOUT,
+        worker_stop_grace_seconds=1,
+        **settings,  # type: ignore[arg-type]
     )
-    built.fleet.attach(LocalProvider(built.fleet.on_exit))
+    built = build_services(chosen, store, clock, open_cluster(chosen))
     await store.create_template(
         "u1",
         Template(id="t1", name="sleeper", imageName="local/sleeper", dockerStartCmd=SLEEPER),
@@ -234,7 +230,7 @@ async def test_an_endpoint_with_nothing_holding_it_back_says_nothing(
 
 
 async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
-    tmp_path: Path, store: SQLiteStore, clock: ManualClock
+    tmp_path: Path, store: SQLiteStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     services = await build(tmp_path, store, clock, gpus="NVIDIA GeForce RTX 4090:1")
     try:
@@ -247,15 +243,14 @@ async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
             sync=False,
         )
         await services.scaler.reconcile(endpoint)
-        why = services.jobs.placement
-        assert why is not None
+        why = services.placement.why
         reads: list[str] = []
 
         async def counted(endpoint: Endpoint, workers: list[Worker]) -> object:
             reads.append(endpoint.id)
             return await why(endpoint, workers)
 
-        services.jobs.placement = counted  # type: ignore[assignment]
+        monkeypatch.setattr(services.jobs, "_placement", counted)
         first = await services.jobs.held_back(endpoint)
         assert first is not None and first.cause is HoldCause.NO_GPU
         assert (await services.jobs.get(endpoint, job.id)).status.value == "IN_QUEUE"

@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 
-from skiff.services.wakeups import Wakeups, wait
+from skiff.services.wakeups import Wake, Wakeups, wait
+
+A, B, K = Wake.endpoint("a"), Wake.endpoint("b"), Wake.SCALER
 
 
 async def test_listener_registered_before_notify_is_woken() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("job:1") as event:
+    with wakeups.listen(Wake.job("1")) as event:
         assert not event.is_set()
-        wakeups.notify("job:1")
+        wakeups.notify(Wake.job("1"))
         assert event.is_set()
         assert await wait(event, 0.05) is True
 
@@ -22,9 +24,9 @@ async def test_waiting_listener_is_woken_by_a_later_notify() -> None:
 
     async def notify_soon() -> None:
         await asyncio.sleep(0.01)
-        wakeups.notify("ep:a")
+        wakeups.notify(Wake.endpoint("a"))
 
-    with wakeups.listen("ep:a") as event:
+    with wakeups.listen(Wake.endpoint("a")) as event:
         task = asyncio.create_task(notify_soon())
         started = time.monotonic()
         assert await wait(event, 2.0) is True
@@ -34,18 +36,18 @@ async def test_waiting_listener_is_woken_by_a_later_notify() -> None:
 
 async def test_every_listener_of_a_key_is_woken_by_one_notify() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("job:1") as first, wakeups.listen("job:1") as second:
+    with wakeups.listen(Wake.job("1")) as first, wakeups.listen(Wake.job("1")) as second:
         assert first is second
         assert wakeups.listening == 2
-        wakeups.notify("job:1")
+        wakeups.notify(Wake.job("1"))
         assert first.is_set()
         assert second.is_set()
 
 
 async def test_notify_wakes_only_its_own_key() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("job:1") as one, wakeups.listen("job:2") as two:
-        wakeups.notify("job:2")
+    with wakeups.listen(Wake.job("1")) as one, wakeups.listen(Wake.job("2")) as two:
+        wakeups.notify(Wake.job("2"))
         assert two.is_set()
         assert not one.is_set()
         assert await wait(one, 0.01) is False
@@ -53,30 +55,30 @@ async def test_notify_wakes_only_its_own_key() -> None:
 
 async def test_notify_without_listener_is_harmless_and_not_remembered() -> None:
     wakeups = Wakeups()
-    wakeups.notify("stop:w1")
+    wakeups.notify(Wake.stop("w1"))
     assert wakeups.listening == 0
-    with wakeups.listen("stop:w1") as event:
+    with wakeups.listen(Wake.stop("w1")) as event:
         assert not event.is_set()
 
 
 async def test_nothing_leaks_after_the_context_exits() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("a"), wakeups.listen("a"), wakeups.listen("b"):
+    with wakeups.listen(A), wakeups.listen(A), wakeups.listen(B):
         assert wakeups.listening == 3
     assert wakeups.listening == 0
 
 
 async def test_nothing_leaks_after_a_notified_context_exits() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("a"), wakeups.listen("a"):
-        wakeups.notify("a")
+    with wakeups.listen(A), wakeups.listen(A):
+        wakeups.notify(A)
     assert wakeups.listening == 0
 
 
 async def test_nothing_leaks_when_the_body_raises() -> None:
     wakeups = Wakeups()
     try:
-        with wakeups.listen("a"):
+        with wakeups.listen(A):
             raise RuntimeError("boom")
     except RuntimeError:
         pass
@@ -85,9 +87,9 @@ async def test_nothing_leaks_when_the_body_raises() -> None:
 
 async def test_listener_after_a_notify_gets_a_fresh_event() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("k") as old:
-        wakeups.notify("k")
-        with wakeups.listen("k") as new:
+    with wakeups.listen(K) as old:
+        wakeups.notify(K)
+        with wakeups.listen(K) as new:
             assert new is not old
             assert not new.is_set()
             assert wakeups.listening == 1
@@ -97,20 +99,20 @@ async def test_listener_after_a_notify_gets_a_fresh_event() -> None:
 
 async def test_late_exit_of_an_old_listener_does_not_drop_a_new_one() -> None:
     wakeups = Wakeups()
-    old_cm = wakeups.listen("k")
+    old_cm = wakeups.listen(K)
     old_cm.__enter__()
-    wakeups.notify("k")
-    with wakeups.listen("k") as new:
+    wakeups.notify(K)
+    with wakeups.listen(K) as new:
         old_cm.__exit__(None, None, None)
         assert wakeups.listening == 1
-        wakeups.notify("k")
+        wakeups.notify(K)
         assert new.is_set()
     assert wakeups.listening == 0
 
 
 async def test_wait_returns_false_on_timeout_quickly() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("job:x") as event:
+    with wakeups.listen(Wake.job("x")) as event:
         started = time.monotonic()
         assert await wait(event, 0.05) is False
         elapsed = time.monotonic() - started
@@ -127,10 +129,10 @@ async def test_wait_with_no_time_left_only_checks_the_event() -> None:
 
 async def test_close_ends_every_wait_and_later_listens_do_not_block() -> None:
     wakeups = Wakeups()
-    with wakeups.listen("k") as event:
+    with wakeups.listen(K) as event:
         wakeups.close()
         assert await wait(event, 5) is True
-    with wakeups.listen("k") as event:
+    with wakeups.listen(K) as event:
         assert await wait(event, 5) is True
 
 
@@ -147,3 +149,29 @@ async def test_waiting_on_a_set_event_still_lets_other_tasks_run() -> None:
         await wait(event, 1)
     assert ran.is_set()
     await task
+
+
+def test_the_keys_keep_their_wire_form() -> None:
+    # Replicas publish these strings to each other: one of another version must read them.
+    assert Wake.job("j1") == "job:j1"
+    assert Wake.endpoint("e1") == "ep:e1"
+    assert Wake.stop("w1") == "stop:w1"
+    assert Wake.SCALER == "scaler"
+
+
+async def test_a_notify_is_published_and_a_delivered_key_is_not() -> None:
+    published: list[str] = []
+    wakeups = Wakeups(publish=published.append)
+    with wakeups.listen(Wake.job("1")) as mine, wakeups.listen(Wake.job("2")) as theirs:
+        wakeups.notify(Wake.job("1"))
+        wakeups.deliver_all(["job:2"])
+        assert mine.is_set() and theirs.is_set()
+    assert published == ["job:1"]
+
+
+async def test_max_wait_bounds_every_wait() -> None:
+    wakeups = Wakeups(max_wait=0.05)
+    with wakeups.listen(K) as event:
+        started = time.monotonic()
+        assert await wakeups.wait(event, 5.0) is False
+        assert time.monotonic() - started < 1.0

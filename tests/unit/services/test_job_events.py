@@ -1,0 +1,72 @@
+"""JobEvents: a job that became final wakes its waiters, its worker's stop poll when asked, and
+every subscriber once, in the order they subscribed."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from skiff.clock import ManualClock
+from skiff.domain.jobs import Job, JobStatus
+from skiff.services.job_events import JobEvents
+from skiff.services.wakeups import Wake, Wakeups
+from skiff.services.webhooks import WebhookSender
+from skiff.store.base import Store
+
+
+def final_job(worker_id: str | None = "w1", webhook: str | None = None) -> Job:
+    return Job(
+        id="j1",
+        endpoint_id="ep1",
+        status=JobStatus.CANCELLED,
+        input_json="{}",
+        execution_timeout_ms=60_000,
+        ttl_ms=86_400_000,
+        low_priority=False,
+        webhook=webhook,
+        s3_config_json=None,
+        submitted_at=0.0,
+        worker_id=worker_id,
+    )
+
+
+async def test_a_final_job_wakes_its_waiters_then_each_subscriber_in_order() -> None:
+    wakeups = Wakeups()
+    events = JobEvents(wakeups)
+    told: list[tuple[str, str]] = []
+    events.on_final(lambda job: told.append(("metrics", job.id)))
+    events.on_final(lambda job: told.append(("webhooks", job.id)))
+    job = final_job()
+    with wakeups.listen(Wake.job(job.id)) as waiter, wakeups.listen(Wake.stop("w1")) as stop:
+        events.finished(job)
+        assert waiter.is_set()
+        # Finished by its worker (its result): nothing to stop.
+        assert not stop.is_set()
+    assert told == [("metrics", "j1"), ("webhooks", "j1")]
+
+
+async def test_a_job_taken_from_its_running_worker_wakes_that_workers_stop_poll() -> None:
+    wakeups = Wakeups()
+    events = JobEvents(wakeups)
+    with wakeups.listen(Wake.stop("w1")) as stop:
+        events.finished(final_job(), stop_worker=True)
+        assert stop.is_set()
+
+
+async def test_a_job_without_a_worker_has_no_stop_poll_to_wake() -> None:
+    published: list[str] = []
+    events = JobEvents(Wakeups(publish=published.append))
+    events.finished(final_job(worker_id=None), stop_worker=True)
+    assert published == ["job:j1"]
+
+
+@pytest.mark.parametrize(("webhook", "woken"), [(None, 0), ("https://example.com/hook", 1)])
+def test_the_webhook_sender_wakes_for_a_final_job_with_a_webhook(
+    webhook: str | None, woken: int
+) -> None:
+    sender = WebhookSender(cast(Store, None), ManualClock())
+    calls: list[None] = []
+    cast(Any, sender).wake = lambda: calls.append(None)
+    sender.job_finished(final_job(webhook=webhook))
+    assert len(calls) == woken
