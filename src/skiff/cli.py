@@ -121,10 +121,16 @@ def serve(
     import uvicorn
 
     from skiff.api.connections import ConnectionRules, connection_cap, raise_open_file_limit
-    from skiff.api.lean_http import lean_protocol
+    from skiff.api.lean_http import lean_protocol, untested_uvicorn
     from skiff.app import create_app
 
     settings = _settings(host=host, port=port, data_dir=data_dir, database_url=database_url)
+    if settings.fast_http:
+        # The fast protocol subclasses uvicorn's internals: on another uvicorn it could answer
+        # wrongly in ways no error shows, so refuse before anything starts.
+        untested = untested_uvicorn()
+        if untested is not None:
+            raise click.ClickException(untested)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -157,9 +163,12 @@ def serve(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        # uvicorn's httptools protocol, serving the job and worker routes without the ASGI
-        # cycle (api/lean_http.py), under the connection rules (api/connections.py).
-        http=lean_protocol(app.hot, rules) if app.hot is not None else "httptools",
+        # uvicorn's httptools protocol, serving the hot /v2 routes without the ASGI cycle
+        # (api/v2.py, api/lean_http.py), under the connection rules (api/connections.py);
+        # uvicorn's own with SKIFF_FAST_HTTP=0.
+        http=lean_protocol(app.hot, rules)
+        if settings.fast_http and app.hot is not None
+        else "httptools",
         lifespan="on",
         access_log=False,
         log_level="info",

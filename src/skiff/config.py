@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     #: Open connections this server keeps at most; 0 derives it from the open-file limit
     #: (raised to its hard limit at start), leaving room for the database, logs and workers.
     max_connections: int = Field(default=0, ge=0)
+    #: Serve the hot job and worker routes from skiff's own HTTP protocol (api/lean_http.py),
+    #: which also keeps the three connection rules above. Off (``SKIFF_FAST_HTTP=0``): uvicorn's
+    #: plain httptools protocol, the same answers through the ASGI app, without those rules;
+    #: the way to run on a uvicorn other than the tested one, which ``serve`` otherwise refuses.
+    fast_http: bool = True
 
     def sqlite_path(self) -> Path:
         named = sqlite_file_of(self.database_url)

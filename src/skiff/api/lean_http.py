@@ -1,4 +1,5 @@
-"""The job and worker routes served straight from uvicorn's HTTP protocol, without ASGI plumbing.
+"""The hot ``/v2`` routes served straight from uvicorn's HTTP protocol, without ASGI plumbing
+(where this sits in a request's way: api/v2.py).
 
 ``HotRoutes`` (api/hot.py) already spares these routes the framework's routing and middleware.
 What is left around each of them inside uvicorn is its ASGI cycle: the scope, the proxy-headers
@@ -14,23 +15,35 @@ request (a body of at most ``LEAN_BODY_LIMIT`` bytes with a ``Content-Length``, 
 other request goes through uvicorn's cycle and the full app, as before, so every route keeps a
 single handler and the same answers.
 
+What the ASGI cycle does around a request, a lean one gets too: uvicorn's proxy-headers
+middleware (the very one ``proxy_headers`` installed, with its ``forwarded_allow_ips``) corrects
+the scope's client and scheme when a trusted peer sent ``X-Forwarded-For`` or
+``X-Forwarded-Proto``; a response that streams is sent as uvicorn's cycle sends it (chunked
+unless it has a length); ``Connection: close`` in a response closes the connection.
+
 A ``LeanCycle`` offers the attributes uvicorn's protocol reads of its current cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive`` and
 ``run_asgi``), which is how it fits into uvicorn's pipelining queue and connection handling
-unchanged. uvicorn is pinned (requirements.lock); ``tests/integration/api/test_lean_http.py`` runs a
-real uvicorn with this protocol.
+unchanged. That is uvicorn's internals: ``TESTED_UVICORN`` names the versions this was tested
+with (the one pinned in requirements.lock), and ``skiff serve`` refuses any other unless told
+to do without this protocol (``SKIFF_FAST_HTTP=0``). ``tests/integration/api/test_lean_http.py``
+runs a real uvicorn with this protocol, and without it, for the same answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import urllib.parse
 from typing import Any
 
 import httptools
+import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from skiff.api.connections import (
@@ -56,6 +69,27 @@ CONNECTED = "skiff.connected"
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
+#: The uvicorn versions this protocol was tested with: the one requirements.lock pins.
+TESTED_UVICORN = ("0.54.0",)
+
+
+def untested_uvicorn() -> str | None:
+    """Why this protocol cannot be trusted with the uvicorn installed, or None when it can."""
+    if uvicorn.__version__ in TESTED_UVICORN:
+        return None
+    return (
+        f"uvicorn {uvicorn.__version__} is installed, but skiff's fast HTTP protocol "
+        "(api/lean_http.py) builds on uvicorn's internals and is tested with uvicorn "
+        f"{', '.join(TESTED_UVICORN)} only. Install that version (requirements.lock pins it), "
+        "or set SKIFF_FAST_HTTP=0 to serve with uvicorn's own httptools protocol (the same "
+        "answers, a little slower, and without the connection time limits and cap)."
+    )
+
+
+async def _corrected(_scope: Any, _receive: Any, _send: Any) -> None:
+    """What uvicorn's proxy-headers middleware calls next when a lean request borrows it: the
+    scope it corrected is all that was wanted."""
+
 
 class LeanCycle:
     """One hot-route request on a connection, in the place of uvicorn's cycle."""
@@ -67,6 +101,7 @@ class LeanCycle:
         params: dict[str, str],
         scope: dict[str, Any],
         keep_alive: bool,
+        forwarded: bool,
     ) -> None:
         self.protocol = protocol
         self.route = route
@@ -79,6 +114,10 @@ class LeanCycle:
         self.response_complete = False
         self.disconnected = False
         self.keep_alive = keep_alive
+        self.response_started = False
+        #: Whether the scope's client and scheme are to be read from the proxy headers.
+        self.forwarded = forwarded
+        self._chunked = False
         self._body_taken = False
         scope[CONNECTED] = self._connected
 
@@ -103,7 +142,9 @@ class LeanCycle:
             await self._run()
         except Exception as exc:  # a bug in the error path itself: answer as uvicorn would
             log.error("Exception in a lean request", exc_info=exc)
-            if not self.response_complete and not self.disconnected:
+            if self.response_started and not self.response_complete:
+                self.protocol.transport.close()  # an answer cut short: nothing else can follow
+            elif not self.response_complete and not self.disconnected:
                 self._write(
                     500,
                     [(b"content-type", b"text/plain; charset=utf-8")],
@@ -118,18 +159,38 @@ class LeanCycle:
             self.message_event.clear()
         if self.disconnected:
             return
+        proxy = self.protocol.proxy_headers
+        if self.forwarded and proxy is not None:
+            await proxy(self.scope, self.receive, self.send)  # type: ignore[arg-type]
         request = Request(self.scope, self.receive)
         response = await self.protocol.hot.call(self.route, request, self.params)
         await self._answer(response)
 
     async def _answer(self, response: Response) -> None:
         if type(response).__call__ is not Response.__call__:
-            # A response that streams or sends in its own way could not be one write; no hot
-            # route answers so (run_asgi turns this into a 500, as for any bug).
-            raise TypeError(f"a hot route answered with a {type(response).__name__}")
+            # One that streams, or sends in its own way: message by message, as uvicorn would.
+            await response(self.scope, self.receive, self.send)
+            if not self.response_complete and not self.disconnected:
+                log.error("A lean response ended without completing its answer")
+                self.protocol.transport.close()
+            return
         self._write(response.status_code, response.raw_headers, bytes(response.body))
         if response.background is not None:
             await response.background()
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+        parts = [STATUS_LINE[status]]
+        for name, value in self.protocol.server_state.default_headers:
+            parts += [name, b": ", value, b"\r\n"]
+        closes = False
+        for name, value in headers:
+            parts += [name, b": ", value, b"\r\n"]
+            if name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                closes = True
+        if not self.keep_alive and not closes:
+            parts.append(b"connection: close\r\n")
+        return parts
 
     def _write(
         self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, close: bool = False
@@ -138,21 +199,56 @@ class LeanCycle:
             return
         if close:
             self.keep_alive = False
-        parts = [STATUS_LINE[status]]
-        for name, value in self.protocol.server_state.default_headers:
-            parts += [name, b": ", value, b"\r\n"]
-        for name, value in headers:
-            parts += [name, b": ", value, b"\r\n"]
-        if not self.keep_alive:
-            parts.append(b"connection: close\r\n")
+        parts = self._head(status, headers)
         parts += [b"\r\n", body]
-        transport = self.protocol.transport
-        transport.write(b"".join(parts))
-        self.response_complete = True
+        self.protocol.transport.write(b"".join(parts))
+        self._complete()
+
+    def _complete(self) -> None:
+        self.response_started = self.response_complete = True
         self.message_event.set()
         if not self.keep_alive:
-            transport.close()
+            self.protocol.transport.close()
         self.protocol.on_response_complete()
+
+    async def send(self, message: Message) -> None:
+        """ASGI ``send``, for a response that streams: what uvicorn's cycle does with each
+        message (its header checks aside: Starlette writes the headers)."""
+        flow = self.protocol.flow
+        if flow.write_paused and not self.disconnected:
+            await flow.drain()
+        if self.disconnected:
+            return
+        transport = self.protocol.transport
+        if not self.response_started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(f"expected http.response.start, got {message['type']}")
+            self.response_started = True
+            status: int = message["status"]
+            headers: list[tuple[bytes, bytes]] = list(message.get("headers", []))
+            parts = self._head(status, headers)
+            sized = any(n.lower() in (b"content-length", b"transfer-encoding") for n, _ in headers)
+            if not sized and status not in (204, 304):
+                self._chunked = True
+                parts.append(b"transfer-encoding: chunked\r\n")
+            parts.append(b"\r\n")
+            transport.write(b"".join(parts))
+        elif not self.response_complete:
+            if message["type"] != "http.response.body":
+                raise RuntimeError(f"expected http.response.body, got {message['type']}")
+            body: bytes = message.get("body", b"")
+            more: bool = message.get("more_body", False)
+            if self._chunked:
+                transport.write(
+                    (b"%x\r\n" % len(body) + body + b"\r\n" if body else b"")
+                    + (b"" if more else b"0\r\n\r\n")
+                )
+            elif body:
+                transport.write(body)
+            if not more:
+                self._complete()
+        else:
+            raise RuntimeError(f"{message['type']} sent after the response was complete")
 
 
 class LeanHttpProtocol(HttpToolsProtocol):
@@ -163,6 +259,9 @@ class LeanHttpProtocol(HttpToolsProtocol):
     #: Set by ``lean_protocol`` on the subclass it makes for one app (and so one server).
     hot: HotRoutes
     watch: ConnectionWatch
+    #: uvicorn's proxy-headers middleware, borrowed, when this connection's peer is one it
+    #: trusts; None when it is not, or when uvicorn is told not to read those headers.
+    proxy_headers: ProxyHeadersMiddleware | None = None
     #: Where this connection is (api/connections.py) and since when (the loop's clock).
     phase: int = FRESH
     since: float = 0.0
@@ -171,6 +270,16 @@ class LeanHttpProtocol(HttpToolsProtocol):
         self.since = self.loop.time()
         super().connection_made(transport)
         self.watch.opened(self, self.connections, self.since)
+        # uvicorn's config puts its proxy-headers middleware outermost when ``proxy_headers``
+        # is on. The peer is the same for the whole connection: whether it is trusted is
+        # asked once here, and again by the middleware only for a request that has the headers.
+        outer = self.app
+        if isinstance(outer, ProxyHeadersMiddleware):
+            peer = self.client[0] if self.client else None
+            if peer in outer.trusted_hosts:
+                # Its twin (the same trusted hosts, their cache included) that calls nothing.
+                self.proxy_headers = copy.copy(outer)
+                self.proxy_headers.app = _corrected
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.watch.closed(self)
@@ -224,9 +333,9 @@ class LeanHttpProtocol(HttpToolsProtocol):
         if found is None:
             super().on_headers_complete()
             return
-        route, params, scope, keep_alive = found
+        route, params, scope, keep_alive, forwarded = found
         existing = self.cycle
-        cycle = LeanCycle(self, route, params, scope, keep_alive)
+        cycle = LeanCycle(self, route, params, scope, keep_alive, forwarded)
         self.cycle = cycle  # type: ignore[assignment]
         if existing is None or existing.response_complete:
             self._start_asgi_task(cycle, self.app)  # type: ignore[arg-type]
@@ -237,7 +346,7 @@ class LeanHttpProtocol(HttpToolsProtocol):
 
     def _lean_route(
         self,
-    ) -> tuple[Route, dict[str, str], dict[str, Any], bool] | None:
+    ) -> tuple[Route, dict[str, str], dict[str, Any], bool, bool] | None:
         parser = self.parser
         if self.expect_100_continue or parser.should_upgrade():
             return None
@@ -250,6 +359,7 @@ class LeanHttpProtocol(HttpToolsProtocol):
         found = self.hot.match(method, self.root_path + path)
         if found is None:
             return None
+        forwarded = False
         for name, value in self.headers:
             if name == b"content-length":
                 try:
@@ -259,6 +369,8 @@ class LeanHttpProtocol(HttpToolsProtocol):
                     return None
             elif name == b"transfer-encoding":
                 return None
+            elif name == b"x-forwarded-for" or name == b"x-forwarded-proto":
+                forwarded = self.proxy_headers is not None
         route, params = found
         http_version = parser.get_http_version()
         scope: dict[str, Any] = {
@@ -279,7 +391,7 @@ class LeanHttpProtocol(HttpToolsProtocol):
             "state": self.app_state.copy(),
         }
         keep_alive = http_version != "1.0" and parser.should_keep_alive()
-        return route, params, scope, keep_alive
+        return route, params, scope, keep_alive, forwarded
 
 
 def lean_protocol(hot: HotRoutes, rules: ConnectionRules | None = None) -> type[LeanHttpProtocol]:

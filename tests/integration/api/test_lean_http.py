@@ -1,29 +1,43 @@
 """Hot routes answered from inside uvicorn's protocol (api/lean_http.py), on a real uvicorn
 serving a real socket: the same answers as through the full stack, and uvicorn's connection
-rules (keep-alive, pipelining, HTTP/1.0, disconnects) kept."""
+rules (keep-alive, pipelining, HTTP/1.0, disconnects) kept; what a handler sees of its client
+behind a proxy, and how a streaming answer is sent, the same on both paths; ``skiff serve``
+refusing a uvicorn the protocol was not tested with."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import uvicorn
+from click.testing import CliRunner
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from skiff.api import errors
 from skiff.api.body import read_body
 from skiff.api.hot import Handler, HotRoutes, WithHotRoutes
-from skiff.api.lean_http import CONNECTED, LEAN_BODY_LIMIT, lean_protocol
+from skiff.api.lean_http import (
+    CONNECTED,
+    LEAN_BODY_LIMIT,
+    TESTED_UVICORN,
+    lean_protocol,
+    untested_uvicorn,
+)
 from skiff.api.responses import json_response
+from skiff.cli import main
 from skiff.errors import NotFound
 
 
@@ -262,3 +276,166 @@ async def test_a_handler_sees_that_its_client_went_away(server: Running) -> None
             break
         await asyncio.sleep(0.01)
     assert server.seen.connected_after_close == [False]
+
+
+# -- The same on both paths: uvicorn's own protocol (the ASGI cycle) and the lean one ----------
+
+
+def _client_router() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/{endpoint_id}/status/{job_id}")
+    async def status(request: Request, job_id: str) -> Response:
+        client = request.client
+        return json_response(
+            {
+                "client": [client.host, client.port] if client else None,
+                "scheme": request.url.scheme,
+                "url": str(request.url),
+            }
+        )
+
+    @router.get("/{endpoint_id}/stream/{job_id}")
+    async def stream(request: Request, job_id: str) -> Response:
+        async def parts() -> AsyncIterator[bytes]:
+            for i in range(3):
+                yield f"data: {i}\n\n".encode()
+                await asyncio.sleep(0.01)
+
+        return StreamingResponse(parts(), media_type="text/event-stream")
+
+    return router
+
+
+@contextlib.asynccontextmanager
+async def _serving(lean: bool, **config: Any) -> AsyncIterator[Running]:
+    """A real uvicorn on the routes above, with the lean protocol or uvicorn's own."""
+    seen = Seen([], [])
+    router = _client_router()
+    inner = FastAPI()
+    errors.install(inner, "error")
+    inner.include_router(router)
+    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
+    app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    uv = uvicorn.Config(
+        _Counting(app, seen),
+        http=lean_protocol(app.hot) if lean else "httptools",
+        lifespan="off",
+        log_level="warning",
+        loop="none",
+        **config,
+    )
+    srv = uvicorn.Server(uv)
+    task = asyncio.create_task(srv.serve(sockets=[sock]))
+    while not srv.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
+        await asyncio.sleep(0.01)
+    try:
+        yield Running(sock.getsockname()[1], seen, asyncio.Event())
+    finally:
+        srv.should_exit = True
+        await task
+
+
+PATHS = pytest.mark.parametrize("lean", [True, False], ids=["lean", "asgi"])
+FORWARDED = {"X-Forwarded-For": "203.0.113.7:4711", "X-Forwarded-Proto": "https"}
+
+
+async def _seen_by_handler(running: Running, headers: dict[str, str]) -> dict[str, Any]:
+    async with httpx.AsyncClient() as client:
+        answer = await client.get(running.url("/v2/ep1/status/j1?x=1"), headers=headers)
+    assert answer.status_code == 200
+    return dict(answer.json())
+
+
+@PATHS
+async def test_a_trusted_proxy_names_the_client_and_scheme_on_both_paths(lean: bool) -> None:
+    async with _serving(lean) as running:  # uvicorn trusts 127.0.0.1 by default
+        seen = await _seen_by_handler(running, FORWARDED)
+        plain = await _seen_by_handler(running, {})
+    assert seen["client"] == ["203.0.113.7", 4711]
+    assert seen["scheme"] == "https"
+    assert seen["url"] == f"https://127.0.0.1:{running.port}/v2/ep1/status/j1?x=1"
+    assert plain["client"][0] == "127.0.0.1" and plain["scheme"] == "http"
+    # Which path it took: the lean one never reaches the ASGI app.
+    assert running.seen.asgi == ([] if lean else ["GET /v2/ep1/status/j1"] * 2)
+
+
+@PATHS
+async def test_an_untrusted_peer_cannot_name_the_client_or_scheme(lean: bool) -> None:
+    async with _serving(lean, forwarded_allow_ips="10.1.2.3") as running:
+        seen = await _seen_by_handler(running, FORWARDED)
+    assert seen["client"][0] == "127.0.0.1" and seen["scheme"] == "http"
+
+
+@PATHS
+async def test_proxy_headers_off_are_ignored_even_from_a_trusted_peer(lean: bool) -> None:
+    async with _serving(lean, proxy_headers=False) as running:
+        seen = await _seen_by_handler(running, FORWARDED)
+    assert seen["client"][0] == "127.0.0.1" and seen["scheme"] == "http"
+
+
+@PATHS
+async def test_every_peer_trusted_takes_the_first_forwarded_address(lean: bool) -> None:
+    headers = {"X-Forwarded-For": "198.51.100.1, 10.0.0.2", "X-Forwarded-Proto": "wss"}
+    async with _serving(lean, forwarded_allow_ips="*") as running:
+        seen = await _seen_by_handler(running, headers)
+    assert seen["client"] == ["198.51.100.1", 0] and seen["scheme"] == "wss"
+
+
+async def test_a_streaming_answer_is_sent_alike_on_both_paths() -> None:
+    request = (
+        b"GET /v2/ep1/stream/j1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /v2/ep1/stream/j2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    answers = []
+    for lean in (True, False):
+        async with _serving(lean) as running:
+            reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+            writer.write(request)
+            await writer.drain()
+            received = b""
+            while received.count(b"\r\n0\r\n\r\n") < 2:
+                chunk = await asyncio.wait_for(reader.read(65536), 5)
+                assert chunk, received
+                received += chunk
+            writer.close()
+            assert running.seen.asgi == (
+                [] if lean else ["GET /v2/ep1/stream/j1", "GET /v2/ep1/stream/j2"]
+            )
+        # The date changes from one second to the next; nothing else may differ.
+        answers.append(
+            b"\r\n".join(x for x in received.split(b"\r\n") if not x.startswith(b"date: "))
+        )
+    lean_answer, asgi_answer = answers
+    assert lean_answer == asgi_answer
+    head, _, rest = lean_answer.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head and b"content-type: text/event-stream" in head
+    assert rest.startswith(b"9\r\ndata: 0\n\n\r\n9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n")
+
+
+# -- The uvicorn it was tested with ----------------------------------------------------------
+
+
+def test_the_tested_uvicorn_is_the_one_requirements_lock_pins() -> None:
+    lock = (Path(__file__).parents[3] / "requirements.lock").read_text()
+    pinned = re.search(r"^uvicorn==(\S+)", lock, re.MULTILINE)
+    assert pinned is not None
+    assert (pinned.group(1),) == TESTED_UVICORN
+    assert untested_uvicorn() is None
+
+
+def test_serve_refuses_an_untested_uvicorn_saying_which_and_the_way_out(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(uvicorn, "__version__", "9.9.9")
+    monkeypatch.delenv("SKIFF_FAST_HTTP", raising=False)
+    data = tmp_path / "data"
+    result = CliRunner().invoke(main, ["serve", "--port", "1", "--data-dir", str(data)])
+    assert result.exit_code == 1
+    message = " ".join(result.output.split())
+    assert "uvicorn 9.9.9 is installed" in message
+    assert f"tested with uvicorn {TESTED_UVICORN[0]} only" in message
+    assert "SKIFF_FAST_HTTP=0" in message
+    assert not data.exists()  # refused before anything was claimed or made
