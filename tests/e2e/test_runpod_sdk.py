@@ -1,12 +1,24 @@
-"""The unmodified runpod SDK as client, against unmodified runpod-SDK workers skiff starts."""
+"""The unmodified runpod SDK as client, against unmodified runpod-SDK workers skiff starts,
+through both ways into a ``/v2`` handler (api/v2.py): skiff's fast HTTP protocol, and uvicorn's
+own with the ASGI app (``SKIFF_FAST_HTTP=0``)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness import Server
+from harness import Server, running
+
+
+@pytest.fixture(scope="module", params=["fast-http", "asgi"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    env: dict[str, str | None] = {"SKIFF_FAST_HTTP": "0" if request.param == "asgi" else None}
+    with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
