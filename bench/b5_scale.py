@@ -7,7 +7,7 @@ the SDK imported, its job-take held but refused), and the repetition waits for t
 ``BENCH ready`` line) before it submits, so the scale-up promotes it rather than start a process.
 The phases come from outside skiff's code: the client's own clock at submit and answer, the
 worker's ``startedAt`` from ``GET /v1/endpoints/{id}?includeWorkers=true`` (set just before its
-process is spawned), the
+process is spawned; millisecond resolution, as every ``/v1`` time), the
 ``BENCH imported|ready|first-job`` lines the handler prints with its own ``time.time()`` (read
 back with ``GET /v1/endpoints/{id}/logs``) and the job's ``startedAt`` (when the worker's
 job-take claimed it, millisecond resolution) from ``GET /v2/{id}/requests``. Every clock is the
@@ -152,7 +152,7 @@ def _once(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
         opts.worker_env(), workersMin=0, workersMax=1, flashboot=False, idleTimeout=3600
     )
     t = _one_job(skiff, endpoint)
-    spawned = float(t.worker["startedAt"])
+    spawned = _ts(t.worker["startedAt"])
     marks = t.marks
     ms = 1000.0
     return {

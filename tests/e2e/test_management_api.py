@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from harness import Server
+
+#: How /v1 prints a time: ISO 8601, UTC, milliseconds, Z.
+ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +216,19 @@ def test_deleting_an_endpoint_stops_workers_and_removes_jobs_and_logs(server: Se
     assert server.http.get(f"/v1/endpoints/{eid}").status_code == 404
     assert server.http.get(f"/v2/{eid}/status/{done['id']}").status_code == 404
     assert not log_dir.exists()
+
+
+def test_every_v1_time_is_iso_8601_utc_with_milliseconds(server: Server) -> None:
+    endpoint = server.create_endpoint(workersMin=1, workersMax=1, idleTimeout=30)
+    eid = endpoint["id"]
+    done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"x": 1}}).json()
+    assert done["status"] == "COMPLETED"
+    body = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"}).json()
+    worker = body["workers"][0]
+    times = [endpoint["createdAt"], body["createdAt"], worker["startedAt"], worker["lastSeen"]]
+    for value in times:
+        assert ISO_MS.fullmatch(value), value
+    server.http.delete(f"/v1/endpoints/{eid}")
 
 
 def test_openapi_describes_every_v1_operation(server: Server) -> None:
