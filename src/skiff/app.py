@@ -38,6 +38,7 @@ from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
 from skiff.services.leadership import Leadership
+from skiff.services.logs import WorkerLogs
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from skiff.services.worker_exits import WorkerExits
 from skiff.store import open_store as store_for
@@ -62,19 +63,19 @@ def open_cluster(settings: Settings) -> Cluster:
 
 def build_services(settings: Settings, store: Store, clock: Clock, cluster: Cluster) -> Services:
     """Every service, with what this machine provides: its worker processes (which report
-    their exits to the fleet through ``WorkerExits``), its GPUs and the most workers it runs at
-    once. Nothing here touches the event loop, so it is built before the server starts."""
+    their exits to the fleet through ``WorkerExits`` and write their output where the logs
+    service keeps it), its GPUs and the most workers it runs at once. Nothing here touches the
+    event loop, so it is built before the server starts."""
     exits = WorkerExits()
-    provider = LocalProvider(
-        exits.report, log_max_bytes=settings.log_max_bytes, log_backups=settings.log_backups
-    )
+    worker_logs = WorkerLogs(settings.data_dir, settings.log_max_bytes, settings.log_backups)
     return Services.build(
         settings,
         store,
         clock,
         cluster,
-        provider=provider,
+        provider=LocalProvider(exits.report, logs=worker_logs.sink),
         exits=exits,
+        worker_logs=worker_logs,
         gpus=inventory(settings.gpus),
         worker_limit=settings.max_workers or host_worker_limit(),
     )

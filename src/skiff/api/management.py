@@ -1,8 +1,7 @@
 """``/v1``: the management REST interface (registry auths, templates, endpoints, the webhook
 signing secret)."""
 
-import asyncio
-import time
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -25,9 +24,9 @@ from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.domain.workers import WorkerReport
-from skiff.errors import Invalid, NotFound
+from skiff.errors import Invalid
 from skiff.services.hub import Services
-from skiff.services.logs import LogFollower, WorkerLogs
+from skiff.services.logs import Batches, Relayed
 from skiff.services.peer_logs import LOCAL_HEADER
 
 
@@ -92,13 +91,6 @@ BODY_LIMIT = 1024 * 1024
 #: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
 USER = "skiff.user"
 
-#: How often a followed log is read for new lines.
-FOLLOW_POLL_SECONDS = 0.5
-#: A quiet followed log sends an empty line this often, so proxies keep the connection open.
-FOLLOW_KEEPALIVE_SECONDS = 15.0
-#: How many polls between two checks that the followed endpoint still exists.
-FOLLOW_EXISTS_EVERY = 4
-
 
 def _log_line(line: LogLine) -> dict[str, Any]:
     return {
@@ -110,6 +102,13 @@ def _log_line(line: LogLine) -> dict[str, Any]:
 
 def _ndjson(lines: list[LogLine]) -> bytes:
     return b"".join(orjson.dumps(_log_line(line)) + b"\n" for line in lines)
+
+
+async def _stream(batches: Batches) -> AsyncIterator[bytes]:
+    # An empty batch is a keep-alive: an empty line, which clients skip.
+    async with contextlib.aclosing(batches):
+        async for lines in batches:
+            yield _ndjson(lines) if lines else b"\n"
 
 
 class EndpointOut(EndpointSpec):
@@ -153,8 +152,6 @@ BAD: dict[int | str, dict[str, Any]] = {
 
 
 def build(services: Services) -> FastAPI:
-    worker_logs = WorkerLogs(services.settings.data_dir)
-
     async def current_user(request: Request) -> User:
         checked: User | None = request.scope.get(USER)
         if checked is not None:  # a request with a body: checked before it was read
@@ -427,71 +424,19 @@ def build(services: Services) -> FastAPI:
             ) from None
         local_only = request.headers.get(LOCAL_HEADER) == "1"
         auth = request.headers.get("authorization")
-        path = f"/v1/endpoints/{endpoint_id}/logs"
-        params = dict(request.query_params)
-        if follow and not local_only:
-            leader = await services.peer_logs.leader_url()
-            if leader is not None:
-                return StreamingResponse(
-                    services.peer_logs.relay(leader, path, params, auth),
-                    media_type="application/x-ndjson",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-                )
-        here = worker is None or worker_logs.has_log(endpoint_id, worker)
         if not follow:
-            lines = (
-                await asyncio.to_thread(worker_logs.read, endpoint_id, worker, since_ts, tail)
-                if here
-                else []
+            lines = await services.logs.lines(
+                endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
             )
-            found = [_log_line(line) for line in lines]
-            extra = [] if local_only else await services.peer_logs.lines(path, params, auth)
-            if extra:
-                found = sorted(found + extra, key=lambda line: str(line.get("time") or ""))
-                found = found[-tail:]
-            if worker is not None and not here and not found:
-                raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
-            return json_response({"lines": found})
-        if not here:
-            raise NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")
-        follower = await asyncio.to_thread(worker_logs.follow, endpoint_id, worker)
+            return json_response({"lines": [_log_line(line) for line in lines]})
+        followed = await services.logs.follow(
+            endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
+        )
         return StreamingResponse(
-            follow_logs(follower, endpoint_id, since_ts, tail),
+            followed.chunks if isinstance(followed, Relayed) else _stream(followed),
             media_type="application/x-ndjson",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-
-    async def follow_logs(
-        follower: LogFollower, endpoint_id: str, since: float | None, tail: int
-    ) -> AsyncIterator[bytes]:
-        # Starlette cancels this when the client disconnects; the files close either way.
-        try:
-            backlog = await asyncio.to_thread(follower.backlog, since, tail)
-            # Always send something at once, so a client sees the stream is open.
-            yield _ndjson(backlog) if backlog else b"\n"
-            last_sent = time.monotonic()
-            polls = 0
-            while not services.wakeups.closing:
-                await asyncio.sleep(FOLLOW_POLL_SECONDS)
-                polls += 1
-                # Read once more after the endpoint is gone: its workers' last lines.
-                gone = (
-                    polls % FOLLOW_EXISTS_EVERY == 0
-                    and await services.store.get_endpoint(endpoint_id) is None
-                )
-                lines = await asyncio.to_thread(follower.poll)
-                if since is not None:
-                    lines = [x for x in lines if x.time is not None and x.time >= since]
-                if lines:
-                    yield _ndjson(lines)
-                    last_sent = time.monotonic()
-                elif time.monotonic() - last_sent >= FOLLOW_KEEPALIVE_SECONDS:
-                    yield b"\n"
-                    last_sent = time.monotonic()
-                if gone:
-                    break
-        finally:
-            follower.close()
 
     # -- webhook signing secret ---------------------------------------------------------
     webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])

@@ -13,7 +13,6 @@ from starlette.routing import BaseRoute, Route
 from skiff.console.app import Console, json_answer
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.logs import LogLine, iso
-from skiff.services.logs import WorkerLogs
 
 TAIL_DEFAULT = 200
 TAIL_CHOICES = (50, 200, 1000, 5000)
@@ -35,8 +34,8 @@ def line_view(line: LogLine) -> dict[str, Any]:
 
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
-    # Reading files needs nothing but the data directory (as the /v1 log route does).
-    worker_logs = WorkerLogs(services.settings.data_dir)
+    # This replica's files only, unlike the /v1 log route.
+    worker_logs = services.logs.files
 
     async def read(
         endpoint: Endpoint, worker: str | None, since: float | None, tail: int

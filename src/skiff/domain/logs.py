@@ -1,5 +1,5 @@
-"""The on-disk shape of a worker's log, shared by the writer (the local provider) and the reader
-(``services/logs.py``).
+"""The on-disk shape of a worker's log, shared by its writer (``services/log_writer.py``) and its
+reader (``services/log_reader.py``); where the files live is ``services/logs.py``'s to say.
 
 A log is ``WORKER.log`` plus up to N rotated files ``WORKER.log.1`` (newer) … ``WORKER.log.N``
 (oldest). Each line is the worker's raw output prefixed by the UTC time it was read and a space:
@@ -12,6 +12,7 @@ import datetime as dt
 import functools
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,16 @@ def parse(raw: bytes) -> tuple[float | None, str]:
         else:
             return moment.timestamp(), raw[STAMP_LEN + 1 :].decode("utf-8", "replace")
     return None, raw.decode("utf-8", "replace")
+
+
+def log_name(worker_id: str) -> str:
+    """The file name of a worker's (current) log."""
+    return f"{worker_id}.log"
+
+
+def worker_names(names: Iterable[str]) -> list[str]:
+    """The ids of the workers whose logs are among the file ``names`` of a folder, sorted."""
+    return sorted(n[:-4] for n in names if n.endswith(".log") and safe_name(n[:-4]))
 
 
 def rotated(path: Path, n: int) -> Path:

@@ -17,8 +17,27 @@ class Launch:
     endpoint_id: str
     argv: list[str]
     env: dict[str, str]
-    log_path: Path
     home: Path
+
+
+class LogSink(Protocol):
+    """Where a worker's output goes. A provider feeds it the bytes as they come (stdout and
+    stderr as one stream, cut anywhere); the logs service (``services/logs.py``) owns the rest:
+    lines, stamps, caps and rotation, and where the log lives, so every provider's workers log
+    alike."""
+
+    def feed(self, data: bytes) -> None:
+        """Keep ``data``. A log that cannot be written is turned off rather than raise: the
+        worker's output must keep flowing."""
+        ...
+
+    def close(self) -> None:
+        """The output ended: keep its last, unfinished line too."""
+        ...
+
+
+#: Opens the log of (endpoint id, worker id) for a worker about to start.
+LogSinks = Callable[[str, str], LogSink]
 
 
 class WorkerProvider(Protocol):

@@ -71,6 +71,7 @@ class Fleet:
         gpus: GpuPool,
         provider: WorkerProvider,
         exits: WorkerExits,
+        logs: WorkerLogs,
         worker_limit: int,
     ) -> None:
         """``provider`` runs the processes and reports each one's end to ``exits``."""
@@ -101,13 +102,7 @@ class Fleet:
         #: endpoint id -> the cause last logged for holding its workers back (logged once).
         self._said: dict[str, str] = {}
         self._gpus = gpus
-        self._logs = WorkerLogs(settings.data_dir)
-
-    def log_dir(self, endpoint_id: str) -> Path:
-        return self._settings.data_dir / "logs" / endpoint_id
-
-    def log_path(self, endpoint_id: str, worker_id: str) -> Path:
-        return self.log_dir(endpoint_id) / f"{worker_id}.log"
+        self._logs = logs
 
     def home(self, worker_id: str) -> Path:
         return self._settings.data_dir / "workers" / worker_id / "home"
@@ -231,7 +226,6 @@ class Fleet:
             endpoint_id=endpoint.id,
             argv=argv,
             env=await self.environment(endpoint, worker, env),
-            log_path=self.log_path(endpoint.id, worker.id),
             home=self.home(worker.id),
         )
         # Recorded as starting before the process exists: once it runs it may call any
@@ -486,7 +480,7 @@ class Fleet:
         self._said.pop(endpoint_id, None)
 
     def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
-        shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
+        self._logs.remove(endpoint_id)
         for worker_id in worker_ids:
             shutil.rmtree(self.home(worker_id).parent, ignore_errors=True)
 

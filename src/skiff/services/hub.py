@@ -17,6 +17,7 @@ from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.logs import EndpointLogs, WorkerLogs
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
@@ -59,6 +60,7 @@ class Services:
     metrics: Metrics
     cluster: Cluster
     peer_logs: PeerLogs
+    logs: EndpointLogs
     placement: Placement
 
     @classmethod
@@ -73,11 +75,12 @@ class Services:
         exits: WorkerExits,
         gpus: list[Gpu],
         worker_limit: int,
+        worker_logs: WorkerLogs,
     ) -> Services:
         """Each service once, after what it needs. What the deployment and the machine decide
         comes from the composition root: ``cluster`` (this replica alone, or one of several on
         the database), the worker ``provider`` with the ``exits`` it reports to, this machine's
-        ``gpus`` and ``worker_limit``."""
+        ``gpus`` and ``worker_limit``, and the ``worker_logs`` the provider writes into."""
         wakeups = Wakeups(publish=cluster.publish, max_wait=cluster.max_wait)
         events = JobEvents(wakeups)
         auth = Auth(store, clock, settings.key_cache_seconds)
@@ -109,6 +112,7 @@ class Services:
             gpu_pool,
             provider,
             exits,
+            worker_logs,
             worker_limit=worker_limit,
         )
         placement = Placement(store, gpu_pool, fleet)
@@ -131,6 +135,7 @@ class Services:
             settings.rate_requests_per_worker,
             storage=settings.rate_limit_storage,
         )
+        peer_logs = PeerLogs(cluster)
         return cls(
             settings=settings,
             clock=clock,
@@ -172,7 +177,8 @@ class Services:
             openai_calls=OpenAICalls(jobs),
             metrics=metrics,
             cluster=cluster,
-            peer_logs=PeerLogs(cluster),
+            peer_logs=peer_logs,
+            logs=EndpointLogs(worker_logs, peer_logs, store, wakeups),
             placement=placement,
             webhooks=webhooks,
         )

@@ -1,117 +1,89 @@
-"""Reading the logs of an endpoint's workers: their last lines, filtered and merged by time, and
-following them as they grow.
+"""The logs of the endpoints' workers: the one way in to them.
 
-The files are written by the local provider (``DATA_DIR/logs/ENDPOINT/WORKER.log`` and its
-rotated ``.log.1`` … ``.log.N``; format in ``domain/logs.py``). Everything here is blocking
-file I/O: callers on the event loop run it in a thread.
+Where they live is said here only: ``DATA_DIR/logs/ENDPOINT/WORKER.log`` and its rotated
+``.log.1`` … ``.log.N`` (format in ``domain/logs.py``). A provider never sees it: it writes a
+worker's output into the sink ``WorkerLogs.sink`` opens (``LogSink``, providers/base.py), so the
+workers of every provider log into the same place, the same format and the same rotation.
+
+``WorkerLogs`` is this host's files (blocking: callers on the loop run it in a thread).
+``EndpointLogs`` is an endpoint's logs as a client asks for them: which lines, from which
+replicas, and how a follow goes on (``/v1/endpoints/{id}/logs`` parses and renders only).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
 import os
-import threading
-from collections.abc import Iterable, Iterator
+import shutil
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from skiff.domain.logs import LogLine, parse, rotated, safe_name
+from skiff.datadir import make_private_dirs
+from skiff.domain.logs import LogLine, log_name, safe_name, worker_names
+from skiff.errors import NotFound
+from skiff.services.log_reader import LogFollower, collect
+from skiff.services.log_writer import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, LogFile
+from skiff.services.peer_logs import PeerLogs
+from skiff.services.wakeups import Wakeups
+from skiff.store.base import Store
 
-__all__ = ["LogFollower", "LogLine", "WorkerLogs"]
+__all__ = ["EndpointLogs", "LogFollower", "LogLine", "Relayed", "WorkerLogs"]
 
-_BLOCK = 64 * 1024
-#: The most one poll reads of one worker's log; the rest comes with the next poll, so a burst
-#: never has to fit in memory at once.
-_POLL_BYTES = 4 * 1024 * 1024
-
-#: (st_dev, st_ino): which file a path named when it was opened, across renames.
-_Ident = tuple[int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """Where a follower starts in a worker's log: its backlog reads up to here, no further."""
-
-    ident: _Ident
-    pos: int
-
-
-def _ident(f: BinaryIO) -> _Ident:
-    st = os.fstat(f.fileno())
-    return st.st_dev, st.st_ino
-
-
-def _complete_end(f: BinaryIO, end: int) -> int:
-    """The position just past the last newline before ``end`` (0 if none): a line still being
-    written is not read yet."""
-    pos = end
-    while pos > 0:
-        start = max(0, pos - _BLOCK)
-        f.seek(start)
-        found = f.read(pos - start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        pos = start
-    return 0
-
-
-def _lines_backwards(f: BinaryIO, end: int) -> Iterator[bytes]:
-    """The complete lines of ``f`` before ``end``, last first, reading from the end in blocks, so
-    a tail of a big file costs only the blocks it needs."""
-    pos = _complete_end(f, end)
-    if pos == 0:
-        return
-    rest = b""
-    first = True
-    while pos > 0:
-        start = max(0, pos - _BLOCK)
-        f.seek(start)
-        parts = (f.read(pos - start) + rest).split(b"\n")
-        if first:
-            parts.pop()  # the empty piece after the final newline
-            first = False
-        rest = parts[0]
-        yield from reversed(parts[1:])
-        pos = start
-    yield rest
-
-
-def _order(per_worker: Iterable[list[LogLine]]) -> list[LogLine]:
-    """Lines of several workers, each list already in order, merged by time. A line without a
-    time sorts with the line before it in its own log, so a worker's order is never changed."""
-    keyed: list[tuple[float, int, int, LogLine]] = []
-    for index, lines in enumerate(per_worker):
-        key = float("-inf")
-        for seq, line in enumerate(lines):
-            if line.time is not None:
-                key = line.time
-            keyed.append((key, index, seq, line))
-    keyed.sort(key=lambda item: item[:3])
-    return [item[3] for item in keyed]
+#: How often a followed log is read for new lines.
+FOLLOW_POLL_SECONDS = 0.5
+#: A quiet followed log sends an empty batch this often, so proxies keep the connection open.
+FOLLOW_KEEPALIVE_SECONDS = 15.0
+#: How many polls between two checks that the followed endpoint still exists.
+FOLLOW_EXISTS_EVERY = 4
 
 
 class WorkerLogs:
-    def __init__(self, data_dir: Path) -> None:
+    """The workers' logs on this host: where each lives, its writer, and its reading."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        max_bytes: int = DEFAULT_LOG_MAX_BYTES,
+        backups: int = DEFAULT_LOG_BACKUPS,
+    ) -> None:
         self._root = data_dir / "logs"
+        self._max_bytes = max_bytes
+        self._backups = backups
 
     def log_dir(self, endpoint_id: str) -> Path:
         return self._root / endpoint_id
+
+    def log_path(self, endpoint_id: str, worker_id: str) -> Path:
+        return self.log_dir(endpoint_id) / log_name(worker_id)
+
+    def sink(self, endpoint_id: str, worker_id: str) -> LogFile:
+        """A new worker's log, opened for its provider to write into (``LogSinks``)."""
+        # The user's alone, like the data directory it is in (datadir.py).
+        make_private_dirs(self.log_dir(endpoint_id))
+        return LogFile(self.log_path(endpoint_id, worker_id), self._max_bytes, self._backups)
+
+    def remove(self, endpoint_id: str) -> None:
+        """Every log of the endpoint, rotated files included (it was deleted)."""
+        shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
 
     def workers(self, endpoint_id: str) -> list[str]:
         """Ids of the workers of the endpoint that have a log, sorted."""
         if not safe_name(endpoint_id):
             return []
         try:
-            names = os.listdir(self.log_dir(endpoint_id))
+            return worker_names(os.listdir(self.log_dir(endpoint_id)))
         except OSError:
             return []
-        return sorted(n[:-4] for n in names if n.endswith(".log") and safe_name(n[:-4]))
 
     def has_log(self, endpoint_id: str, worker_id: str) -> bool:
         return (
             safe_name(endpoint_id)
             and safe_name(worker_id)
-            and (self.log_dir(endpoint_id) / f"{worker_id}.log").is_file()
+            and self.log_path(endpoint_id, worker_id).is_file()
         )
 
     def read(
@@ -126,7 +98,7 @@ class WorkerLogs:
         ``since`` keeps lines stamped at or after it (epoch seconds; unstamped lines, from
         before stamps existed, are left out); ``tail`` keeps the last N of what is left."""
         names = self._select(endpoint_id, worker_id)
-        return _collect(self.log_dir(endpoint_id), names, since, tail, {})
+        return collect(self.log_dir(endpoint_id), names, since, tail, {})
 
     def last_lines(self, endpoint_id: str, worker_id: str, n: int) -> list[str]:
         """The text of a worker's last ``n`` lines, e.g. to show why it ended."""
@@ -146,230 +118,114 @@ class WorkerLogs:
         return [worker_id] if self.has_log(endpoint_id, worker_id) else []
 
 
-def _collect(
-    directory: Path,
-    names: list[str],
-    since: float | None,
-    tail: int | None,
-    marks: dict[str, _Mark],
-) -> list[LogLine]:
-    # The last N lines overall are among the last N of each worker: read no more than that.
-    per_worker = [_read_worker(directory, name, since, tail, marks.get(name)) for name in names]
-    merged = _order(per_worker)
-    return merged[-tail:] if tail is not None else merged
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """A followed log that another replica serves (the leader, which runs every current
+    worker): its answer, passed on as it comes."""
+
+    chunks: AsyncIterator[bytes]
 
 
-def _open_files(directory: Path, worker_id: str) -> list[BinaryIO]:
-    """Every file of a worker's log, newest first, opened at once (a rotation in between would
-    rename them under us; an open file keeps what it named). A file seen twice is kept once."""
-    base = directory / f"{worker_id}.log"
-    numbers: list[int] = []
-    prefix = f"{worker_id}.log."
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    for name in names:
-        if name.startswith(prefix) and name[len(prefix) :].isdigit():
-            numbers.append(int(name[len(prefix) :]))
-    files: list[BinaryIO] = []
-    seen: set[_Ident] = set()
-    for path in [base, *(rotated(base, n) for n in sorted(numbers))]:
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed by the caller
-        except OSError:
-            continue
-        ident = _ident(f)
-        if ident in seen:
-            f.close()
-            continue
-        seen.add(ident)
-        files.append(f)
-    return files
+#: A followed log from this replica: batches of new lines; the first is the backlog, and an
+#: empty one means none came for a while (send something, so the connection stays open).
+Batches = AsyncGenerator[list[LogLine], None]
 
 
-def _read_worker(
-    directory: Path, worker_id: str, since: float | None, tail: int | None, mark: _Mark | None
-) -> list[LogLine]:
-    files = _open_files(directory, worker_id)
-    try:
-        if mark is not None and not any(_ident(f) == mark.ident for f in files):
-            mark = None  # the file the follower started in was rotated away: no limit then
-        lines: list[LogLine] = []
-        started = mark is None
-        for f in files:
-            end = os.fstat(f.fileno()).st_size
-            if mark is not None and not started:
-                if _ident(f) != mark.ident:
-                    continue  # written after the follower's start: it reads those itself
-                started = True
-                end = min(end, mark.pos)
-            for raw in _lines_backwards(f, end):
-                if tail is not None and len(lines) >= tail:
-                    return lines[::-1]
-                ts, text = parse(raw)
+class EndpointLogs:
+    """An endpoint's logs as a client asks for them. A worker's log is a file on the host of
+    the replica that started it, so a replica answers with its own lines merged with every
+    other live replica's (``PeerLogs``), and a follow is served by the leader. Asked on another
+    replica's behalf (``local_only``), a replica answers from its own files only, so a request
+    is never passed on twice."""
+
+    def __init__(self, files: WorkerLogs, peers: PeerLogs, store: Store, wakeups: Wakeups) -> None:
+        self.files = files
+        self._peers = peers
+        self._store = store
+        self._wakeups = wakeups
+
+    async def lines(
+        self,
+        endpoint_id: str,
+        worker: str | None,
+        since: float | None,
+        tail: int,
+        *,
+        local_only: bool,
+        credentials: str | None,
+    ) -> list[LogLine]:
+        """The last ``tail`` lines stamped at or after ``since`` (``WorkerLogs.read``) of every
+        replica, merged by time; ``credentials`` (the caller's ``Authorization``) ask the
+        others. Raises NotFound for a worker that has a log on no replica."""
+        here = worker is None or self.files.has_log(endpoint_id, worker)
+        found = (
+            await asyncio.to_thread(self.files.read, endpoint_id, worker, since, tail)
+            if here
+            else []
+        )
+        if not local_only:
+            extra = await self._peers.lines(endpoint_id, worker, since, tail, credentials)
+            if extra:
+                found = sorted(found + extra, key=_time)[-tail:]
+        if worker is not None and not here and not found:
+            raise _no_log(endpoint_id, worker)
+        return found
+
+    async def follow(
+        self,
+        endpoint_id: str,
+        worker: str | None,
+        since: float | None,
+        tail: int,
+        *,
+        local_only: bool,
+        credentials: str | None,
+    ) -> Relayed | Batches:
+        """The last ``tail`` lines, then new ones as they are written, until the caller stops
+        reading, the endpoint is deleted or the server shuts down. From the leader when that
+        is another replica; raises NotFound for a worker without a log here."""
+        if not local_only:
+            leader = await self._peers.leader_url()
+            if leader is not None:
+                return Relayed(
+                    self._peers.follow(leader, endpoint_id, worker, since, tail, credentials)
+                )
+        if worker is not None and not self.files.has_log(endpoint_id, worker):
+            raise _no_log(endpoint_id, worker)
+        follower = await asyncio.to_thread(self.files.follow, endpoint_id, worker)
+        return self._batches(follower, endpoint_id, since, tail)
+
+    async def _batches(
+        self, follower: LogFollower, endpoint_id: str, since: float | None, tail: int
+    ) -> Batches:
+        # Closed by the caller when the client disconnects; the files close either way.
+        with contextlib.closing(follower):
+            # Always a batch at once, if an empty one, so a client sees the stream is open.
+            yield await asyncio.to_thread(follower.backlog, since, tail)
+            last_sent = time.monotonic()
+            polls = 0
+            while not self._wakeups.closing:
+                await asyncio.sleep(FOLLOW_POLL_SECONDS)
+                polls += 1
+                # Read once more after the endpoint is gone: its workers' last lines.
+                gone = (
+                    polls % FOLLOW_EXISTS_EVERY == 0
+                    and await self._store.get_endpoint(endpoint_id) is None
+                )
+                lines = await asyncio.to_thread(follower.poll)
                 if since is not None:
-                    if ts is None:
-                        continue  # no time to compare: from before lines were stamped
-                    if ts < since:
-                        return lines[::-1]  # reading backwards, the rest is older still
-                lines.append(LogLine(worker_id, ts, text))
-        return lines[::-1]
-    finally:
-        for f in files:
-            f.close()
-
-
-@dataclass(slots=True)
-class _Cursor:
-    """Where a follower is in one worker's log: the file it reads (by handle, so a rotation
-    does not move it) and the newer files still to read after it, oldest first."""
-
-    path: Path
-    file: BinaryIO
-    ident: _Ident
-    pos: int
-    pending: list[BinaryIO]
-
-    def switch(self, files: list[BinaryIO]) -> None:
-        self.file.close()
-        self.file, *self.pending = files
-        self.ident = _ident(self.file)
-        self.pos = 0
-
-    def close(self) -> None:
-        for f in (self.file, *self.pending):
-            f.close()
-
-
-class LogFollower:
-    """New lines of an endpoint's (or one worker's) log since the follower was made: ``poll``
-    returns what was written since the last poll, across rotations, and picks up workers that
-    start later. ``backlog`` is the tail as of the follower's start, so backlog + polls neither
-    miss nor repeat a line (unless the writer rotates past every backup between two polls)."""
-
-    def __init__(self, directory: Path, worker_id: str | None, frozen: bool = False) -> None:
-        self._dir = directory
-        self._worker = worker_id
-        #: A follower of a name that cannot be a log (from a hostile path) never reads.
-        self._frozen = frozen
-        self._cursors: dict[str, _Cursor] = {}
-        # poll runs in a worker thread; close may come from the loop while one is under way.
-        self._lock = threading.Lock()
-        for name in self._names():
-            self._open_at_end(name)
-
-    def _names(self) -> list[str]:
-        if self._frozen:
-            return []
-        if self._worker is not None:
-            return [self._worker] if (self._dir / f"{self._worker}.log").is_file() else []
-        try:
-            names = os.listdir(self._dir)
-        except OSError:
-            return []
-        return sorted(n[:-4] for n in names if n.endswith(".log") and safe_name(n[:-4]))
-
-    def _open_at_end(self, name: str) -> None:
-        path = self._dir / f"{name}.log"
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed in close()
-        except OSError:
-            return  # between a rotation's rename and the new file: a new worker to the poll
-        pos = _complete_end(f, os.fstat(f.fileno()).st_size)
-        self._cursors[name] = _Cursor(path, f, _ident(f), pos, [])
-
-    def _open_new(self, name: str) -> None:
-        """A worker that started after the follower: all of its log is new."""
-        files = _open_files(self._dir, name)[::-1]
-        if files:
-            first, *pending = files
-            path = self._dir / f"{name}.log"
-            self._cursors[name] = _Cursor(path, first, _ident(first), 0, pending)
-
-    def backlog(self, since: float | None = None, tail: int | None = None) -> list[LogLine]:
-        """The lines before the follower's start (``since`` and ``tail`` as in
-        ``WorkerLogs.read``)."""
-        with self._lock:
-            marks = {name: _Mark(c.ident, c.pos) for name, c in self._cursors.items()}
-        return _collect(self._dir, sorted(marks), since, tail, marks)
-
-    def poll(self) -> list[LogLine]:
-        """The complete lines written since the last poll, merged by time."""
-        with self._lock:
-            for name in self._names():
-                if name not in self._cursors:
-                    self._open_new(name)
-            per_worker = [
-                [LogLine(name, ts, text) for ts, text in self._advance(cursor)]
-                for name, cursor in self._cursors.items()
-            ]
-            return _order(per_worker)
-
-    def _advance(self, cursor: _Cursor) -> list[tuple[float | None, str]]:
-        out: list[tuple[float | None, str]] = []
-        budget = _POLL_BYTES
-        while budget > 0:
-            rotated_away = False
-            if not cursor.pending:
-                # Looked at before reading: once the name points elsewhere, the writer is done
-                # with our file, so reading it to its end gets all of it.
-                try:
-                    st = os.stat(cursor.path)
-                    rotated_away = (st.st_dev, st.st_ino) != cursor.ident
-                except OSError:
-                    pass  # mid-rotation, or the endpoint's folder was removed
-            lines, used, at_end = self._read_new(cursor, budget)
-            out.extend(lines)
-            budget -= used
-            if not at_end:
-                break
-            if cursor.pending:
-                cursor.switch(cursor.pending)
-            elif rotated_away:
-                newer = self._newer_files(cursor)
-                if not newer:
+                    lines = [x for x in lines if x.time is not None and x.time >= since]
+                if lines or time.monotonic() - last_sent >= FOLLOW_KEEPALIVE_SECONDS:
+                    yield lines
+                    last_sent = time.monotonic()
+                if gone:
                     break
-                cursor.switch(newer)
-            else:
-                break
-        return out
 
-    def _newer_files(self, cursor: _Cursor) -> list[BinaryIO]:
-        """The files written after the cursor's (it may have been rotated more than once),
-        oldest first; all of them when the cursor's own was rotated away entirely."""
-        files = _open_files(self._dir, cursor.path.name.removesuffix(".log"))
-        idents = [_ident(f) for f in files]
-        cut = idents.index(cursor.ident) if cursor.ident in idents else len(files)
-        for f in files[cut:]:
-            f.close()
-        return files[:cut][::-1]
 
-    @staticmethod
-    def _read_new(cursor: _Cursor, budget: int) -> tuple[list[tuple[float | None, str]], int, bool]:
-        """Complete lines from the cursor on (at most ``budget`` bytes), the bytes used, and
-        whether that reached the end of the file."""
-        cursor.file.seek(cursor.pos)
-        data = cursor.file.read(budget)
-        end = data.rfind(b"\n") + 1
-        if end == 0 and len(data) == budget:
-            end = len(data)  # a line longer than a whole poll (an old, uncapped log)
-        cursor.pos += end
-        chunk = data[:end]
-        raws = chunk.removesuffix(b"\n").split(b"\n") if chunk else []
-        at_end = len(data) < budget and end == len(data)
-        return [parse(raw) for raw in raws], end, at_end
+def _time(line: LogLine) -> float:
+    # Unstamped lines first, as their missing time sorts before any other.
+    return line.time if line.time is not None else -math.inf
 
-    def close(self) -> None:
-        """Closes its files; a follower may be closed more than once, and polls nothing after."""
-        with self._lock:
-            for cursor in self._cursors.values():
-                cursor.close()
-            self._cursors.clear()
-            self._frozen = True
 
-    def __enter__(self) -> LogFollower:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
+def _no_log(endpoint_id: str, worker: str) -> NotFound:
+    return NotFound(f"worker {worker} has no log on endpoint {endpoint_id}")

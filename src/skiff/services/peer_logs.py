@@ -1,11 +1,10 @@
-"""Worker logs across replicas.
+"""Worker logs across replicas: asking the other live replicas for their lines, as
+``/v1/endpoints/{id}/logs`` with the caller's own credentials.
 
 A worker's log is a file on the host of the replica that started it (the leader, or an earlier
-leader still alive as a follower). A replica asked for an endpoint's logs answers with its own
-lines merged with every other live replica's, asked with the caller's own credentials; a
-followed log is relayed from the leader, which runs every current worker. Replicas asked on
-another's behalf answer from their own files only (``LOCAL_HEADER``), so a request is never
-passed on twice.
+leader still alive as a follower); ``EndpointLogs`` (``logs.py``) decides whom to ask. Replicas
+asked on another's behalf answer from their own files only (``LOCAL_HEADER``), so a request is
+never passed on twice.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 
 from skiff.cluster.base import Cluster, ClusterUnavailable
+from skiff.domain.logs import LogLine, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +55,18 @@ class PeerLogs:
         return leader[1]
 
     async def lines(
-        self, path: str, params: dict[str, str], authorization: str | None
-    ) -> list[dict[str, Any]]:
+        self,
+        endpoint_id: str,
+        worker: str | None,
+        since: float | None,
+        tail: int,
+        authorization: str | None,
+    ) -> list[LogLine]:
         """Every other replica's lines for this log request (a replica that does not answer
         is left out and logged: its lines are unavailable, not the whole request)."""
-        found: list[dict[str, Any]] = []
+        found: list[LogLine] = []
+        path = _path(endpoint_id)
+        params = _query(worker, since, tail, follow=False)
         for url in await self.others():
             try:
                 response = await self._http().get(
@@ -69,17 +76,24 @@ class PeerLogs:
                 log.warning("replica %s did not answer a log request: %s", url, exc)
                 continue
             if response.status_code == 200:
-                found.extend(response.json().get("lines", []))
+                found.extend(map(_line, response.json().get("lines", [])))
             elif response.status_code != 404:
                 log.warning("replica %s answered a log request with %s", url, response.status_code)
         return found
 
-    async def relay(
-        self, url: str, path: str, params: dict[str, str], authorization: str | None
+    async def follow(
+        self,
+        url: str,
+        endpoint_id: str,
+        worker: str | None,
+        since: float | None,
+        tail: int,
+        authorization: str | None,
     ) -> AsyncIterator[bytes]:
-        """A followed log, streamed from another replica as it sends it."""
+        """A followed log, streamed from the replica at ``url`` as it sends it."""
+        params = _query(worker, since, tail, follow=True)
         async with self._http().stream(
-            "GET", url + path, params=params, headers=_headers(authorization)
+            "GET", url + _path(endpoint_id), params=params, headers=_headers(authorization)
         ) as response:
             async for chunk in response.aiter_bytes():
                 yield chunk
@@ -95,3 +109,28 @@ def _headers(authorization: str | None) -> dict[str, str]:
     if authorization:
         headers["Authorization"] = authorization
     return headers
+
+
+def _path(endpoint_id: str) -> str:
+    return f"/v1/endpoints/{endpoint_id}/logs"
+
+
+def _query(worker: str | None, since: float | None, tail: int, follow: bool) -> dict[str, str]:
+    params = {"tail": str(tail)}
+    if worker is not None:
+        params["worker"] = worker
+    if since is not None:
+        params["since"] = repr(since)  # epoch seconds, read back to the same float
+    if follow:
+        params["follow"] = "true"
+    return params
+
+
+def _line(item: dict[str, Any]) -> LogLine:
+    """A line as another replica rendered it (``{"worker", "time", "line"}``)."""
+    stamp = item.get("time")
+    try:
+        at = parse_time(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        at = None
+    return LogLine(str(item.get("worker")), at, str(item.get("line")))

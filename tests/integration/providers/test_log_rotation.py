@@ -11,7 +11,9 @@ from pathlib import Path
 
 from skiff.domain.logs import MAX_LINE_BYTES, STAMP_LEN, parse, rotated
 from skiff.providers.base import Launch
-from skiff.providers.local import LocalProvider, LogFile
+from skiff.providers.local import LocalProvider
+from skiff.services.log_writer import LogFile
+from skiff.services.logs import WorkerLogs
 
 
 class Exits:
@@ -35,7 +37,6 @@ def launch(tmp_path: Path, code: str) -> Launch:
         endpoint_id="ep1",
         argv=[sys.executable, "-c", code],
         env=dict(os.environ),
-        log_path=tmp_path / "logs" / "ep1" / "w1.log",
         home=tmp_path / "home",
     )
 
@@ -44,11 +45,13 @@ async def run_worker(
     tmp_path: Path, code: str, max_bytes: int = 10 * 1024 * 1024, backups: int = 2
 ) -> tuple[Exits, Path]:
     spec = launch(tmp_path, code)
-    exits = Exits(spec.log_path)
-    provider = LocalProvider(exits, log_max_bytes=max_bytes, log_backups=backups)
+    logs = WorkerLogs(tmp_path, max_bytes, backups)
+    log_path = logs.log_path(spec.endpoint_id, spec.worker_id)
+    exits = Exits(log_path)
+    provider = LocalProvider(exits, logs=logs.sink)
     await provider.start(spec)
     await asyncio.wait_for(exits.done.wait(), 30)
-    return exits, spec.log_path
+    return exits, log_path
 
 
 def texts(path: Path) -> list[str]:

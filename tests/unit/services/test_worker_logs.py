@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from skiff.domain.logs import parse_time, rotated, stamp
-from skiff.providers.local import LogFile
+from skiff.services.log_writer import LogFile
 from skiff.services.logs import WorkerLogs
 
 T0 = 1_800_000_000.0
