@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +10,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from skiff.domain import json_limits
+from skiff.domain.times import iso
 from skiff.errors import Invalid
 
 
@@ -323,13 +323,8 @@ def status_view(job: Job, now: float) -> dict[str, Any]:
 
 
 def _iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return (
-        dt.datetime.fromtimestamp(ts, dt.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
+    # /v2's own wire format, which happens to be the one /v1 prints too.
+    return iso(ts) if ts is not None else None
 
 
 def request_view(job: Job) -> dict[str, Any]:
