@@ -56,20 +56,6 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-class _Dropped:
-    """The sink of a provider given none: the output is read and not kept."""
-
-    def feed(self, data: bytes) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _no_logs(_endpoint_id: str, _worker_id: str) -> LogSink:
-    return _Dropped()
-
-
 async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
     """Feed the worker's output to its log until EOF. The StreamReader pauses the pipe when its
     buffer is full, so a worker writing faster than this copies is slowed down rather than held
@@ -83,12 +69,10 @@ async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
 
 
 class LocalProvider:
-    """``logs`` opens each worker's log (``WorkerLogs.sink`` in a server); without it the
-    workers' output is not kept."""
+    """``logs`` opens each worker's log (``WorkerLogs.sink``): where it lives and how it is
+    kept are the logs service's."""
 
-    def __init__(
-        self, on_exit: ExitCallback, cwd: Path | None = None, *, logs: LogSinks = _no_logs
-    ) -> None:
+    def __init__(self, on_exit: ExitCallback, cwd: Path | None = None, *, logs: LogSinks) -> None:
         self._on_exit = on_exit
         self._cwd = cwd
         self._logs = logs
@@ -96,9 +80,9 @@ class LocalProvider:
         self._watchers: set[asyncio.Task[None]] = set()
 
     async def start(self, launch: Launch) -> int:
-        sink = self._logs(launch.endpoint_id, launch.worker_id)
         # The user's alone, like the data directory it is in (datadir.py).
         make_private_dirs(launch.home)
+        sink = self._logs(launch.endpoint_id, launch.worker_id)
         # A pipe of our own rather than stdout=PIPE: asyncio's Process.wait() would then wait
         # for the pipe to close too, which a leftover child of the worker can hold open.
         read_fd, write_fd = os.pipe()
