@@ -16,9 +16,10 @@ parameters than it, a positional placeholder, a header without a query.
 from __future__ import annotations
 
 import enum
+import operator
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -41,16 +42,41 @@ class Query:
     #: The parameter each placeholder binds, in placeholder order.
     params: tuple[str, ...]
 
+    #: The parameters it takes, each once.
+    names: frozenset[str] = field(init=False, repr=False, compare=False)
+    _pick: Callable[[Mapping[str, object]], tuple[object, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", frozenset(self.params))
+        object.__setattr__(self, "_pick", _picker(self.params))
+
     def args(self, values: Mapping[str, object]) -> tuple[object, ...]:
         """The positional arguments for ``sql``; every parameter must be given, nothing else."""
-        missing = set(self.params) - values.keys()
-        extra = values.keys() - set(self.params)
-        if missing or extra:
-            raise QueryError(
-                f"query {self.name!r} takes {sorted(set(self.params))};"
-                f" missing {sorted(missing)}, unknown {sorted(extra)}"
-            )
-        return tuple(values[name] for name in self.params)
+        # Every job's claim and finish binds through here: as many values as parameters, each
+        # found, is the whole check when all is well.
+        if len(values) == len(self.names):
+            try:
+                return self._pick(values)
+            except KeyError:
+                pass
+        missing = self.names - values.keys()
+        extra = values.keys() - self.names
+        raise QueryError(
+            f"query {self.name!r} takes {sorted(self.names)};"
+            f" missing {sorted(missing)}, unknown {sorted(extra)}"
+        )
+
+
+def _picker(params: tuple[str, ...]) -> Callable[[Mapping[str, object]], tuple[object, ...]]:
+    """The values of ``params`` from a mapping, as a tuple (itemgetter of one gives no tuple)."""
+    if len(params) > 1:
+        return operator.itemgetter(*params)
+    if params:
+        (name,) = params
+        return lambda values: (values[name],)
+    return lambda values: ()
 
 
 _HEADER = re.compile(r"^--\s*name:\s*(\S*)\s*$")
