@@ -1,67 +1,159 @@
-"""Pure helpers shared by the store adapters: column lists, row -> domain object, SQL bits."""
+"""Pure helpers shared by the store adapters: a row (read by column name) -> domain object,
+and a domain object -> the named parameters of a query in ``store/queries``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import enum
+import inspect
+import operator
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus, status_view
+from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, User
-
-JOB_COLUMNS = (
-    "id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority, webhook, "
-    "s3_config, submitted_at, started_at, finished_at, output, error, worker_id, attempt, "
-    "retries, lease_until, expires_at, retention_ms, retain_until, run_deadline, seq"
+from skiff.store.base import (
+    ApiKey,
+    JobCounts,
+    RegistryAuthRecord,
+    StreamChunk,
+    User,
+    WebhookDelivery,
 )
 
+T = TypeVar("T")
 
-def job_from_row(row: Any) -> Job:
+
+class RowReader(Generic[T]):
+    """Makes a ``T`` from a row by column name: the columns are the parameter names of
+    ``make``, so the one function says which column becomes what."""
+
+    def __init__(self, make: Callable[..., T]) -> None:
+        self._make = make
+        self.columns = tuple(inspect.signature(make).parameters)
+        self._by_name = operator.itemgetter(*self.columns)
+
+    def __call__(self, row: Any) -> T:
+        """From a row read by name (asyncpg's Record, a dict)."""
+        return self._make(*self._by_name(row))
+
+    def for_columns(self, columns: Sequence[str]) -> Callable[[Sequence[Any]], T]:
+        """For rows that come as plain tuples of these columns (sqlite3): each column found by
+        name once, here, instead of on every row."""
+        pick = operator.itemgetter(*(columns.index(name) for name in self.columns))
+        make = self._make
+        return lambda row: make(*pick(row))
+
+
+def _job(
+    id: str,
+    endpoint_id: str,
+    status: str,
+    input: str,
+    execution_timeout_ms: int,
+    ttl_ms: int,
+    low_priority: bool | int,
+    webhook: str | None,
+    s3_config: str | None,
+    submitted_at: float,
+    started_at: float | None,
+    finished_at: float | None,
+    output: str | None,
+    error: str | None,
+    worker_id: str | None,
+    attempt: int,
+    retries: int,
+    lease_until: float | None,
+    expires_at: float | None,
+    retention_ms: int,
+    retain_until: float | None,
+    run_deadline: float | None,
+    seq: int,
+) -> Job:
     return Job(
-        id=row[0],
-        endpoint_id=row[1],
-        status=JobStatus(row[2]),
-        input_json=row[3],
-        execution_timeout_ms=row[4],
-        ttl_ms=row[5],
-        low_priority=bool(row[6]),
-        webhook=row[7],
-        s3_config_json=row[8],
-        submitted_at=row[9],
-        started_at=row[10],
-        finished_at=row[11],
-        output_json=row[12],
-        error=row[13],
-        worker_id=row[14],
-        attempt=row[15],
-        retries=row[16],
-        lease_until=row[17],
-        expires_at=row[18] if row[18] is not None else float("inf"),
-        retention_ms=row[19],
-        retain_until=row[20],
-        run_deadline=row[21],
-        seq=row[22],
+        id=id,
+        endpoint_id=endpoint_id,
+        status=JobStatus(status),
+        input_json=input,
+        execution_timeout_ms=execution_timeout_ms,
+        ttl_ms=ttl_ms,
+        low_priority=bool(low_priority),
+        webhook=webhook,
+        s3_config_json=s3_config,
+        submitted_at=submitted_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        output_json=output,
+        error=error,
+        worker_id=worker_id,
+        attempt=attempt,
+        retries=retries,
+        lease_until=lease_until,
+        expires_at=expires_at if expires_at is not None else float("inf"),
+        retention_ms=retention_ms,
+        retain_until=retain_until,
+        run_deadline=run_deadline,
+        seq=seq,
     )
+
+
+#: A job from a row of ``jobs`` (its other columns, ``stream_cursor``, are the store's own).
+job_from_row = RowReader(_job)
+
+
+def job_params(job: Job) -> dict[str, Any]:
+    """The named parameters of ``insert_job`` (both drivers take the bool as is)."""
+    return {
+        "id": job.id,
+        "endpoint_id": job.endpoint_id,
+        "status": job.status.value,
+        "input": job.input_json,
+        "execution_timeout_ms": job.execution_timeout_ms,
+        "ttl_ms": job.ttl_ms,
+        "low_priority": job.low_priority,
+        "webhook": job.webhook,
+        "s3_config": job.s3_config_json,
+        "submitted_at": job.submitted_at,
+        "expires_at": job.submitted_at + job.ttl_ms / 1000.0,
+        "retention_ms": job.retention_ms,
+    }
+
+
+def claim_order(job: Job) -> tuple[bool, int]:
+    """Claimed jobs are handed out in queue order: normal priority first, then oldest first."""
+    return job.low_priority, job.seq
+
+
+def finishes_in_progress(status: JobStatus) -> bool:
+    """Whether a job in progress may move to ``status``: the guard of ``finish_job``, whose
+    text allows IN_PROGRESS only."""
+    return JobStatus.IN_PROGRESS in sources_of(status)
 
 
 def endpoint_from_row(row: Any) -> Endpoint:
     return Endpoint(
-        id=row[0],
-        userId=row[1],
-        spec=EndpointSpec.model_validate_json(row[2]),
-        version=row[3],
-        createdAt=row[4],
+        id=row["id"],
+        userId=row["user_id"],
+        spec=EndpointSpec.model_validate_json(row["spec"]),
+        version=row["version"],
+        createdAt=row["created_at"],
     )
 
 
-WORKER_COLUMNS = (
-    "id, endpoint_id, kind, state, version, started_at, last_seen, idle_since, pid, gpu, recycle,"
-    " gpu_ids, owner"
-)
+def endpoint_params(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.id,
+        "user_id": endpoint.userId,
+        "template_id": endpoint.spec.templateId,
+        "spec": endpoint.spec.model_dump_json(),
+        "version": endpoint.version,
+        "created_at": endpoint.createdAt,
+    }
+
 
 #: Columns ``update_worker`` may set, and how a value is written (enums as their value).
 WORKER_FIELDS = frozenset(
@@ -80,46 +172,83 @@ WORKER_FIELDS = frozenset(
 )
 
 
-def worker_params(worker: Worker) -> tuple[Any, ...]:
-    """A worker's values in ``WORKER_COLUMNS`` order (both drivers take the bool as is)."""
-    return (
-        worker.id,
-        worker.endpoint_id,
-        worker.kind.value,
-        worker.state.value,
-        worker.version,
-        worker.started_at,
-        worker.last_seen,
-        worker.idle_since,
-        worker.pid,
-        worker.gpu,
-        worker.recycle,
-        worker.gpu_ids,
-        worker.owner,
-    )
+def worker_params(worker: Worker) -> dict[str, Any]:
+    """The named parameters of ``save_worker`` and ``add_worker`` (both drivers take the bool
+    as is)."""
+    return {
+        "id": worker.id,
+        "endpoint_id": worker.endpoint_id,
+        "kind": worker.kind.value,
+        "state": worker.state.value,
+        "version": worker.version,
+        "started_at": worker.started_at,
+        "last_seen": worker.last_seen,
+        "idle_since": worker.idle_since,
+        "pid": worker.pid,
+        "gpu": worker.gpu,
+        "recycle": worker.recycle,
+        "gpu_ids": worker.gpu_ids,
+        "owner": worker.owner,
+    }
 
 
-def worker_from_row(row: Any) -> Worker:
+def worker_update_sql(fields: Iterable[str]) -> str:
+    """The ``update_worker`` statement for these fields (checked against ``WORKER_FIELDS``), with
+    named parameters like the queries in ``store/queries``: the one statement made per call,
+    as the fields vary."""
+    names = list(fields)
+    unknown = set(names) - WORKER_FIELDS
+    if unknown:
+        raise ValueError(f"not worker fields: {sorted(unknown)}")
+    assignments = ", ".join(f"{name} = :{name}" for name in names)
+    return f"UPDATE workers SET {assignments} WHERE id = :id RETURNING *"
+
+
+def worker_field_values(fields: Mapping[str, object]) -> dict[str, object]:
+    """``update_worker``'s values as stored: enums as their value."""
+    return {
+        name: value.value if isinstance(value, enum.Enum) else value
+        for name, value in fields.items()
+    }
+
+
+def _worker(
+    id: str,
+    endpoint_id: str,
+    kind: str,
+    state: str,
+    version: int,
+    started_at: float,
+    last_seen: float | None,
+    idle_since: float | None,
+    pid: int | None,
+    gpu: str | None,
+    recycle: bool | int,
+    gpu_ids: str | None,
+    owner: str | None,
+) -> Worker:
     return Worker(
-        id=row[0],
-        endpoint_id=row[1],
-        kind=WorkerKind(row[2]),
-        state=WorkerState(row[3]),
-        version=row[4],
-        started_at=row[5],
-        last_seen=row[6],
-        idle_since=row[7],
-        pid=row[8],
-        gpu=row[9],
-        recycle=bool(row[10]),
-        gpu_ids=row[11],
-        owner=row[12],
+        id=id,
+        endpoint_id=endpoint_id,
+        kind=WorkerKind(kind),
+        state=WorkerState(state),
+        version=version,
+        started_at=started_at,
+        last_seen=last_seen,
+        idle_since=idle_since,
+        pid=pid,
+        gpu=gpu,
+        recycle=bool(recycle),
+        gpu_ids=gpu_ids,
+        owner=owner,
     )
 
 
-def sql_in(states: Iterable[JobStatus]) -> str:
-    """A SQL ``IN`` list of job states (constants only, never user input)."""
-    return "(" + ",".join(f"'{s.value}'" for s in sorted(states)) + ")"
+worker_from_row = RowReader(_worker)
+
+
+def stream_chunk_from_row(row: Any) -> StreamChunk:
+    return StreamChunk(row["seq"], row["output"], row["metrics"])
 
 
 def webhook_payload(job: Job, finished_at: float) -> str:
@@ -130,40 +259,51 @@ def webhook_payload(job: Job, finished_at: float) -> str:
     return orjson.dumps(payload).decode()
 
 
-#: The grouped count both adapters run (placeholder style aside) for ``job_counts``.
-#: Folded counts plus the deltas not folded yet (``job_counts`` and ``job_count_deltas``, kept
-#: by triggers on ``jobs``): a few rows per endpoint whatever its number of jobs. ``{p}`` is
-#: the adapter's placeholder for the endpoint id, used twice.
-JOB_COUNTS_SQL = (
-    "SELECT status, low_priority, SUM(n), SUM(retries) FROM ("
-    " SELECT status, low_priority, n, retries FROM job_counts WHERE endpoint_id = {p}"
-    " UNION ALL"
-    " SELECT status, low_priority, n, retries FROM job_count_deltas WHERE endpoint_id = {p}"
-    ") AS c GROUP BY status, low_priority"
-)
+def webhook_delivery_params(job: Job, user_id: str, finished_at: float) -> dict[str, Any]:
+    """``add_webhook_delivery`` for a job that became final: first attempt at once."""
+    return {
+        "id": secrets.token_hex(12),
+        "job_id": job.id,
+        "endpoint_id": job.endpoint_id,
+        "user_id": user_id,
+        "url": job.webhook,
+        "payload": webhook_payload(job, finished_at),
+        "next_attempt_at": finished_at,
+        "created_at": finished_at,
+    }
 
-#: Fold the deltas up to ``{max}`` (a placeholder) into ``job_counts``; the same statement text
-#: works on both backends.
-FOLD_JOB_COUNTS_SQL = (
-    "INSERT INTO job_counts (endpoint_id, status, low_priority, n, retries)"
-    " SELECT endpoint_id, status, low_priority, SUM(n), SUM(retries) FROM job_count_deltas"
-    " WHERE id <= {max} GROUP BY endpoint_id, status, low_priority"
-    " ON CONFLICT (endpoint_id, status, low_priority) DO UPDATE"
-    " SET n = job_counts.n + excluded.n, retries = job_counts.retries + excluded.retries"
-)
+
+def webhook_delivery_from_row(row: Any) -> WebhookDelivery:
+    """A delivery from a row of ``due_webhook_deliveries`` / ``webhook_deliveries_of``."""
+    return WebhookDelivery(
+        id=row["id"],
+        job_id=row["job_id"],
+        endpoint_id=row["endpoint_id"],
+        user_id=row["user_id"],
+        url=row["url"],
+        payload=row["payload"],
+        status=row["status"],
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        secret=row["secret"],
+    )
 
 
 def job_counts_from(rows: Iterable[Any]) -> JobCounts:
-    """``JobCounts`` from rows of ``(status, low_priority, count, sum of retries)``; the
-    adapter adds ``oldest_queued_at`` with a second query, only when a normal job waits."""
+    """``JobCounts`` from the rows of the ``job_counts`` query (``status``, ``low_priority``,
+    ``n``, ``retries``); the adapter adds ``oldest_queued_at`` with a second query, only when a
+    normal job waits."""
     by_status: dict[str, int] = {}
     normal_queued = 0
     retried = 0
-    for status, low, count, retries in rows:
-        count = int(count or 0)
+    for row in rows:
+        status, count = row["status"], int(row["n"] or 0)
         by_status[status] = by_status.get(status, 0) + count
-        retried += int(retries or 0)
-        if status == "IN_QUEUE" and not low:
+        retried += int(row["retries"] or 0)
+        if status == "IN_QUEUE" and not row["low_priority"]:
             normal_queued = count
     return JobCounts(
         in_queue=by_status.get("IN_QUEUE", 0),

@@ -10,20 +10,22 @@ connection: in WAL mode readers never wait for the writer, and a read is a few m
 from __future__ import annotations
 
 import asyncio
-import enum
+import functools
 import queue
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus, sources_of
+from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.templates import Template
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
@@ -36,29 +38,32 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
-from skiff.store.named_queries import Dialect
+from skiff.store.named_queries import Dialect, Query, compile_query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.rows import (
-    FOLD_JOB_COUNTS_SQL,
-    JOB_COUNTS_SQL,
-    WORKER_FIELDS,
+    RowReader,
     api_key_from_row,
     api_key_params,
+    claim_order,
+    endpoint_from_row,
+    endpoint_params,
+    finishes_in_progress,
     job_counts_from,
+    job_from_row,
+    job_params,
     registry_auth_from_row,
     registry_auth_params,
+    stream_chunk_from_row,
     template_params,
     user_from_row,
     user_params,
-    webhook_payload,
+    webhook_delivery_from_row,
+    webhook_delivery_params,
+    worker_field_values,
+    worker_from_row,
     worker_params,
+    worker_update_sql,
 )
-from skiff.store.rows import JOB_COLUMNS as _JOB_COLUMNS
-from skiff.store.rows import WORKER_COLUMNS as _WORKER_COLUMNS
-from skiff.store.rows import endpoint_from_row as _endpoint
-from skiff.store.rows import job_from_row as _job
-from skiff.store.rows import sql_in as _in
-from skiff.store.rows import worker_from_row as _worker
 
 T = TypeVar("T")
 _Op = Callable[[sqlite3.Connection], Any]
@@ -234,90 +239,126 @@ def _settle_all(outcomes: list[_Outcome]) -> None:
             future.set_result(result)
 
 
-#: ``retain_until`` of a job that just became final, in SQL (with ``?`` for now).
-_RETAIN = "? + retention_ms / 1000.0"
+_QUERIES = load_queries(Dialect.SQLITE)
+#: Per query, the names of its columns, read from its cursor the first time it returns rows.
+_COLUMNS: dict[str, tuple[str, ...]] = {}
 
 
-def _after_final(
-    c: sqlite3.Connection, jobs: list[Job], user_of: dict[str, str] | None = None
-) -> None:
+def _run(c: sqlite3.Connection, name: str, /, **values: object) -> sqlite3.Cursor:
+    """Run a named query (for its effect, or its ``rowcount``)."""
+    query = _QUERIES[name]
+    return c.execute(query.sql, query.args(values))
+
+
+def _rows(c: sqlite3.Connection, name: str, /, **values: object) -> list[dict[str, Any]]:
+    """The rows of a named query as dicts, by column name (the column names kept per query:
+    ``sqlite3.Row`` would compare names on every access)."""
+    query = _QUERIES[name]
+    return _named(c.execute(query.sql, query.args(values)), name)
+
+
+def _named(cursor: sqlite3.Cursor, name: str) -> list[dict[str, Any]]:
+    rows = cursor.fetchall()
+    if not rows:
+        return []
+    columns = _columns(cursor, name)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def _columns(cursor: sqlite3.Cursor, name: str) -> tuple[str, ...]:
+    columns = _COLUMNS.get(name)
+    if columns is None:
+        columns = _COLUMNS[name] = tuple(d[0] for d in cursor.description)
+    return columns
+
+
+def _row(c: sqlite3.Connection, name: str, /, **values: object) -> dict[str, Any] | None:
+    query = _QUERIES[name]
+    rows = _named(c.execute(query.sql, query.args(values)), name)
+    return rows[0] if rows else None
+
+
+#: Per query read into domain objects, its rows' reader (rows.RowReader.for_columns).
+_READERS: dict[str, Callable[[Any], Any]] = {}
+
+
+def _read(c: sqlite3.Connection, name: str, make: RowReader[T], /, **values: object) -> list[T]:
+    """The rows of a named query as domain objects. The jobs and workers read on every claim
+    and finish skip the dict a row is otherwise made into: each column is found by name once
+    per query."""
+    query = _QUERIES[name]
+    return _objects(c.execute(query.sql, query.args(values)), name, make)
+
+
+def _objects(cursor: sqlite3.Cursor, name: str, make: RowReader[T]) -> list[T]:
+    rows = cursor.fetchall()
+    if not rows:
+        return []
+    read = _READERS.get(name)
+    if read is None:
+        read = _READERS[name] = make.for_columns(_columns(cursor, name))
+    return [read(row) for row in rows]
+
+
+def _read_one(
+    c: sqlite3.Connection, name: str, make: RowReader[T], /, **values: object
+) -> T | None:
+    query = _QUERIES[name]
+    objects = _objects(c.execute(query.sql, query.args(values)), name, make)
+    return objects[0] if objects else None
+
+
+def _run_many(c: sqlite3.Connection, name: str, values: Iterable[Mapping[str, object]]) -> None:
+    query = _QUERIES[name]
+    c.executemany(query.sql, [query.args(v) for v in values])
+
+
+@functools.cache
+def _worker_update(fields: tuple[str, ...]) -> Query | None:
+    """``update_worker``'s statement for these fields, compiled once per set of fields."""
+    if not fields:
+        return None
+    return compile_query("update_worker", worker_update_sql(fields), Dialect.SQLITE)
+
+
+def _ids(job_ids: list[str] | None) -> str | None:
+    """A list of ids as SQLite's queries take it: one JSON array, read with json_each."""
+    return None if job_ids is None else orjson.dumps(job_ids).decode()
+
+
+def _after_final(c: sqlite3.Connection, jobs: list[Job]) -> None:
     """In the transaction that made jobs final: store their webhook deliveries, so a crash
     right after can lose none (the sender attempts them later)."""
     for job in jobs:
         if job.webhook is None or job.finished_at is None:
             continue
-        if user_of is not None and job.endpoint_id in user_of:
-            user_id = user_of[job.endpoint_id]
-        else:
-            row = c.execute(
-                "SELECT user_id FROM endpoints WHERE id = ?", (job.endpoint_id,)
-            ).fetchone()
-            if row is None:
-                continue
-            user_id = row[0]
-        c.execute(
-            "INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,"
-            " next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                secrets.token_hex(12),
-                job.id,
-                job.endpoint_id,
-                user_id,
-                job.webhook,
-                webhook_payload(job, job.finished_at),
-                job.finished_at,
-                job.finished_at,
-            ),
-        )
+        owner = _row(c, "endpoint_owner", endpoint_id=job.endpoint_id)
+        if owner is None:
+            continue
+        params = webhook_delivery_params(job, owner["user_id"], job.finished_at)
+        _run(c, "add_webhook_delivery", **params)
 
 
 def _signal_stop(
     c: sqlite3.Connection, jobs: list[tuple[str | None, str]], reason: str, now: float
 ) -> None:
     """Queue job-stop signals for (worker id, job id) pairs; the row may be gone by then."""
-    c.executemany(
-        "INSERT OR IGNORE INTO stop_signals (worker_id, job_id, reason, created_at)"
-        " VALUES (?, ?, ?, ?)",
-        [(worker, job_id, reason, now) for worker, job_id in jobs if worker is not None],
+    _run_many(
+        c,
+        "add_stop_signal",
+        (
+            {"worker_id": worker, "job_id": job_id, "reason": reason, "now": now}
+            for worker, job_id in jobs
+            if worker is not None
+        ),
     )
 
 
 def _let_go(c: sqlite3.Connection, worker_id: str, job_ids: list[str] | None, now: float) -> None:
     """The worker let go of these jobs (all, with None): their stop signals go, and a running
     worker holding no job any more is idle."""
-    if job_ids is None:
-        c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
-    else:
-        c.executemany(
-            "DELETE FROM stop_signals WHERE worker_id = ? AND job_id = ?",
-            [(worker_id, job_id) for job_id in job_ids],
-        )
-    c.execute(
-        "UPDATE workers SET state = 'idle', idle_since = ? WHERE id = ?"
-        " AND state = 'running' AND NOT EXISTS (SELECT 1 FROM jobs"
-        " WHERE worker_id = ? AND status = 'IN_PROGRESS')",
-        (now, worker_id, worker_id),
-    )
-
-
-_QUERIES = load_queries(Dialect.SQLITE)
-
-
-def _run(c: sqlite3.Connection, name: str, /, **values: object) -> sqlite3.Cursor:
-    """Run a named query; its rows are read by column name. Only this cursor makes
-    ``sqlite3.Row`` objects: the hot job queries keep reading plain tuples."""
-    query = _QUERIES[name]
-    cursor = c.cursor()
-    cursor.row_factory = sqlite3.Row
-    return cursor.execute(query.sql, query.args(values))
-
-
-def _sqlite_value(value: object) -> object:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, bool):
-        return int(value)
-    return value
+    _run(c, "forget_stop_signals", worker_id=worker_id, job_ids=_ids(job_ids))
+    _run(c, "idle_worker_if_free", worker_id=worker_id, now=now)
 
 
 class SQLiteStore:
@@ -352,14 +393,17 @@ class SQLiteStore:
             self._reader.close()
             self._reader = None
 
-    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        assert self._reader is not None, "store is not open"
-        return self._reader.execute(sql, params).fetchall()
-
-    def _query(self, name: str, /, **values: object) -> list[sqlite3.Row]:
+    def _query(self, name: str, /, **values: object) -> list[dict[str, Any]]:
         """The rows of a named query, read on the event loop's own connection."""
         assert self._reader is not None, "store is not open"
-        return _run(self._reader, name, **values).fetchall()
+        query = _QUERIES[name]
+        return _named(self._reader.execute(query.sql, query.args(values)), name)
+
+    def _query_as(self, name: str, make: RowReader[T], /, **values: object) -> list[T]:
+        """A named query's rows as domain objects, read on the event loop's own connection."""
+        assert self._reader is not None, "store is not open"
+        query = _QUERIES[name]
+        return _objects(self._reader.execute(query.sql, query.args(values)), name, make)
 
     async def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
         assert self._writer is not None, "store is not open"
@@ -369,7 +413,7 @@ class SQLiteStore:
     # -- secrets --------------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:
         def op(c: sqlite3.Connection) -> bytes:
-            row = _run(c, "get_secret", name=name).fetchone()
+            row = _row(c, "get_secret", name=name)
             if row:
                 return bytes(row["value"])
             value = secrets.token_bytes(32)
@@ -479,135 +523,89 @@ class SQLiteStore:
         return await self._write(op)
 
     # -- endpoints ------------------------------------------------------------------------
-    _ENDPOINT_SQL = "SELECT id, user_id, spec, version, created_at FROM endpoints"
-
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO endpoints (id, user_id, template_id, spec, version, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    endpoint.id,
-                    endpoint.userId,
-                    endpoint.spec.templateId,
-                    endpoint.spec.model_dump_json(),
-                    endpoint.version,
-                    endpoint.createdAt,
-                ),
-            )
+            _run(c, "create_endpoint", **endpoint_params(endpoint))
 
         await self._write(op)
         return endpoint
 
     async def list_endpoints(self, user_id: str | None) -> list[Endpoint]:
         if user_id is None:
-            rows = self._read(self._ENDPOINT_SQL + " ORDER BY created_at")
+            rows = self._query("list_endpoints")
         else:
-            rows = self._read(
-                self._ENDPOINT_SQL + " WHERE user_id = ? ORDER BY created_at", (user_id,)
-            )
-        return [_endpoint(r) for r in rows]
+            rows = self._query("list_endpoints_of_user", user_id=user_id)
+        return [endpoint_from_row(r) for r in rows]
 
     async def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
-        rows = self._read(self._ENDPOINT_SQL + " WHERE id = ?", (endpoint_id,))
-        return _endpoint(rows[0]) if rows else None
+        rows = self._query("get_endpoint", id=endpoint_id)
+        return endpoint_from_row(rows[0]) if rows else None
 
     async def update_endpoint(
         self, endpoint_id: str, spec: EndpointSpec, bump_version: bool
     ) -> Endpoint | None:
         def op(c: sqlite3.Connection) -> Endpoint | None:
-            row = c.execute(
-                "UPDATE endpoints SET spec = ?, template_id = ?, version = version + ?"
-                " WHERE id = ? RETURNING id, user_id, spec, version, created_at",
-                (spec.model_dump_json(), spec.templateId, int(bump_version), endpoint_id),
-            ).fetchone()
-            return _endpoint(row) if row else None
+            row = _row(
+                c,
+                "update_endpoint",
+                spec=spec.model_dump_json(),
+                template_id=spec.templateId,
+                bump=int(bump_version),
+                id=endpoint_id,
+            )
+            return endpoint_from_row(row) if row else None
 
         return await self._write(op)
 
     async def bump_endpoint_versions(self, template_id: str) -> list[str]:
         def op(c: sqlite3.Connection) -> list[str]:
-            rows = c.execute(
-                "UPDATE endpoints SET version = version + 1 WHERE template_id = ? RETURNING id",
-                (template_id,),
-            ).fetchall()
-            return [r[0] for r in rows]
+            rows = _rows(c, "bump_endpoint_versions", template_id=template_id)
+            return [r["id"] for r in rows]
 
         return await self._write(op)
 
     async def delete_endpoint(self, endpoint_id: str) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            c.execute(
-                "DELETE FROM stream_chunks WHERE job_id IN"
-                " (SELECT id FROM jobs WHERE endpoint_id = ?)",
-                (endpoint_id,),
-            )
-            c.execute("DELETE FROM jobs WHERE endpoint_id = ?", (endpoint_id,))
-            c.execute("DELETE FROM workers WHERE endpoint_id = ?", (endpoint_id,))
-            return c.execute("DELETE FROM endpoints WHERE id = ?", (endpoint_id,)).rowcount > 0
+            _run(c, "delete_stream_chunks_of_endpoint", endpoint_id=endpoint_id)
+            _run(c, "delete_jobs_of_endpoint", endpoint_id=endpoint_id)
+            _run(c, "delete_workers_of_endpoint", endpoint_id=endpoint_id)
+            return _run(c, "delete_endpoint", endpoint_id=endpoint_id).rowcount > 0
 
         return await self._write(op)
 
     async def endpoints_using_template(self, template_id: str) -> list[str]:
-        rows = self._read("SELECT id FROM endpoints WHERE template_id = ?", (template_id,))
-        return [r[0] for r in rows]
+        rows = self._query("endpoints_using_template", template_id=template_id)
+        return [r["id"] for r in rows]
 
     # -- jobs -----------------------------------------------------------------------------
     async def insert_job(self, job: Job) -> None:
-        params = (
-            job.id,
-            job.endpoint_id,
-            job.status.value,
-            job.input_json,
-            job.execution_timeout_ms,
-            job.ttl_ms,
-            int(job.low_priority),
-            job.webhook,
-            job.s3_config_json,
-            job.submitted_at,
-            job.submitted_at + job.ttl_ms / 1000.0,
-            job.retention_ms,
-        )
+        params = job_params(job)
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms,"
-                " low_priority, webhook, s3_config, submitted_at, expires_at, retention_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                params,
-            )
+            _run(c, "insert_job", **params)
 
         await self._write(op)
 
     async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
-        rows = self._read(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
-            (job_id, endpoint_id),
-        )
-        return _job(rows[0]) if rows else None
+        jobs = self._query_as("get_job", job_from_row, id=job_id, endpoint_id=endpoint_id)
+        return jobs[0] if jobs else None
 
     async def list_jobs(self, endpoint_id: str, limit: int, before_seq: int | None) -> list[Job]:
         if before_seq is None:
-            rows = self._read(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE endpoint_id = ? ORDER BY seq DESC LIMIT ?",
-                (endpoint_id, limit),
-            )
-        else:
-            rows = self._read(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE endpoint_id = ? AND seq < ?"
-                f" ORDER BY seq DESC LIMIT ?",
-                (endpoint_id, before_seq, limit),
-            )
-        return [_job(r) for r in rows]
+            return self._query_as("list_jobs", job_from_row, endpoint_id=endpoint_id, limit=limit)
+        return self._query_as(
+            "list_jobs_before",
+            job_from_row,
+            endpoint_id=endpoint_id,
+            before_seq=before_seq,
+            limit=limit,
+        )
 
     async def set_job_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
-            row = c.execute(
-                f"UPDATE jobs SET ttl_ms = ?, expires_at = submitted_at + ? / 1000.0"
-                f" WHERE id = ? AND endpoint_id = ? RETURNING {_JOB_COLUMNS}",
-                (ttl_ms, ttl_ms, job_id, endpoint_id),
-            ).fetchone()
-            return _job(row) if row else None
+            return _read_one(
+                c, "set_job_ttl", job_from_row, ttl_ms=ttl_ms, id=job_id, endpoint_id=endpoint_id
+            )
 
         return await self._write(op)
 
@@ -615,41 +613,29 @@ class SQLiteStore:
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
-            refused = c.execute(
-                "SELECT 1 FROM workers WHERE id = ?"
-                " AND (state IN ('stopping', 'standby') OR recycle)",
-                (worker_id,),
-            ).fetchone()
-            if refused:
+            if _run(c, "worker_refuses_claims", worker_id=worker_id).fetchone():
                 return []
-            rows = c.execute(
-                f"UPDATE jobs SET status = 'IN_PROGRESS', worker_id = ?, started_at = ?,"
-                f" lease_until = ?, attempt = attempt + 1,"
-                f" run_deadline = ? + execution_timeout_ms / 1000.0"
-                f" WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
-                f" AND expires_at > ? ORDER BY low_priority, seq LIMIT ?)"
-                f" RETURNING {_JOB_COLUMNS}",
-                (worker_id, now, lease_until, now, endpoint_id, now, limit),
-            ).fetchall()
-            if rows:
-                c.execute(
-                    "UPDATE workers SET state = 'running', idle_since = NULL"
-                    " WHERE id = ? AND state IN ('initializing', 'idle')",
-                    (worker_id,),
-                )
-            rows.sort(key=lambda r: (r[6], r[22]))
-            return [_job(r) for r in rows]
+            jobs = _read(
+                c,
+                "claim_jobs",
+                job_from_row,
+                worker_id=worker_id,
+                now=now,
+                lease_until=lease_until,
+                endpoint_id=endpoint_id,
+                limit=limit,
+            )
+            if jobs:
+                _run(c, "mark_worker_running", worker_id=worker_id)
+            jobs.sort(key=claim_order)
+            return jobs
 
         return await self._write(op)
 
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            cur = c.execute(
-                "UPDATE jobs SET output = ? WHERE id = ? AND worker_id = ?"
-                " AND status = 'IN_PROGRESS'",
-                (output_json, job_id, worker_id),
-            )
-            return cur.rowcount > 0
+            cursor = _run(c, "record_progress", output=output_json, id=job_id, worker_id=worker_id)
+            return cursor.rowcount > 0
 
         return await self._write(op)
 
@@ -662,23 +648,23 @@ class SQLiteStore:
         error: str | None,
         now: float,
     ) -> Job | None:
-        guard = _in(sources_of(status) & {JobStatus.IN_PROGRESS})
-        sql = (
-            f"UPDATE jobs SET status = ?, output = ?, error = ?, finished_at = ?,"
-            f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
-            f" WHERE id = ? AND status IN {guard}"
-        )
-        params: tuple[Any, ...] = (status.value, output_json, error, now, now, job_id)
-        if worker_id is not None:
-            sql += " AND worker_id = ?"
-            params += (worker_id,)
-        sql += f" RETURNING {_JOB_COLUMNS}"
+        if not finishes_in_progress(status):
+            return None
 
         def op(c: sqlite3.Connection) -> Job | None:
-            row = c.execute(sql, params).fetchone()
-            if row is None:
+            job = _read_one(
+                c,
+                "finish_job",
+                job_from_row,
+                status=status.value,
+                output=output_json,
+                error=error,
+                now=now,
+                id=job_id,
+                worker_id=worker_id,
+            )
+            if job is None:
                 return None
-            job = _job(row)
             _after_final(c, [job])
             if worker_id is not None:
                 _let_go(c, worker_id, [job_id], now)
@@ -688,27 +674,14 @@ class SQLiteStore:
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
-            before = c.execute(
-                "SELECT status, worker_id FROM jobs WHERE id = ? AND endpoint_id = ?",
-                (job_id, endpoint_id),
-            ).fetchone()
+            before = _row(c, "job_before_cancel", id=job_id, endpoint_id=endpoint_id)
             if before is None:
                 return None
-            row = c.execute(
-                f"UPDATE jobs SET status = 'CANCELLED', finished_at = ?, retain_until = {_RETAIN},"
-                f" lease_until = NULL, run_deadline = NULL"
-                f" WHERE id = ? AND status IN {_in(sources_of(JobStatus.CANCELLED))}"
-                f" RETURNING {_JOB_COLUMNS}",
-                (now, now, job_id),
-            ).fetchone()
-            if row is None:
-                row = c.execute(
-                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
-                ).fetchone()
-                return _job(row)
-            job = _job(row)
-            if before[0] == JobStatus.IN_PROGRESS.value:
-                _signal_stop(c, [(before[1], job_id)], "cancelled", now)
+            job = _read_one(c, "cancel_job", job_from_row, now=now, id=job_id)
+            if job is None:
+                return _read_one(c, "get_job_by_id", job_from_row, id=job_id)
+            if before["status"] == JobStatus.IN_PROGRESS.value:
+                _signal_stop(c, [(before["worker_id"], job_id)], "cancelled", now)
                 job.stop_pending = True
             _after_final(c, [job])
             return job
@@ -717,46 +690,23 @@ class SQLiteStore:
 
     async def retry_job(self, endpoint_id: str, job_id: str) -> Job | None:
         def op(c: sqlite3.Connection) -> Job | None:
-            row = c.execute(
-                f"UPDATE jobs SET status = 'IN_QUEUE', output = NULL, error = NULL,"
-                f" started_at = NULL, finished_at = NULL, worker_id = NULL, lease_until = NULL,"
-                f" retain_until = NULL, run_deadline = NULL,"
-                f" stream_cursor = 0, retries = retries + 1, attempt = 0"
-                f" WHERE id = ? AND endpoint_id = ?"
-                f" AND status IN {_in(sources_of(JobStatus.IN_QUEUE) - {JobStatus.IN_PROGRESS})}"
-                f" RETURNING {_JOB_COLUMNS}",
-                (job_id, endpoint_id),
-            ).fetchone()
-            if row:
-                c.execute("DELETE FROM stream_chunks WHERE job_id = ?", (job_id,))
-                return _job(row)
-            row = c.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND endpoint_id = ?",
-                (job_id, endpoint_id),
-            ).fetchone()
-            return _job(row) if row else None
+            job = _read_one(c, "retry_job", job_from_row, id=job_id, endpoint_id=endpoint_id)
+            if job is not None:
+                _run(c, "delete_stream_chunks", job_id=job_id)
+                return job
+            return _read_one(c, "get_job", job_from_row, id=job_id, endpoint_id=endpoint_id)
 
         return await self._write(op)
 
     async def purge_queue(self, endpoint_id: str) -> int:
         def op(c: sqlite3.Connection) -> int:
-            return c.execute(
-                "DELETE FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'", (endpoint_id,)
-            ).rowcount
+            return _run(c, "purge_queue", endpoint_id=endpoint_id).rowcount
 
         return await self._write(op)
 
     async def time_out_jobs(self, now: float) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
-            rows = c.execute(
-                f"UPDATE jobs SET status = 'TIMED_OUT', finished_at = ?,"
-                f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL,"
-                f" error = 'execution timeout exceeded (policy.executionTimeout: '"
-                f" || execution_timeout_ms || ' ms)'"
-                f" WHERE status = 'IN_PROGRESS' AND run_deadline <= ? RETURNING {_JOB_COLUMNS}",
-                (now, now, now),
-            ).fetchall()
-            jobs = [_job(r) for r in rows]
+            jobs = _read(c, "time_out_jobs", job_from_row, now=now)
             _signal_stop(c, [(j.worker_id, j.id) for j in jobs], "timed out", now)
             _after_final(c, jobs)
             return jobs
@@ -765,41 +715,30 @@ class SQLiteStore:
 
     async def expire_jobs(self, now: float, limit: int) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
-            rows = c.execute(
-                f"DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE expires_at <= ?"
-                f" UNION SELECT seq FROM jobs WHERE retain_until <= ? LIMIT ?)"
-                f" RETURNING {_JOB_COLUMNS}",
-                (now, now, limit),
-            ).fetchall()
-            jobs = [_job(r) for r in rows]
+            jobs = _read(c, "expire_jobs", job_from_row, now=now, limit=limit)
             running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
             _signal_stop(c, running, "ttl expired", now)
-            c.executemany("DELETE FROM stream_chunks WHERE job_id = ?", [(j.id,) for j in jobs])
+            if jobs:
+                _run(c, "delete_stream_chunks_of_jobs", job_ids=_ids([j.id for j in jobs]))
             return jobs
 
         return await self._write(op)
 
     async def job_counts(self, endpoint_id: str) -> JobCounts:
-        counts = job_counts_from(
-            self._read(JOB_COUNTS_SQL.format(p="?"), (endpoint_id, endpoint_id))
-        )
+        counts = job_counts_from(self._query("job_counts", endpoint_id=endpoint_id))
         if not counts.in_queue_normal:
             return counts
-        oldest = self._read(
-            "SELECT submitted_at FROM jobs WHERE endpoint_id = ? AND status = 'IN_QUEUE'"
-            " AND low_priority = 0 ORDER BY seq LIMIT 1",
-            (endpoint_id,),
-        )
-        return replace(counts, oldest_queued_at=oldest[0][0] if oldest else None)
+        oldest = self._query("oldest_queued_at", endpoint_id=endpoint_id)
+        return replace(counts, oldest_queued_at=oldest[0]["submitted_at"] if oldest else None)
 
     async def fold_job_counts(self) -> int:
         def op(c: sqlite3.Connection) -> int:
-            top = c.execute("SELECT MAX(id) FROM job_count_deltas").fetchone()[0]
+            top = _rows(c, "last_job_count_delta")[0]["top"]
             if top is None:
                 return 0
-            c.execute(FOLD_JOB_COUNTS_SQL.format(max="?"), (top,))
-            folded = c.execute("DELETE FROM job_count_deltas WHERE id <= ?", (top,)).rowcount
-            c.execute("DELETE FROM job_counts WHERE n = 0 AND retries = 0")
+            _run(c, "fold_job_counts", top=top)
+            folded = _run(c, "delete_folded_job_count_deltas", top=top).rowcount
+            _run(c, "delete_empty_job_counts")
             return int(folded)
 
         return await self._write(op)
@@ -808,18 +747,16 @@ class SQLiteStore:
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
     ) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            held = c.execute(
-                "SELECT 1 FROM jobs WHERE id = ? AND worker_id = ? AND status = 'IN_PROGRESS'",
-                (job_id, worker_id),
-            ).fetchone()
-            if not held:
+            if not _run(c, "job_held_by", job_id=job_id, worker_id=worker_id).fetchone():
                 return False
-            last = c.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM stream_chunks WHERE job_id = ?", (job_id,)
-            ).fetchone()[0]
-            c.executemany(
-                "INSERT INTO stream_chunks (job_id, seq, output, metrics) VALUES (?, ?, ?, ?)",
-                [(job_id, last + i, out, met) for i, (out, met) in enumerate(chunks, start=1)],
+            last = _rows(c, "last_stream_seq", job_id=job_id)[0]["seq"]
+            _run_many(
+                c,
+                "add_stream_chunk",
+                (
+                    {"job_id": job_id, "seq": last + i, "output": out, "metrics": met}
+                    for i, (out, met) in enumerate(chunks, start=1)
+                ),
             )
             return True
 
@@ -827,25 +764,19 @@ class SQLiteStore:
 
     async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:
         def op(c: sqlite3.Connection) -> list[StreamChunk]:
-            rows = c.execute(
-                "SELECT seq, output, metrics FROM stream_chunks WHERE job_id = ? AND seq >"
-                " (SELECT stream_cursor FROM jobs WHERE id = ?) ORDER BY seq",
-                (job_id, job_id),
-            ).fetchall()
+            job = _row(c, "job_stream_cursor", job_id=job_id)
+            if job is None:
+                return []
+            rows = _rows(c, "stream_chunks_after", job_id=job_id, cursor=job["stream_cursor"])
             if rows:
-                c.execute("UPDATE jobs SET stream_cursor = ? WHERE id = ?", (rows[-1][0], job_id))
-            return [StreamChunk(r[0], r[1], r[2]) for r in rows]
+                _run(c, "set_stream_cursor", cursor=rows[-1]["seq"], job_id=job_id)
+            return [stream_chunk_from_row(r) for r in rows]
 
         return await self._write(op)
 
     async def take_stop_signals(self, worker_id: str) -> list[str]:
         def op(c: sqlite3.Connection) -> list[str]:
-            rows = c.execute(
-                "UPDATE stop_signals SET delivered = 1 WHERE worker_id = ? AND NOT delivered"
-                " RETURNING job_id",
-                (worker_id,),
-            ).fetchall()
-            return sorted(r[0] for r in rows)
+            return sorted(r["job_id"] for r in _rows(c, "take_stop_signals", worker_id=worker_id))
 
         return await self._write(op)
 
@@ -856,18 +787,17 @@ class SQLiteStore:
         await self._write(op)
 
     async def overdue_stop_workers(self, signalled_before: float) -> list[str]:
-        rows = self._read(
-            "SELECT DISTINCT worker_id FROM stop_signals WHERE created_at <= ? ORDER BY worker_id",
-            (signalled_before,),
-        )
-        return [r[0] for r in rows]
+        rows = self._query("overdue_stop_workers", signalled_before=signalled_before)
+        return [r["worker_id"] for r in rows]
 
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.executemany(
-                "UPDATE jobs SET lease_until = ? WHERE id = ? AND worker_id = ?"
-                " AND status = 'IN_PROGRESS'",
-                [(lease_until, job_id, worker_id) for job_id in job_ids],
+            _run(
+                c,
+                "renew_leases",
+                lease_until=lease_until,
+                job_ids=_ids(job_ids),
+                worker_id=worker_id,
             )
 
         await self._write(op)
@@ -875,34 +805,31 @@ class SQLiteStore:
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:
-        where: str
-        params: tuple[Any, ...]
-        if worker_id is None:
-            where, params = "status = 'IN_PROGRESS' AND lease_until < ?", (now,)
-        else:
-            where, params = "status = 'IN_PROGRESS' AND worker_id = ?", (worker_id,)
-
         def op(c: sqlite3.Connection) -> list[Job]:
-            failed = [
-                _job(r)
-                for r in c.execute(
-                    f"UPDATE jobs SET status = 'FAILED', error = ?, finished_at = ?,"
-                    f" retain_until = {_RETAIN}, lease_until = NULL, run_deadline = NULL"
-                    f" WHERE {where} AND attempt >= ? RETURNING {_JOB_COLUMNS}",
-                    (reason, now, now, *params, max_attempts),
-                ).fetchall()
-            ]
-            requeued = [
-                _job(r)
-                for r in c.execute(
-                    f"UPDATE jobs SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL,"
-                    f" lease_until = NULL, run_deadline = NULL, output = NULL,"
-                    f" retries = retries + 1, stream_cursor = 0"
-                    f" WHERE {where} RETURNING {_JOB_COLUMNS}",
-                    params,
-                ).fetchall()
-            ]
-            c.executemany("DELETE FROM stream_chunks WHERE job_id = ?", [(j.id,) for j in requeued])
+            if worker_id is None:
+                failed = _read(
+                    c,
+                    "fail_jobs_of_lapsed_leases",
+                    job_from_row,
+                    reason=reason,
+                    now=now,
+                    max_attempts=max_attempts,
+                )
+                requeued = _read(c, "requeue_jobs_of_lapsed_leases", job_from_row, now=now)
+            else:
+                failed = _read(
+                    c,
+                    "fail_jobs_of_worker",
+                    job_from_row,
+                    reason=reason,
+                    now=now,
+                    worker_id=worker_id,
+                    max_attempts=max_attempts,
+                )
+                requeued = _read(c, "requeue_jobs_of_worker", job_from_row, worker_id=worker_id)
+            if requeued:
+                ids = _ids([j.id for j in requeued])
+                _run(c, "delete_stream_chunks_of_jobs", job_ids=ids)
             _after_final(c, failed)
             return failed + requeued
 
@@ -911,39 +838,24 @@ class SQLiteStore:
     # -- webhooks -------------------------------------------------------------------------
     async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
         def op(c: sqlite3.Connection) -> str:
-            row = c.execute("SELECT webhook_secret FROM users WHERE id = ?", (user_id,)).fetchone()
+            row = _row(c, "webhook_secret_of_user", user_id=user_id)
             if row is None:
                 raise KeyError(user_id)
-            if row[0] and not rotate:
-                return str(row[0])
+            if row["webhook_secret"] and not rotate:
+                return str(row["webhook_secret"])
             secret = new_webhook_secret()
-            c.execute("UPDATE users SET webhook_secret = ? WHERE id = ?", (secret, user_id))
+            _run(c, "set_webhook_secret", secret=secret, user_id=user_id)
             return secret
 
         return await self._write(op)
 
-    _DELIVERY_COLUMNS = (
-        "d.id, d.job_id, d.endpoint_id, d.user_id, d.url, d.payload, d.status, d.attempts,"
-        " d.next_attempt_at, d.last_error, d.created_at, d.finished_at, u.webhook_secret"
-    )
-
     async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]:
-        rows = self._read(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
-            f" LEFT JOIN users u ON u.id = d.user_id"
-            f" WHERE d.status = 'pending' AND d.next_attempt_at <= ?"
-            f" ORDER BY d.next_attempt_at LIMIT ?",
-            (now, limit),
-        )
-        return [WebhookDelivery(*r) for r in rows]
+        rows = self._query("due_webhook_deliveries", now=now, limit=limit)
+        return [webhook_delivery_from_row(r) for r in rows]
 
     async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]:
-        rows = self._read(
-            f"SELECT {self._DELIVERY_COLUMNS} FROM webhook_deliveries d"
-            f" LEFT JOIN users u ON u.id = d.user_id WHERE d.job_id = ? ORDER BY d.created_at",
-            (job_id,),
-        )
-        return [WebhookDelivery(*r) for r in rows]
+        rows = self._query("webhook_deliveries_of", job_id=job_id)
+        return [webhook_delivery_from_row(r) for r in rows]
 
     async def record_webhook_attempt(
         self,
@@ -954,11 +866,14 @@ class SQLiteStore:
         next_attempt_at: float | None,
     ) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "UPDATE webhook_deliveries SET attempts = attempts + 1, status = ?,"
-                " last_error = ?, next_attempt_at = COALESCE(?, next_attempt_at),"
-                " finished_at = CASE WHEN ? = 'pending' THEN NULL ELSE ? END WHERE id = ?",
-                (status, error, next_attempt_at, status, now, delivery_id),
+            _run(
+                c,
+                "record_webhook_attempt",
+                status=status,
+                error=error,
+                next_attempt_at=next_attempt_at,
+                now=now,
+                id=delivery_id,
             )
 
         await self._write(op)
@@ -968,11 +883,7 @@ class SQLiteStore:
         params = worker_params(worker)
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                f"INSERT OR REPLACE INTO workers ({_WORKER_COLUMNS})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                params,
-            )
+            _run(c, "save_worker", **params)
 
         await self._write(op)
 
@@ -980,90 +891,56 @@ class SQLiteStore:
         params = worker_params(worker)
 
         def op(c: sqlite3.Connection) -> Worker:
-            c.execute(
-                f"INSERT OR IGNORE INTO workers ({_WORKER_COLUMNS})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                params,
-            )
-            row = c.execute(
-                f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker.id,)
-            ).fetchone()
-            return _worker(row)
+            _run(c, "add_worker", **params)
+            [added] = _read(c, "get_worker", worker_from_row, id=worker.id)
+            return added
 
         return await self._write(op)
 
     async def update_worker(self, worker_id: str, fields: Mapping[str, object]) -> Worker | None:
-        unknown = set(fields) - WORKER_FIELDS
-        if unknown:
-            raise ValueError(f"not worker fields: {sorted(unknown)}")
-        names = list(fields)
-        assignments = ", ".join(f"{name} = ?" for name in names)
-        values = tuple(_sqlite_value(fields[name]) for name in names)
+        query = _worker_update(tuple(fields))
+        values = worker_field_values(fields)
 
         def op(c: sqlite3.Connection) -> Worker | None:
-            if not names:
-                row = c.execute(
-                    f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker_id,)
-                ).fetchone()
-            else:
-                row = c.execute(
-                    f"UPDATE workers SET {assignments} WHERE id = ? RETURNING {_WORKER_COLUMNS}",
-                    (*values, worker_id),
-                ).fetchone()
-            return _worker(row) if row else None
+            if query is None:
+                return _read_one(c, "get_worker", worker_from_row, id=worker_id)
+            cursor = c.execute(query.sql, query.args({**values, "id": worker_id}))
+            workers = _objects(cursor, "update_worker", worker_from_row)
+            return workers[0] if workers else None
 
         return await self._write(op)
 
     async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
         def op(c: sqlite3.Connection) -> Worker | None:
-            row = c.execute(
-                f"UPDATE workers SET last_seen = ?,"
-                f" idle_since = CASE WHEN state = 'initializing' THEN ? ELSE idle_since END,"
-                f" state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END"
-                f" WHERE id = ? RETURNING {_WORKER_COLUMNS}",
-                (now, now, worker_id),
-            ).fetchone()
-            return _worker(row) if row else None
+            return _read_one(c, "touch_worker", worker_from_row, now=now, id=worker_id)
 
         return await self._write(op)
 
     async def get_worker(self, worker_id: str) -> Worker | None:
-        rows = self._read(f"SELECT {_WORKER_COLUMNS} FROM workers WHERE id = ?", (worker_id,))
-        return _worker(rows[0]) if rows else None
+        workers = self._query_as("get_worker", worker_from_row, id=worker_id)
+        return workers[0] if workers else None
 
     async def list_workers(self, endpoint_id: str | None) -> list[Worker]:
         if endpoint_id is None:
-            rows = self._read(f"SELECT {_WORKER_COLUMNS} FROM workers ORDER BY started_at")
-        else:
-            rows = self._read(
-                f"SELECT {_WORKER_COLUMNS} FROM workers WHERE endpoint_id = ? ORDER BY started_at",
-                (endpoint_id,),
-            )
-        return [_worker(r) for r in rows]
+            return self._query_as("list_workers", worker_from_row)
+        return self._query_as("list_workers_of_endpoint", worker_from_row, endpoint_id=endpoint_id)
 
     async def delete_worker(self, worker_id: str) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
-            c.execute("DELETE FROM stop_signals WHERE worker_id = ?", (worker_id,))
+            _run(c, "delete_worker", worker_id=worker_id)
+            _run(c, "delete_stop_signals_of_worker", worker_id=worker_id)
 
         await self._write(op)
 
     async def jobs_of_worker(self, worker_id: str) -> list[str]:
-        rows = self._read(
-            "SELECT id FROM jobs WHERE worker_id = ? AND status = 'IN_PROGRESS'"
-            " UNION SELECT job_id FROM stop_signals WHERE worker_id = ? ORDER BY 1",
-            (worker_id, worker_id),
-        )
-        return [r[0] for r in rows]
+        return [r["id"] for r in self._query("jobs_of_worker", worker_id=worker_id)]
 
     async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "UPDATE endpoints SET worker_failure = ? WHERE id = ?", (failure_json, endpoint_id)
-            )
+            _run(c, "set_worker_failure", failure=failure_json, endpoint_id=endpoint_id)
 
         await self._write(op)
 
     async def worker_failure(self, endpoint_id: str) -> str | None:
-        rows = self._read("SELECT worker_failure FROM endpoints WHERE id = ?", (endpoint_id,))
-        return rows[0][0] if rows else None
+        rows = self._query("worker_failure", endpoint_id=endpoint_id)
+        return rows[0]["worker_failure"] if rows else None

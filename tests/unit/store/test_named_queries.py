@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
 
 import pytest
 
+import skiff.store.postgres
+import skiff.store.sqlite
+from skiff.domain.jobs import FINAL_STATES, JobStatus, sources_of
 from skiff.store.named_queries import Dialect, QueryError, compile_query, load, parse
+from skiff.store.rows import WORKER_FIELDS, finishes_in_progress, worker_update_sql
+from skiff.store.sqlite import migrate
 
 
 def _write(root: Path, relative: str, text: str) -> None:
@@ -153,3 +161,80 @@ def test_the_packaged_queries_load_for_both_dialects() -> None:
     sqlite_queries, postgres_queries = load(Dialect.SQLITE), load(Dialect.POSTGRES)
     assert sqlite_queries.keys() == postgres_queries.keys()
     assert "find_api_key" in sqlite_queries
+
+
+# -- the packaged queries, against the adapters and the schema --------------------------------
+
+_ADAPTERS = {
+    Dialect.SQLITE: Path(skiff.store.sqlite.__file__),
+    Dialect.POSTGRES: Path(skiff.store.postgres.__file__),
+}
+# A named query is run through one of the adapters' helpers, its name the first string given.
+_CALL = re.compile(
+    r"\b(?:_run|_rows|_row|_run_many|_read|_read_one|_query|_query_as|_fetch|_fetchrow"
+    r"|_execute|_execute_many|_fetch_named|_fetchrow_named|_execute_named)"
+    r"\(\s*(?:[\w.]+,\s*)?\"(\w+)\""
+)
+
+
+def _names_run_by(dialect: Dialect) -> set[str]:
+    return set(_CALL.findall(_ADAPTERS[dialect].read_text()))
+
+
+def test_every_query_an_adapter_runs_is_written_and_every_written_query_is_run() -> None:
+    written = load(Dialect.SQLITE).keys()
+    run = {dialect: _names_run_by(dialect) for dialect in Dialect}
+    for dialect, names in run.items():
+        assert names, f"no named query found in the {dialect.value} adapter"
+        assert names <= written, f"{dialect.value} runs unwritten queries"
+    assert written <= run[Dialect.SQLITE] | run[Dialect.POSTGRES], "queries no adapter runs"
+
+
+def test_each_dialect_text_is_run_by_both_adapters() -> None:
+    root = resources.files("skiff.store").joinpath("queries", Dialect.SQLITE.value)
+    own = {name for entry in root.iterdir() for name in parse(entry.read_text(), entry.name)}
+    for dialect in Dialect:
+        assert own <= _names_run_by(dialect), f"{dialect.value} skips a text of its own"
+
+
+def test_shared_queries_use_no_syntax_of_one_dialect_and_compile_for_both() -> None:
+    root = resources.files("skiff.store").joinpath("queries")
+    own_syntax = re.compile(
+        r"::|\?|\$\d|INSERT OR|FOR (NO KEY )?UPDATE|SKIP LOCKED|json_each|ANY\("
+    )
+    for entry in root.iterdir():
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, sql in parse(entry.read_text(), entry.name).items():
+            assert not own_syntax.search(sql), f"shared query {name!r} uses a dialect's syntax"
+            for dialect in Dialect:
+                compile_query(name, sql, dialect)
+
+
+def _guard(states: Iterable[JobStatus]) -> str:
+    return "status IN (" + ", ".join(f"'{s.value}'" for s in sorted(states)) + ")"
+
+
+def test_the_state_guards_written_in_the_queries_are_the_domains() -> None:
+    queries = load(Dialect.SQLITE)
+    assert _guard(sources_of(JobStatus.CANCELLED)) in queries["cancel_job"].sql
+    retryable = sources_of(JobStatus.IN_QUEUE) - {JobStatus.IN_PROGRESS}
+    assert _guard(retryable) in queries["retry_job"].sql
+    assert _guard({JobStatus.IN_PROGRESS}) in queries["finish_job"].sql
+    for final in FINAL_STATES:
+        assert finishes_in_progress(final)
+    assert not finishes_in_progress(JobStatus.IN_PROGRESS)
+
+
+def test_every_sqlite_query_prepares_on_the_migrated_schema() -> None:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    migrate(conn)
+    queries = dict(load(Dialect.SQLITE))
+    queries["update_worker"] = compile_query(
+        "update_worker", worker_update_sql(sorted(WORKER_FIELDS)), Dialect.SQLITE
+    )
+    for name, query in queries.items():
+        try:
+            conn.execute("EXPLAIN " + query.sql, (None,) * len(query.params))
+        except sqlite3.Error as exc:
+            raise AssertionError(f"query {name!r}: {exc}") from exc

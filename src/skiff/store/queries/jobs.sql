@@ -1,0 +1,136 @@
+-- Jobs: the same SQL on SQLite and PostgreSQL (the claim and the cancel's first read differ:
+-- sqlite/jobs.sql, postgres/jobs.sql).
+--
+-- Every change of state is one conditional update guarded by the states a job may move from
+-- (``domain.jobs.sources_of``); the lists are written out here, and a unit test holds them to
+-- the domain's. A job that becomes final keeps its result until ``retain_until``: now plus its
+-- ``retention_ms``. The casts make PostgreSQL compute in double precision as SQLite does.
+
+-- name: insert_job
+INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority,
+                  webhook, s3_config, submitted_at, expires_at, retention_ms)
+VALUES (:id, :endpoint_id, :status, :input, :execution_timeout_ms, :ttl_ms, :low_priority,
+        :webhook, :s3_config, :submitted_at, :expires_at, :retention_ms);
+
+-- name: get_job
+SELECT * FROM jobs WHERE id = :id AND endpoint_id = :endpoint_id;
+
+-- name: get_job_by_id
+SELECT * FROM jobs WHERE id = :id;
+
+-- name: list_jobs
+SELECT * FROM jobs WHERE endpoint_id = :endpoint_id ORDER BY seq DESC LIMIT :limit;
+
+-- name: list_jobs_before
+SELECT * FROM jobs WHERE endpoint_id = :endpoint_id AND seq < :before_seq
+ORDER BY seq DESC LIMIT :limit;
+
+-- name: set_job_ttl
+UPDATE jobs
+SET ttl_ms = :ttl_ms,
+    expires_at = submitted_at + CAST(:ttl_ms AS BIGINT) / CAST(1000.0 AS DOUBLE PRECISION)
+WHERE id = :id AND endpoint_id = :endpoint_id
+RETURNING *;
+
+-- A claim refuses a worker that is stopping, held back or to be recycled (SQLite's claim asks
+-- first; PostgreSQL's asks within its one statement).
+-- name: worker_refuses_claims
+SELECT 1 FROM workers WHERE id = :worker_id AND (state IN ('stopping', 'standby') OR recycle);
+
+-- A worker that got jobs is running (SQLite's claim; PostgreSQL's does it in its statement).
+-- name: mark_worker_running
+UPDATE workers SET state = 'running', idle_since = NULL
+WHERE id = :worker_id AND state IN ('initializing', 'idle');
+
+-- name: record_progress
+UPDATE jobs SET output = :output WHERE id = :id AND worker_id = :worker_id
+AND status = 'IN_PROGRESS';
+
+-- Guard: the final states' sources within IN_PROGRESS. Without a worker (NULL) any holder's.
+-- name: finish_job
+UPDATE jobs
+SET status = :status, output = :output, error = :error, finished_at = :now,
+    retain_until = CAST(:now AS DOUBLE PRECISION)
+                   + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
+    lease_until = NULL, run_deadline = NULL
+WHERE id = :id AND status IN ('IN_PROGRESS') AND (worker_id = :worker_id OR :worker_id IS NULL)
+RETURNING *;
+
+-- Guard: sources_of(CANCELLED).
+-- name: cancel_job
+UPDATE jobs
+SET status = 'CANCELLED', finished_at = :now,
+    retain_until = CAST(:now AS DOUBLE PRECISION)
+                   + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
+    lease_until = NULL, run_deadline = NULL
+WHERE id = :id AND status IN ('IN_PROGRESS', 'IN_QUEUE')
+RETURNING *;
+
+-- Guard: sources_of(IN_QUEUE) without IN_PROGRESS (a lost worker's job is requeued apart).
+-- name: retry_job
+UPDATE jobs
+SET status = 'IN_QUEUE', output = NULL, error = NULL, started_at = NULL, finished_at = NULL,
+    worker_id = NULL, lease_until = NULL, retain_until = NULL, run_deadline = NULL,
+    stream_cursor = 0, retries = retries + 1, attempt = 0
+WHERE id = :id AND endpoint_id = :endpoint_id AND status IN ('FAILED', 'TIMED_OUT')
+RETURNING *;
+
+-- name: purge_queue
+DELETE FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE';
+
+-- name: time_out_jobs
+UPDATE jobs
+SET status = 'TIMED_OUT', finished_at = :now,
+    retain_until = CAST(:now AS DOUBLE PRECISION)
+                   + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
+    lease_until = NULL, run_deadline = NULL,
+    error = 'execution timeout exceeded (policy.executionTimeout: '
+            || execution_timeout_ms || ' ms)'
+WHERE status = 'IN_PROGRESS' AND run_deadline <= :now
+RETURNING *;
+
+-- Jobs past their TTL, and final jobs past their retention.
+-- name: expire_jobs
+DELETE FROM jobs
+WHERE seq IN (SELECT seq FROM jobs WHERE expires_at <= :now
+              UNION SELECT seq FROM jobs WHERE retain_until <= :now LIMIT :limit)
+RETURNING *;
+
+-- A lost worker's jobs (its lease lapsed, or the worker is gone) fail once they used up their
+-- attempts, and go back to the queue otherwise.
+-- name: fail_jobs_of_lapsed_leases
+UPDATE jobs
+SET status = 'FAILED', error = :reason, finished_at = :now,
+    retain_until = CAST(:now AS DOUBLE PRECISION)
+                   + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
+    lease_until = NULL, run_deadline = NULL
+WHERE status = 'IN_PROGRESS' AND lease_until < :now AND attempt >= :max_attempts
+RETURNING *;
+
+-- name: requeue_jobs_of_lapsed_leases
+UPDATE jobs
+SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
+    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0
+WHERE status = 'IN_PROGRESS' AND lease_until < :now
+RETURNING *;
+
+-- name: fail_jobs_of_worker
+UPDATE jobs
+SET status = 'FAILED', error = :reason, finished_at = :now,
+    retain_until = CAST(:now AS DOUBLE PRECISION)
+                   + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
+    lease_until = NULL, run_deadline = NULL
+WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id AND attempt >= :max_attempts
+RETURNING *;
+
+-- name: requeue_jobs_of_worker
+UPDATE jobs
+SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
+    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0
+WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id
+RETURNING *;
+
+-- The jobs a worker holds, and those it was told to stop and has not let go of.
+-- name: jobs_of_worker
+SELECT id FROM jobs WHERE worker_id = :worker_id AND status = 'IN_PROGRESS'
+UNION SELECT job_id FROM stop_signals WHERE worker_id = :worker_id ORDER BY 1;

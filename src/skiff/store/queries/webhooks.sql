@@ -1,0 +1,29 @@
+-- Webhook deliveries, stored in the transaction that made their job final, and the owners'
+-- signing secrets. The same SQL on SQLite and PostgreSQL, but for the secret's locking read.
+
+-- name: add_webhook_delivery
+INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,
+                                next_attempt_at, created_at)
+VALUES (:id, :job_id, :endpoint_id, :user_id, :url, :payload, :next_attempt_at, :created_at);
+
+-- name: due_webhook_deliveries
+SELECT d.*, u.webhook_secret AS secret
+FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
+WHERE d.status = 'pending' AND d.next_attempt_at <= :now
+ORDER BY d.next_attempt_at LIMIT :limit;
+
+-- name: webhook_deliveries_of
+SELECT d.*, u.webhook_secret AS secret
+FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
+WHERE d.job_id = :job_id ORDER BY d.created_at;
+
+-- ``next_attempt_at`` NULL keeps the one set.
+-- name: record_webhook_attempt
+UPDATE webhook_deliveries
+SET attempts = attempts + 1, status = :status, last_error = :error,
+    next_attempt_at = COALESCE(:next_attempt_at, next_attempt_at),
+    finished_at = CASE WHEN :status = 'pending' THEN NULL ELSE CAST(:now AS DOUBLE PRECISION) END
+WHERE id = :id;
+
+-- name: set_webhook_secret
+UPDATE users SET webhook_secret = :secret WHERE id = :user_id;

@@ -1,0 +1,46 @@
+-- Worker records: the same SQL on SQLite and PostgreSQL. ``update_worker`` sets the fields it
+-- is given, so its statement is made per set of fields (rows.worker_update_sql).
+
+-- name: save_worker
+INSERT INTO workers (id, endpoint_id, kind, state, version, started_at, last_seen, idle_since,
+                     pid, gpu, recycle, gpu_ids, owner)
+VALUES (:id, :endpoint_id, :kind, :state, :version, :started_at, :last_seen, :idle_since,
+        :pid, :gpu, :recycle, :gpu_ids, :owner)
+ON CONFLICT (id) DO UPDATE SET
+    endpoint_id = excluded.endpoint_id, kind = excluded.kind, state = excluded.state,
+    version = excluded.version, started_at = excluded.started_at,
+    last_seen = excluded.last_seen, idle_since = excluded.idle_since, pid = excluded.pid,
+    gpu = excluded.gpu, recycle = excluded.recycle, gpu_ids = excluded.gpu_ids,
+    owner = excluded.owner;
+
+-- A worker registered twice (replicas racing) keeps the first record.
+-- name: add_worker
+INSERT INTO workers (id, endpoint_id, kind, state, version, started_at, last_seen, idle_since,
+                     pid, gpu, recycle, gpu_ids, owner)
+VALUES (:id, :endpoint_id, :kind, :state, :version, :started_at, :last_seen, :idle_since,
+        :pid, :gpu, :recycle, :gpu_ids, :owner)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: get_worker
+SELECT * FROM workers WHERE id = :id;
+
+-- name: list_workers
+SELECT * FROM workers ORDER BY started_at;
+
+-- name: list_workers_of_endpoint
+SELECT * FROM workers WHERE endpoint_id = :endpoint_id ORDER BY started_at;
+
+-- A worker seen for the first time since it started is ready: idle.
+-- name: touch_worker
+UPDATE workers
+SET last_seen = :now,
+    idle_since = CASE WHEN state = 'initializing' THEN :now ELSE idle_since END,
+    state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END
+WHERE id = :id
+RETURNING *;
+
+-- name: delete_worker
+DELETE FROM workers WHERE id = :worker_id;
+
+-- name: delete_stop_signals_of_worker
+DELETE FROM stop_signals WHERE worker_id = :worker_id;

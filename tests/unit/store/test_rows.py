@@ -1,0 +1,66 @@
+"""Rows read by column name: the same object whatever the order of the columns, from a row
+read by name (asyncpg's Record, a dict) or from a plain tuple (sqlite3)."""
+
+from __future__ import annotations
+
+from skiff.domain.jobs import JobStatus
+from skiff.store.rows import job_from_row, worker_from_row
+
+JOB_ROW = {
+    "seq": 7,
+    "id": "j-1",
+    "endpoint_id": "ep-1",
+    "status": "IN_PROGRESS",
+    "input": '{"n":1}',
+    "execution_timeout_ms": 600_000,
+    "ttl_ms": 86_400_000,
+    "low_priority": 1,
+    "webhook": None,
+    "s3_config": None,
+    "submitted_at": 1.0,
+    "started_at": 2.0,
+    "finished_at": None,
+    "output": None,
+    "error": None,
+    "worker_id": "w-1",
+    "attempt": 1,
+    "retries": 0,
+    "lease_until": 60.0,
+    "stream_cursor": 0,
+    "expires_at": None,
+    "retention_ms": 1_800_000,
+    "retain_until": None,
+    "run_deadline": 602.0,
+}
+
+
+def test_a_job_is_the_same_read_by_name_or_from_a_tuple_in_any_column_order() -> None:
+    by_name = job_from_row(JOB_ROW)
+    columns = tuple(reversed(JOB_ROW))
+    from_tuple = job_from_row.for_columns(columns)(tuple(JOB_ROW[c] for c in columns))
+    assert by_name == from_tuple
+    assert by_name.status is JobStatus.IN_PROGRESS
+    assert by_name.low_priority is True
+    assert by_name.seq == 7
+    assert by_name.expires_at == float("inf")
+
+
+def test_a_worker_reads_its_columns_by_name() -> None:
+    row = {
+        "owner": "r-1",
+        "id": "w-1",
+        "endpoint_id": "ep-1",
+        "kind": "local",
+        "state": "idle",
+        "version": 2,
+        "started_at": 1.0,
+        "last_seen": None,
+        "idle_since": 1.0,
+        "pid": 42,
+        "gpu": None,
+        "recycle": 0,
+        "gpu_ids": None,
+    }
+    worker = worker_from_row(row)
+    assert (worker.id, worker.version, worker.owner, worker.recycle) == ("w-1", 2, "r-1", False)
+    assert worker_from_row.for_columns(tuple(row))(tuple(row.values())) == worker
