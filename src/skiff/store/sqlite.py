@@ -410,6 +410,12 @@ class SQLiteStore:
         result: T = await self._writer.submit(op)
         return result
 
+    async def _write_run(self, name: str, /, **values: object) -> int:
+        """Run one named query in the writer; returns the number of rows it touched."""
+        query = _QUERIES[name]
+        args = query.args(values)
+        return await self._write(lambda c: c.execute(query.sql, args).rowcount)
+
     # -- secrets --------------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:
         def op(c: sqlite3.Connection) -> bytes:
@@ -455,10 +461,7 @@ class SQLiteStore:
         return [api_key_from_row(r) for r in self._query("list_api_keys")]
 
     async def revoke_api_key(self, key_id: str, now: float) -> bool:
-        def op(c: sqlite3.Connection) -> bool:
-            return _run(c, "revoke_api_key", now=now, id=key_id).rowcount > 0
-
-        return await self._write(op)
+        return await self._write_run("revoke_api_key", now=now, id=key_id) > 0
 
     # -- registry auths -------------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
@@ -482,10 +485,7 @@ class SQLiteStore:
         return registry_auth_from_row(rows[0]) if rows else None
 
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
-        def op(c: sqlite3.Connection) -> bool:
-            return _run(c, "delete_registry_auth", user_id=user_id, id=auth_id).rowcount > 0
-
-        return await self._write(op)
+        return await self._write_run("delete_registry_auth", user_id=user_id, id=auth_id) > 0
 
     # -- templates ------------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
@@ -517,17 +517,11 @@ class SQLiteStore:
         return template
 
     async def delete_template(self, user_id: str, template_id: str) -> bool:
-        def op(c: sqlite3.Connection) -> bool:
-            return _run(c, "delete_template", user_id=user_id, id=template_id).rowcount > 0
-
-        return await self._write(op)
+        return await self._write_run("delete_template", user_id=user_id, id=template_id) > 0
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:
-        def op(c: sqlite3.Connection) -> None:
-            _run(c, "create_endpoint", **endpoint_params(endpoint))
-
-        await self._write(op)
+        await self._write_run("create_endpoint", **endpoint_params(endpoint))
         return endpoint
 
     async def list_endpoints(self, user_id: str | None) -> list[Endpoint]:
@@ -579,12 +573,7 @@ class SQLiteStore:
 
     # -- jobs -----------------------------------------------------------------------------
     async def insert_job(self, job: Job) -> None:
-        params = job_params(job)
-
-        def op(c: sqlite3.Connection) -> None:
-            _run(c, "insert_job", **params)
-
-        await self._write(op)
+        await self._write_run("insert_job", **job_params(job))
 
     async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
         jobs = self._query_as("get_job", job_from_row, id=job_id, endpoint_id=endpoint_id)
@@ -633,11 +622,10 @@ class SQLiteStore:
         return await self._write(op)
 
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
-        def op(c: sqlite3.Connection) -> bool:
-            cursor = _run(c, "record_progress", output=output_json, id=job_id, worker_id=worker_id)
-            return cursor.rowcount > 0
-
-        return await self._write(op)
+        touched = await self._write_run(
+            "record_progress", output=output_json, id=job_id, worker_id=worker_id
+        )
+        return touched > 0
 
     async def finish_job(
         self,
@@ -699,10 +687,7 @@ class SQLiteStore:
         return await self._write(op)
 
     async def purge_queue(self, endpoint_id: str) -> int:
-        def op(c: sqlite3.Connection) -> int:
-            return _run(c, "purge_queue", endpoint_id=endpoint_id).rowcount
-
-        return await self._write(op)
+        return await self._write_run("purge_queue", endpoint_id=endpoint_id)
 
     async def time_out_jobs(self, now: float) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
@@ -791,16 +776,9 @@ class SQLiteStore:
         return [r["worker_id"] for r in rows]
 
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
-        def op(c: sqlite3.Connection) -> None:
-            _run(
-                c,
-                "renew_leases",
-                lease_until=lease_until,
-                job_ids=_ids(job_ids),
-                worker_id=worker_id,
-            )
-
-        await self._write(op)
+        await self._write_run(
+            "renew_leases", lease_until=lease_until, job_ids=_ids(job_ids), worker_id=worker_id
+        )
 
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
@@ -865,27 +843,18 @@ class SQLiteStore:
         now: float,
         next_attempt_at: float | None,
     ) -> None:
-        def op(c: sqlite3.Connection) -> None:
-            _run(
-                c,
-                "record_webhook_attempt",
-                status=status,
-                error=error,
-                next_attempt_at=next_attempt_at,
-                now=now,
-                id=delivery_id,
-            )
-
-        await self._write(op)
+        await self._write_run(
+            "record_webhook_attempt",
+            status=status,
+            error=error,
+            next_attempt_at=next_attempt_at,
+            now=now,
+            id=delivery_id,
+        )
 
     # -- workers --------------------------------------------------------------------------
     async def save_worker(self, worker: Worker) -> None:
-        params = worker_params(worker)
-
-        def op(c: sqlite3.Connection) -> None:
-            _run(c, "save_worker", **params)
-
-        await self._write(op)
+        await self._write_run("save_worker", **worker_params(worker))
 
     async def add_worker(self, worker: Worker) -> Worker:
         params = worker_params(worker)
@@ -936,10 +905,7 @@ class SQLiteStore:
         return [r["id"] for r in self._query("jobs_of_worker", worker_id=worker_id)]
 
     async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:
-        def op(c: sqlite3.Connection) -> None:
-            _run(c, "set_worker_failure", failure=failure_json, endpoint_id=endpoint_id)
-
-        await self._write(op)
+        await self._write_run("set_worker_failure", failure=failure_json, endpoint_id=endpoint_id)
 
     async def worker_failure(self, endpoint_id: str) -> str | None:
         rows = self._query("worker_failure", endpoint_id=endpoint_id)
