@@ -61,6 +61,15 @@ from skiff.store.rows import (
 _MIGRATION_LOCK = 0x736B696666  # "skiff"
 
 
+#: Migrations recorded under an earlier name. The PostgreSQL set was numbered on its own
+#: (0001..0003) until it took the SQLite set's numbers, so one number names one change of the
+#: model on both; a database migrated before keeps its history under the new names.
+RENAMED_MIGRATIONS = {
+    "0002_replicas.sql": "0004_replicas.sql",
+    "0003_job_counts.sql": "0005_job_counts.sql",
+}
+
+
 def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -77,6 +86,10 @@ async def migrate(conn: Any, schema: str | None = None) -> list[str]:
             "CREATE TABLE IF NOT EXISTS schema_migrations"
             " (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION)"
         )
+        for before, now in RENAMED_MIGRATIONS.items():
+            await conn.execute(
+                "UPDATE schema_migrations SET name = $2 WHERE name = $1", before, now
+            )
         done = {r[0] for r in await conn.fetch("SELECT name FROM schema_migrations")}
         folder = resources.files("skiff.store").joinpath("migrations/postgres")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name):

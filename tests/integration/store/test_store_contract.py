@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
 from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, Store, StreamChunk, User
-from skiff.store.postgres import PostgresStore
+from skiff.store.postgres import RENAMED_MIGRATIONS, PostgresStore
 from skiff.store.sqlite import SQLiteStore
 
 EP = "ep-1"
@@ -863,6 +864,54 @@ async def test_pg_data_survives_close_and_reopen(pg_schema: str) -> None:
         await second_store.close()
 
 
+def test_both_migration_sets_are_numbered_alike() -> None:
+    folder = resources.files("skiff.store").joinpath("migrations")
+    numbers = {
+        dialect: sorted(e.name.split("_")[0] for e in folder.joinpath(dialect).iterdir())
+        for dialect in ("sqlite", "postgres")
+    }
+    assert numbers["sqlite"] == numbers["postgres"]
+
+
+async def test_pg_a_database_migrated_under_the_old_numbers_is_not_migrated_again(
+    pg_schema: str,
+) -> None:
+    first = PostgresStore(PG_DSN, schema=pg_schema)
+    await first.open()
+    await first.create_endpoint(make_endpoint())
+    await first.close()
+    # As a database migrated before the PostgreSQL set took the SQLite set's numbers records it.
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        table = f'"{pg_schema}".schema_migrations'
+        await conn.execute(f"DELETE FROM {table} WHERE name IN ($1, $2)", *OLD_NOOPS)
+        for old, new in RENAMED_MIGRATIONS.items():
+            await conn.execute(f"UPDATE {table} SET name = $1 WHERE name = $2", old, new)
+    finally:
+        await conn.close()
+    again = PostgresStore(PG_DSN, schema=pg_schema)
+    await again.open()  # 0004 and 0005 run again would fail: their columns and tables exist
+    try:
+        assert await again.get_endpoint(EP) == make_endpoint()
+    finally:
+        await again.close()
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        names = sorted(r[0] for r in await conn.fetch(f"SELECT name FROM {table}"))
+    finally:
+        await conn.close()
+    assert names == [
+        "0001_init.sql",
+        "0002_lifetimes_webhooks.sql",
+        "0003_worker_gpus.sql",
+        "0004_replicas.sql",
+        "0005_job_counts.sql",
+    ]
+
+
+OLD_NOOPS = ("0002_lifetimes_webhooks.sql", "0003_worker_gpus.sql")
+
+
 async def test_pg_open_applies_migrations_once_even_when_replicas_start_together(
     pg_schema: str,
 ) -> None:
@@ -886,7 +935,13 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
         }
     finally:
         await conn.close()
-    assert names == ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
+    assert names == [
+        "0001_init.sql",
+        "0002_lifetimes_webhooks.sql",
+        "0003_worker_gpus.sql",
+        "0004_replicas.sql",
+        "0005_job_counts.sql",
+    ]
     assert {
         "jobs",
         "endpoints",
