@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skiff.databases import sqlite_file_of
@@ -24,9 +24,17 @@ class Settings(BaseSettings):
     api_key: str | None = None
     #: Base URL workers use to reach this server; derived from host and port when unset.
     public_url: str | None = None
-    #: How long job-take and job-stop long-polls are held before answering 204.
+    #: How long a job-take or job-stop long-poll waits for work before answering 204.
     #: The runpod SDK abandons a take after 90 s, so this must stay well under that.
-    take_hold_seconds: float = Field(default=20.0, gt=0, lt=80)
+    #: ``SKIFF_TAKE_HOLD_SECONDS``, its earlier name, is still read.
+    take_wait_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        lt=80,
+        validation_alias=AliasChoices(
+            "take_wait_seconds", "SKIFF_TAKE_WAIT_SECONDS", "SKIFF_TAKE_HOLD_SECONDS"
+        ),
+    )
     #: Longest a worker's job-done answer is kept back until its next job reaches it, which
     #: wakes the SDK's job loop at once instead of on its 100 ms tick
     #: (services/result_holds.py). 0 answers every job-done at once.

@@ -51,7 +51,7 @@ class Server:
             SKIFF_SCALER_INTERVAL_SECONDS="0.2",
             SKIFF_PING_INTERVAL_MS="1000",
             SKIFF_WORKER_STOP_GRACE_SECONDS="2",
-            SKIFF_TAKE_HOLD_SECONDS="10",
+            SKIFF_TAKE_WAIT_SECONDS="10",
             SKIFF_STOP_GRACE_SECONDS="2",
             SKIFF_WEBHOOK_ALLOW_PRIVATE="true",
         )

@@ -170,7 +170,7 @@ def test_runsync_and_cancel_cross_replicas_without_the_safety_poll(
     """With the safety-net poll at a minute and takes held for as long, only NOTIFY can end
     these waits within the 15 s a /runsync waits here: a job submitted on one replica wakes a
     take held by the other, and its result wakes the /runsync waiting on the first."""
-    slow = {"SKIFF_WAIT_POLL_SECONDS": "60", "SKIFF_TAKE_HOLD_SECONDS": "60"}
+    slow = {"SKIFF_WAIT_POLL_SECONDS": "60", "SKIFF_TAKE_WAIT_SECONDS": "60"}
     first = _replica(tmp_path, "a", schema, record, **slow)
     second = _replica(tmp_path, "b", schema, record, **slow)
     try:

@@ -85,9 +85,9 @@ def build(services: Services) -> JobHandlers:
         # A job waiting on an endpoint whose workers are held back (no GPU that fits, failing
         # starts, the worker limit) says why where its client looks, not only in /health.
         if job.status is JobStatus.IN_QUEUE:
-            hold = await jobs.held_back(endpoint)
-            if hold is not None:
-                view["placement"] = placement_view(hold)
+            blocker = await jobs.blocker(endpoint)
+            if blocker is not None:
+                view["placement"] = placement_view(blocker)
         return view
 
     async def run(request: Request) -> Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from skiff.domain.placement import HoldCause
+from skiff.domain.placement import BlockerCause
 
 _MS_7_DAYS = 604_800_000
 _STATES = ["IN_QUEUE", "IN_PROGRESS", "COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"]
@@ -29,7 +29,7 @@ _ISO = {"type": "string", "format": "date-time", "nullable": True}
 #: Present only while something holds the endpoint's workers back.
 PLACEMENT = _obj(
     ["cause", "reason"],
-    cause={"type": "string", "enum": [c.value for c in HoldCause]},
+    cause={"type": "string", "enum": [c.value for c in BlockerCause]},
     reason={"type": "string", "description": "Why its workers are not running, in words"},
 )
 

@@ -19,7 +19,7 @@ from skiff.body_gate import BodyGate
 from skiff.domain import times
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
-from skiff.domain.placement import HoldCause
+from skiff.domain.placement import BlockerCause
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
@@ -65,7 +65,7 @@ class WorkerFailureOut(BaseModel):
 
 
 class PlacementOut(BaseModel):
-    cause: HoldCause = Field(
+    cause: BlockerCause = Field(
         description="no-gpu: this server has no GPU that fits; failing-starts: its workers "
         "fail to start (see lastWorkerFailure); worker-limit: held back by the server-wide "
         "worker limit (SKIFF_MAX_WORKERS); gpus-busy: waiting for a GPU of its types to free up"
@@ -294,9 +294,9 @@ def build(services: Services) -> FastAPI:
                 nextStartAt=times.iso(failure.next_start_at),
                 lastLogLines=failure.last_log_lines,
             )
-        hold = await services.placement.why(endpoint)
-        if hold is not None:
-            out.placement = PlacementOut(cause=hold.cause, reason=hold.reason)
+        blocker = await services.placement.why(endpoint)
+        if blocker is not None:
+            out.placement = PlacementOut(cause=blocker.cause, reason=blocker.reason)
         if include_workers:
             out.workers = [_worker_out(r) for r in await services.endpoints.workers_of(endpoint.id)]
         return out

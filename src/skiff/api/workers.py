@@ -37,7 +37,7 @@ class WorkerHandlers(NamedTuple):
 
 def build(services: Services) -> WorkerHandlers:
     dispatch = services.dispatch
-    hold = services.settings.take_hold_seconds
+    wait = services.settings.take_wait_seconds
 
     async def endpoint_of(request: Request) -> Endpoint:
         endpoint_id = request.path_params["endpoint_id"]
@@ -45,7 +45,7 @@ def build(services: Services) -> WorkerHandlers:
         await services.auth.check_worker(endpoint_id, token)
         return await services.endpoints.recent_copy(endpoint_id)
 
-    def holds_jobs(request: Request) -> bool | None:
+    def jobs_in_progress(request: Request) -> bool | None:
         flag = request.query_params.get("job_in_progress")
         return None if flag not in ("0", "1") else flag == "1"
 
@@ -64,7 +64,7 @@ def build(services: Services) -> WorkerHandlers:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time."""
         endpoint = await endpoint_of(request)
         jobs = await dispatch.take(
-            endpoint, worker_id, 1, hold, still_connected(request), holds_jobs(request)
+            endpoint, worker_id, 1, wait, still_connected(request), jobs_in_progress(request)
         )
         if not jobs:
             return Response(status_code=NO_CONTENT)
@@ -79,7 +79,7 @@ def build(services: Services) -> WorkerHandlers:
             size = 1
         size = max(1, min(MAX_BATCH, size))
         jobs = await dispatch.take(
-            endpoint, worker_id, size, hold, still_connected(request), holds_jobs(request)
+            endpoint, worker_id, size, wait, still_connected(request), jobs_in_progress(request)
         )
         if not jobs:
             return Response(status_code=NO_CONTENT)
@@ -88,7 +88,7 @@ def build(services: Services) -> WorkerHandlers:
     async def job_stop(request: Request, worker_id: str) -> Response:
         """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
         endpoint = await endpoint_of(request)
-        ids = await dispatch.stop_signals(endpoint, worker_id, hold, still_connected(request))
+        ids = await dispatch.stop_signals(endpoint, worker_id, wait, still_connected(request))
         if not ids:
             return Response(status_code=NO_CONTENT)
         return json_response({"jobsToStop": ids})

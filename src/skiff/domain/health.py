@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skiff.domain.jobs import JobCounts
-from skiff.domain.placement import Hold, placement_view
+from skiff.domain.placement import Blocker, placement_view
 from skiff.domain.workers import WorkerState
 
 
@@ -17,7 +17,7 @@ class Health:
     #: Every state, counted (0 for a state no worker is in).
     workers: Mapping[WorkerState, int]
     #: Why its workers are held back, if they are.
-    placement: Hold | None
+    placement: Blocker | None
 
 
 def health_view(health: Health) -> dict[str, Any]:

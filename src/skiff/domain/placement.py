@@ -2,7 +2,7 @@
 
 Jobs on an endpoint that cannot place a worker would otherwise wait in silence (``/health``
 says only ``throttled: 1``); every place a user looks (``/v1``, ``/health``, the console, the
-server log) says the same ``Hold``.
+server log) says the same ``Blocker``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from skiff.domain.endpoints import ComputeType, EndpointSpec
 from skiff.domain.gpus import Gpu, choose
 
 
-class HoldCause(enum.StrEnum):
+class BlockerCause(enum.StrEnum):
     #: A GPU endpoint whose GPU types (or count) this server does not have at all.
     NO_GPU = "no-gpu"
     #: Its workers fail to start (``lastWorkerFailure``).
@@ -28,14 +28,14 @@ class HoldCause(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Hold:
-    cause: HoldCause
+class Blocker:
+    cause: BlockerCause
     reason: str
 
 
-def placement_view(hold: Hold) -> dict[str, str]:
+def placement_view(blocker: Blocker) -> dict[str, str]:
     """The ``placement`` key of ``/health`` and of a queued job's ``/status`` and ``/runsync``."""
-    return {"cause": hold.cause.value, "reason": hold.reason}
+    return {"cause": blocker.cause.value, "reason": blocker.reason}
 
 
 def describe_gpus(gpus: Sequence[Gpu]) -> str:
@@ -50,35 +50,35 @@ def _wanted(spec: EndpointSpec) -> str:
     return f"{per} among [{types}]"
 
 
-def missing_gpus(spec: EndpointSpec, inventory: Sequence[Gpu]) -> Hold | None:
+def missing_gpus(spec: EndpointSpec, inventory: Sequence[Gpu]) -> Blocker | None:
     """A GPU endpoint that no GPU of this server could ever serve, even with all of them free."""
     if spec.computeType is not ComputeType.GPU:
         return None
     if choose(spec.gpuTypeIds, spec.gpuCount, inventory) is not None:
         return None
-    return Hold(
-        HoldCause.NO_GPU,
+    return Blocker(
+        BlockerCause.NO_GPU,
         f"no worker can start: each needs {_wanted(spec)} and this server has "
         f"{describe_gpus(inventory)}; use computeType CPU or GPU types this server has",
     )
 
 
-def worker_limit_hold(running: int, limit: int) -> Hold:
-    return Hold(
-        HoldCause.WORKER_LIMIT,
+def worker_limit_blocker(running: int, limit: int) -> Blocker:
+    return Blocker(
+        BlockerCause.WORKER_LIMIT,
         f"held back: this server runs {running} workers, its limit of {limit} "
         f"(SKIFF_MAX_WORKERS); more start as others stop",
     )
 
 
-def gpus_busy_hold(spec: EndpointSpec) -> Hold:
-    return Hold(
-        HoldCause.GPUS_BUSY,
+def gpus_busy_blocker(spec: EndpointSpec) -> Blocker:
+    return Blocker(
+        BlockerCause.GPUS_BUSY,
         f"waiting for a GPU: each worker needs {_wanted(spec)} and those are all in use",
     )
 
 
-def why_held(
+def why_blocked(
     spec: EndpointSpec,
     inventory: Sequence[Gpu],
     *,
@@ -86,7 +86,7 @@ def why_held(
     throttled: int,
     running: int,
     limit: int,
-) -> Hold | None:
+) -> Blocker | None:
     """What keeps the endpoint's workers from running, most lasting first; None when nothing
     does. ``throttled``: its workers wanted but waiting for room; ``running``: the worker
     processes of the whole server; ``limit``: the most it runs."""
@@ -94,10 +94,10 @@ def why_held(
     if missing is not None:
         return missing
     if failure is not None:
-        return Hold(HoldCause.FAILING, f"its workers fail to start: {failure}")
+        return Blocker(BlockerCause.FAILING, f"its workers fail to start: {failure}")
     if throttled:
         if running >= limit:
-            return worker_limit_hold(running, limit)
+            return worker_limit_blocker(running, limit)
         if spec.computeType is ComputeType.GPU:
-            return gpus_busy_hold(spec)
+            return gpus_busy_blocker(spec)
     return None

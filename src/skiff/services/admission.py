@@ -35,17 +35,17 @@ class Admission:
 class Admitted:
     """A plain class rather than ``@asynccontextmanager``: every job request enters it, and a
     generator-based context manager (two, with the rate limits' own) was a measurable share of
-    a ``/run`` (docs/performance.md). With the limits off there is nothing to hold and nothing
+    a ``/run`` (docs/performance.md). With the limits off there is nothing to slot and nothing
     to count."""
 
-    __slots__ = ("_admission", "_endpoint_id", "_hold", "_key", "_operation")
+    __slots__ = ("_admission", "_endpoint_id", "_key", "_operation", "_slot")
 
     def __init__(self, admission: Admission, key: str, endpoint_id: str, operation: str) -> None:
         self._admission = admission
         self._key = key
         self._endpoint_id = endpoint_id
         self._operation = operation
-        self._hold: AbstractAsyncContextManager[None] | None = None
+        self._slot: AbstractAsyncContextManager[None] | None = None
 
     async def __aenter__(self) -> Endpoint:
         admission = self._admission
@@ -55,11 +55,11 @@ class Admitted:
         if limits.enabled:
             operation = self._operation
             running = await admission._workers.live_count(endpoint.id)
-            hold = limits.admit(
+            slot = limits.admit(
                 user.id, endpoint.id, operation, running, _NAMED.get(operation, operation)
             )
-            await hold.__aenter__()
-            self._hold = hold
+            await slot.__aenter__()
+            self._slot = slot
         return endpoint
 
     async def __aexit__(
@@ -68,5 +68,5 @@ class Admitted:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._hold is not None:
-            await self._hold.__aexit__(exc_type, exc, tb)
+        if self._slot is not None:
+            await self._slot.__aexit__(exc_type, exc, tb)

@@ -26,7 +26,7 @@ from skiff.store.base import Store
 StillConnected = Callable[[], Awaitable[bool]]
 
 #: A worker that is being stopped still polls; answer it slowly so it does not spin.
-_STOPPING_HOLD_SECONDS = 1.0
+_STOPPING_WAIT_SECONDS = 1.0
 
 
 class Dispatch:
@@ -40,7 +40,7 @@ class Dispatch:
         metrics: Metrics,
         lease_seconds: float,
         max_attempts: int,
-        holds: ResultHolds | None = None,
+        result_holds: ResultHolds | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -52,24 +52,24 @@ class Dispatch:
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
         #: Answers to job-done kept back until the worker's next job reaches it (off: none).
-        self.holds = holds or ResultHolds(0)
-        wakeups.on_close(self.holds.close)
+        self.result_holds = result_holds or ResultHolds(0)
+        wakeups.on_close(self.result_holds.close)
 
     async def take(
         self,
         endpoint: Endpoint,
         worker_id: str,
         limit: int,
-        hold: float,
+        wait: float,
         still_connected: StillConnected,
-        holds_jobs: bool | None = None,
+        jobs_in_progress: bool | None = None,
     ) -> list[Job]:
-        """``holds_jobs`` is the SDK's ``job_in_progress``: when the worker says it holds
+        """``jobs_in_progress`` is the SDK's ``job_in_progress``: when the worker says it holds
         nothing, any job still marked as its own was stopped or its result was lost; the
         stopped ones are let go and the lost ones go back to the queue at once."""
-        self.holds.take_arrived(worker_id)
-        jobs = await self._take(endpoint, worker_id, limit, hold, still_connected, holds_jobs)
-        self.holds.take_answered(worker_id, len(jobs))
+        self.result_holds.take_arrived(worker_id)
+        jobs = await self._take(endpoint, worker_id, limit, wait, still_connected, jobs_in_progress)
+        self.result_holds.take_answered(worker_id, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 
@@ -78,24 +78,24 @@ class Dispatch:
         endpoint: Endpoint,
         worker_id: str,
         limit: int,
-        hold: float,
+        wait: float,
         still_connected: StillConnected,
-        holds_jobs: bool | None,
+        jobs_in_progress: bool | None,
     ) -> list[Job]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if holds_jobs is False and await self._workers.held(worker.id):
+        if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
             await self._let_go(worker)
         if not worker.takes_work:
-            self.holds.release(worker.id)
-            await asyncio.sleep(min(hold, _STOPPING_HOLD_SECONDS))
+            self.result_holds.release(worker.id)
+            await asyncio.sleep(min(wait, _STOPPING_WAIT_SECONDS))
             return []
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold
+        deadline = loop.time() + wait
         woken = False
         while True:
             with (
                 self._wakeups.listen(Wake.endpoint(endpoint.id)) as event,
-                self.holds.polling(worker.id, limit),
+                self.result_holds.polling(worker.id, limit),
             ):
                 if woken:
                     # Told to stop while it waited (perhaps by another replica): it must not
@@ -103,14 +103,14 @@ class Dispatch:
                     # this only ends the poll sooner.
                     current = await self._workers.get(worker.id)
                     if current is None or not current.takes_work:
-                        self.holds.release(worker.id)
+                        self.result_holds.release(worker.id)
                         return []
                     worker = current
                 if not await still_connected():
                     return []
                 now = self._clock.now()
                 # One fewer than asked while job-done answers are held (result_holds.py).
-                room = self.holds.room(worker.id, limit)
+                room = self.result_holds.room(worker.id, limit)
                 jobs = await self._store.claim_jobs(
                     endpoint.id, worker.id, room, now, now + self._lease_seconds
                 )
@@ -156,7 +156,7 @@ class Dispatch:
             self._events.finished(finished)
             # Recorded and announced: only the answer to the worker may wait, to start its next
             # job sooner (services/result_holds.py).
-            await self.holds.hold(worker.id)
+            await self.result_holds.hold(worker.id)
         else:
             await self._workers.jobs_released(worker, [job_id])
 
@@ -176,11 +176,11 @@ class Dispatch:
         return None
 
     async def stop_signals(
-        self, endpoint: Endpoint, worker_id: str, hold: float, still_connected: StillConnected
+        self, endpoint: Endpoint, worker_id: str, wait: float, still_connected: StillConnected
     ) -> list[str]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + hold
+        deadline = loop.time() + wait
         woken = False
         while True:
             with self._wakeups.listen(Wake.stop(worker.id)) as event:
@@ -234,7 +234,7 @@ class Dispatch:
         """The worker was told to stop (its record says so): answer its held job-dones and
         end its job-stop poll now, since the SDK leaves only once its job tasks and that poll
         are done."""
-        self.holds.release(worker_id)
+        self.result_holds.release(worker_id)
         self._wakeups.notify(Wake.stop(worker_id))
 
     def wake_pollers(self, endpoint_id: str) -> None:
@@ -247,7 +247,7 @@ class Dispatch:
             worker.id, self._clock.now(), self._max_attempts, reason
         )
         self._announce(released)
-        self.holds.release(worker.id)
+        self.result_holds.release(worker.id)
         await self._workers.remove(worker.id)
         return released
 
@@ -264,7 +264,7 @@ class Dispatch:
             now = self._clock.now()
             for worker in await self._workers.all():
                 if worker.state is WorkerState.RUNNING:
-                    await self._store.release_holds(worker.id, [], now)
+                    await self._store.let_go_of_jobs(worker.id, [], now)
         self._announce(released)
         return released
 

@@ -133,6 +133,6 @@ class Endpoints:
     async def workers_of(self, endpoint_id: str) -> list[WorkerReport]:
         """The endpoint's workers, each with the jobs it holds."""
         return [
-            WorkerReport(worker=w, jobs=sorted(await self._workers.held(w.id)))
+            WorkerReport(worker=w, jobs=sorted(await self._workers.jobs_of(w.id)))
             for w in await self._workers.of_endpoint(endpoint_id)
         ]

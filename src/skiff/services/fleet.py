@@ -22,7 +22,7 @@ import orjson
 from skiff.clock import Clock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint
-from skiff.domain.placement import Hold, gpus_busy_hold, missing_gpus, worker_limit_hold
+from skiff.domain.placement import Blocker, gpus_busy_blocker, missing_gpus, worker_limit_blocker
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
 from skiff.providers.base import Launch, WorkerProvider
@@ -206,19 +206,21 @@ class Fleet:
         env = template.env | endpoint.spec.env
         if self.running_count() >= self.worker_limit:
             # The server runs all the workers it may: this one waits for room.
-            return await self._hold(
+            return await self._blocked(
                 endpoint,
                 worker,
                 standby,
-                worker_limit_hold(self.running_count(), self.worker_limit),
+                worker_limit_blocker(self.running_count(), self.worker_limit),
             )
         if endpoint.spec.computeType is ComputeType.GPU:
             gpus = self._gpus.allocate(worker.id, endpoint.spec.gpuTypeIds, endpoint.spec.gpuCount)
             if gpus is None:
                 # Wanted, but every listed type is full (it starts as soon as a GPU frees up),
                 # or the server has none that fit (it waits until the endpoint changes).
-                hold = missing_gpus(endpoint.spec, self._gpus.gpus) or gpus_busy_hold(endpoint.spec)
-                return await self._hold(endpoint, worker, standby, hold)
+                blocker = missing_gpus(endpoint.spec, self._gpus.gpus) or gpus_busy_blocker(
+                    endpoint.spec
+                )
+                return await self._blocked(endpoint, worker, standby, blocker)
             worker.gpu = gpus[0].name
             worker.gpu_ids = ",".join(str(g.index) for g in gpus)
         launch = Launch(
@@ -246,14 +248,14 @@ class Fleet:
         self._said.pop(endpoint.id, None)
         return worker
 
-    async def _hold(
-        self, endpoint: Endpoint, worker: Worker, standby: bool, hold: Hold
+    async def _blocked(
+        self, endpoint: Endpoint, worker: Worker, standby: bool, blocker: Blocker
     ) -> Worker | None:
         """Keep a wanted worker ``throttled`` (recorded, without a process) for want of room,
         saying why in the log once per endpoint and cause."""
-        if self._said.get(endpoint.id) != hold.cause:
-            self._said[endpoint.id] = hold.cause
-            log.warning("endpoint %s: %s", endpoint.id, hold.reason)
+        if self._said.get(endpoint.id) != blocker.cause:
+            self._said[endpoint.id] = blocker.cause
+            log.warning("endpoint %s: %s", endpoint.id, blocker.reason)
         if standby:
             # A standby is a nicety, not a want: no room, no standby.
             await self._workers.remove(worker.id)

@@ -12,7 +12,7 @@ from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.health import Health
 from skiff.domain.jobs import FINAL_STATES, Job, JobRequest, JobStatus, retention_ms
-from skiff.domain.placement import Hold
+from skiff.domain.placement import Blocker
 from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Invalid, NotFound
@@ -21,11 +21,11 @@ from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
-#: How long ``held_back`` reuses a reading of why an endpoint's workers are held back.
-HOLD_READ_SECONDS = 1.0
+#: How long ``blocker`` reuses a reading of what keeps an endpoint's workers from running.
+BLOCKER_READ_SECONDS = 1.0
 #: Readings kept at most (one per endpoint asked about); past this many the oldest go first,
 #: deleted endpoints' readings among them.
-MAX_HOLDS_KEPT = 4096
+MAX_BLOCKERS_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class StreamRead:
 
 
 #: Why an endpoint's workers are held back, given its worker records (``Placement.why``).
-WhyHeld = Callable[[Endpoint, list[Worker]], Awaitable[Hold | None]]
+WhyBlocked = Callable[[Endpoint, list[Worker]], Awaitable[Blocker | None]]
 #: Refuses a webhook URL a delivery must not reach (raises ``Invalid``).
 WebhookGuard = Callable[[str], Awaitable[None]]
 
@@ -47,7 +47,7 @@ class Jobs:
         clock: Clock,
         wakeups: Wakeups,
         events: JobEvents,
-        placement: WhyHeld,
+        placement: WhyBlocked,
         webhook_guard: WebhookGuard,
     ) -> None:
         """``placement`` answers ``health`` and the answers about queued jobs."""
@@ -57,9 +57,9 @@ class Jobs:
         self._events = events
         self._placement = placement
         self._webhook_guard = webhook_guard
-        #: endpoint id -> what held its workers back, for ``held_back``; on the injected clock.
-        self._holds: TTLCache[str, Hold | None, float] = TTLCache(
-            maxsize=MAX_HOLDS_KEPT, ttl=HOLD_READ_SECONDS, timer=clock.now
+        #: endpoint id -> what blocked its workers, for ``blocker``; on the injected clock.
+        self._blockers: TTLCache[str, Blocker | None, float] = TTLCache(
+            maxsize=MAX_BLOCKERS_KEPT, ttl=BLOCKER_READ_SECONDS, timer=clock.now
         )
 
     async def submit(
@@ -120,17 +120,17 @@ class Jobs:
             raise NotFound(f"job {job_id} not found (unknown, or its ttl or retention expired)")
         return job
 
-    async def held_back(self, endpoint: Endpoint) -> Hold | None:
+    async def blocker(self, endpoint: Endpoint) -> Blocker | None:
         """Why the endpoint's workers are held back, from a reading at most a second old: a
         client polling ``/status`` of a queued job learns why it waits without a read of the
         endpoint's workers per poll."""
         try:  # a reading of None (nothing holds it back) is cached too, hence no .get()
-            return self._holds[endpoint.id]
+            return self._blockers[endpoint.id]
         except KeyError:
             pass
-        hold = await self._placement(endpoint, await self._store.list_workers(endpoint.id))
-        self._holds[endpoint.id] = hold
-        return hold
+        blocker = await self._placement(endpoint, await self._store.list_workers(endpoint.id))
+        self._blockers[endpoint.id] = blocker
+        return blocker
 
     async def set_ttl(self, endpoint: Endpoint, job_id: str, ttl_ms: int) -> Job:
         await self.get(endpoint, job_id)
@@ -196,5 +196,5 @@ class Jobs:
         by_state = dict.fromkeys(WorkerState, 0)
         for worker in workers:
             by_state[worker.state] += 1
-        hold = await self._placement(endpoint, workers)
-        return Health(jobs=counts, workers=by_state, placement=hold)
+        blocker = await self._placement(endpoint, workers)
+        return Health(jobs=counts, workers=by_state, placement=blocker)

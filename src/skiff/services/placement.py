@@ -4,7 +4,7 @@ its worker records, its recorded start failure, the GPU inventory and the worker
 from __future__ import annotations
 
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.placement import Hold, why_held
+from skiff.domain.placement import Blocker, why_blocked
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
@@ -17,7 +17,7 @@ class Placement:
         self._gpus = gpus
         self._fleet = fleet
 
-    async def why(self, endpoint: Endpoint, workers: list[Worker] | None = None) -> Hold | None:
+    async def why(self, endpoint: Endpoint, workers: list[Worker] | None = None) -> Blocker | None:
         """What keeps the endpoint's workers from running, None when nothing does.
         ``workers``: its records, when the caller has read them already."""
         if workers is None:
@@ -32,7 +32,7 @@ class Placement:
                 for w in await self._store.list_workers(None)
                 if w.kind is WorkerKind.LOCAL and not w.is_pending
             )
-        return why_held(
+        return why_blocked(
             endpoint.spec,
             self._gpus.gpus,
             failure=failure.error if failure is not None else None,

@@ -418,7 +418,7 @@ class RateLimits:
         running_workers: int,
         named: str | None = None,
     ) -> AsyncIterator[None]:
-        """Hold one request's place for the ``async with`` body, or raise TooManyRequests.
+        """Take one request's place for the ``async with`` body, or raise TooManyRequests.
 
         ``named`` is how a refusal names the operation to a person (the caller knows what it
         was called; ``operation`` itself by default).

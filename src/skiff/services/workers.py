@@ -73,7 +73,7 @@ class Workers:
         self._live[endpoint_id] = count
         return count
 
-    async def held(self, worker_id: str) -> list[str]:
+    async def jobs_of(self, worker_id: str) -> list[str]:
         """Jobs the worker holds: running, or stopped and not let go of yet."""
         return await self._store.jobs_of_worker(worker_id)
 
@@ -130,7 +130,7 @@ class Workers:
 
     async def jobs_released(self, worker: Worker, job_ids: list[str] | None) -> None:
         """The worker let go of these jobs (all, with None)."""
-        await self._store.release_holds(worker.id, job_ids, self._clock.now())
+        await self._store.let_go_of_jobs(worker.id, job_ids, self._clock.now())
 
     async def overdue_stops(self, grace: float) -> list[Worker]:
         """Workers told to stop a job more than ``grace`` seconds ago that still hold it."""

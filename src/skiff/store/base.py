@@ -179,7 +179,7 @@ class Store(Protocol):
         now: float,
     ) -> Job | None:
         """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state; the
-        worker lets go of it in the same transaction (as ``release_holds``). ``None`` when the
+        worker lets go of it in the same transaction (as ``let_go_of_jobs``). ``None`` when the
         job is gone, final already, or held by another worker."""
         ...
 
@@ -216,10 +216,10 @@ class Store(Protocol):
 
     async def take_stop_signals(self, worker_id: str) -> list[str]:
         """Ids of jobs this worker must stop (cancelled, timed out, expired); each once. The
-        signal itself stays until the worker lets go of the job (``release_holds``)."""
+        signal itself stays until the worker lets go of the job (``let_go_of_jobs``)."""
         ...
 
-    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+    async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         """The worker let go of these jobs (all, with ``None``): forget their stop signals, and
         a running worker that holds no job any more becomes idle. Several let-gos of one worker
         at once (``finish_job`` included, from separate connections or replicas) still leave it

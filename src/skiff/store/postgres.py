@@ -515,7 +515,7 @@ class PostgresStore:
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
     ) -> bool:
         async with self.pool.acquire() as c, c.transaction():
-            if not await _fetchrow(c, "job_held_by", job_id=job_id, worker_id=worker_id):
+            if not await _fetchrow(c, "job_taken_by", job_id=job_id, worker_id=worker_id):
                 return False
             last: int = (await _fetchrow(c, "last_stream_seq", job_id=job_id))["seq"]
             await _execute_many(
@@ -544,7 +544,7 @@ class PostgresStore:
         rows = await self._fetch_named("take_stop_signals", worker_id=worker_id)
         return sorted(r["job_id"] for r in rows)
 
-    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+    async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         async with self.pool.acquire() as c, c.transaction():
             await _let_go(c, worker_id, job_ids, now)
 

@@ -732,7 +732,7 @@ class SQLiteStore:
         self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
     ) -> bool:
         def op(c: sqlite3.Connection) -> bool:
-            if not _run(c, "job_held_by", job_id=job_id, worker_id=worker_id).fetchone():
+            if not _run(c, "job_taken_by", job_id=job_id, worker_id=worker_id).fetchone():
                 return False
             last = _rows(c, "last_stream_seq", job_id=job_id)[0]["seq"]
             _run_many(
@@ -765,7 +765,7 @@ class SQLiteStore:
 
         return await self._write(op)
 
-    async def release_holds(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
+    async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         def op(c: sqlite3.Connection) -> None:
             _let_go(c, worker_id, job_ids, now)
 

@@ -11,7 +11,7 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobRequest, JobStatus, parse_job_request
-from skiff.domain.placement import Hold
+from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -29,7 +29,7 @@ async def connected() -> bool:
     return True
 
 
-async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
     return None
 
 
@@ -70,7 +70,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     dispatch = Dispatch(
         store, clock, wakeups, workers, events, metrics, lease_seconds=LEASE, max_attempts=2
     )
-    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
+    jobs = Jobs(store, clock, wakeups, events, nothing_blocks, any_webhook)
     endpoint = Endpoint(
         id="ep1",
         userId="u1",
@@ -84,7 +84,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
 
 async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: Rig) -> None:
     job_id = await rig.submit()
-    taken = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    taken = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     assert [j.id for j in taken] == [job_id]
     worker = await rig.workers.get("w1")
     assert worker is not None and worker.state is WorkerState.RUNNING
@@ -98,23 +98,23 @@ async def test_take_with_nothing_queued_answers_empty_after_the_hold(rig: Rig) -
 
 async def test_a_worker_saying_it_holds_nothing_gets_its_lost_job_requeued(rig: Rig) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     # The reply carrying the job never reached the worker; it asks again holding nothing.
-    again = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    again = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     assert [j.id for j in again] == [job_id]
     assert (await rig.jobs.get(rig.endpoint, job_id)).retries == 1
 
 
 async def test_a_stopped_job_keeps_its_worker_busy_until_it_lets_go(rig: Rig) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     cancelled = await rig.jobs.cancel(rig.endpoint, job_id)
     assert cancelled.status is JobStatus.CANCELLED
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.1, connected) == [job_id]
     worker = await rig.workers.get("w1")
     assert worker is not None and worker.state is WorkerState.RUNNING
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.05, connected) == []
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, jobs_in_progress=False)
     after = await rig.workers.get("w1")
     assert after is not None and after.state is WorkerState.IDLE
     assert await rig.status(job_id) is JobStatus.CANCELLED
@@ -181,7 +181,7 @@ async def test_a_lapsed_lease_requeues_then_fails_after_the_last_attempt(rig: Ri
 
 async def test_a_worker_whose_last_job_lapsed_is_idle_again(rig: Rig) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     rig.clock.advance(LEASE + 1)
     released = await rig.dispatch.release_expired_leases()
     assert [j.id for j in released] == [job_id]
@@ -192,7 +192,7 @@ async def test_a_worker_whose_last_job_lapsed_is_idle_again(rig: Rig) -> None:
 async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: Rig) -> None:
     """The record says stopping (written by the leader elsewhere); the waiting take re-reads
     it when woken instead of trusting this replica's copy."""
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, jobs_in_progress=False)
 
     async def stop_elsewhere() -> None:
         await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
@@ -207,7 +207,7 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
 
 async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Rig) -> None:
     """The SDK leaves on SIGTERM only once its job-stop long-poll is answered."""
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, jobs_in_progress=False)
     poll = asyncio.create_task(rig.dispatch.stop_signals(rig.endpoint, "w1", 5.0, connected))
     await asyncio.sleep(0.05)
     await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
@@ -224,7 +224,7 @@ async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
     rig: Rig, depth: int
 ) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     refused = await rig.dispatch.done(
         rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": ' + _deep(depth) + b"}")
     )
@@ -238,7 +238,7 @@ async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
 
 async def test_a_result_within_the_limit_is_not_refused(rig: Rig) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     assert (
         await rig.dispatch.done(
             rig.endpoint, "w1", job_id, parse_worker_result(b'{"output": [[1]]}')
@@ -250,7 +250,7 @@ async def test_a_result_within_the_limit_is_not_refused(rig: Rig) -> None:
 
 async def test_a_stream_chunk_nested_too_deep_fails_the_job_with_that_reason(rig: Rig) -> None:
     job_id = await rig.submit()
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     assert (
         await rig.dispatch.stream(rig.endpoint, "w1", job_id, read_stream_chunk(b'{"output": 1}'))
         is None

@@ -21,4 +21,4 @@ def test_a_released_gpu_can_be_taken_again() -> None:
     assert pool.allocate("b", [H100], 1) is None
     pool.release("a")
     assert pool.allocate("b", [H100], 1) == [Gpu(0, H100)]
-    assert [(h.gpu.index, h.worker_id) for h in pool.holdings()] == [(0, "b")]
+    assert [(h.gpu.index, h.worker_id) for h in pool.assignments()] == [(0, "b")]

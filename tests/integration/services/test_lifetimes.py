@@ -12,7 +12,7 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Hold
+from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Invalid, NotFound
@@ -32,7 +32,7 @@ async def connected() -> bool:
     return True
 
 
-async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
     return None
 
 
@@ -109,7 +109,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     dispatch = Dispatch(
         store, clock, wakeups, workers, events, metrics, lease_seconds=3600, max_attempts=3
     )
-    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
+    jobs = Jobs(store, clock, wakeups, events, nothing_blocks, any_webhook)
     fleet = RecordingFleet()
     reaper = Reaper(
         store,
@@ -199,7 +199,7 @@ async def test_a_worker_that_lets_go_in_time_is_kept(rig: Rig) -> None:
     await rig.take()
     await rig.later(5)
     # It asks for work again, holding nothing: it let go.
-    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, holds_jobs=False)
+    await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, jobs_in_progress=False)
     await rig.later(STOP_GRACE + 1)
     assert rig.fleet.stopped == []
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Hold
+from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -30,7 +30,7 @@ async def connected() -> bool:
     return True
 
 
-async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
     return None
 
 
@@ -121,7 +121,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         clock,
         workers,
         dispatch,
-        Jobs(store, clock, wakeups, events, nothing_held, any_webhook),
+        Jobs(store, clock, wakeups, events, nothing_blocks, any_webhook),
         metrics,
         ep1,
         ep2,

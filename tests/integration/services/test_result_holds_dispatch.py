@@ -12,7 +12,7 @@ import pytest
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Hold
+from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -35,7 +35,7 @@ async def connected() -> bool:
     return True
 
 
-async def nothing_held(_endpoint: Endpoint, _workers: list[Worker]) -> Hold | None:
+async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
     return None
 
 
@@ -98,7 +98,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         spec=EndpointSpec(name="ep", templateId="t"),
     )
     await store.create_endpoint(endpoint)
-    jobs = Jobs(store, clock, wakeups, events, nothing_held, any_webhook)
+    jobs = Jobs(store, clock, wakeups, events, nothing_blocks, any_webhook)
     yield Rig(store, wakeups, workers, dispatch, jobs, endpoint)
     wakeups.close()
 

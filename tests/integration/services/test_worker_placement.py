@@ -17,7 +17,7 @@ from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.health import health_view
 from skiff.domain.jobs import parse_job_request
-from skiff.domain.placement import HoldCause
+from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerState
 from skiff.services.hub import Services
@@ -117,7 +117,7 @@ async def test_a_worker_that_never_calls_in_is_ended_at_the_start_timeout_as_a_f
     assert f"worker {hung.id} did not call in within 600 s" in failure.error
     assert not services.fleet.may_start("ep1")  # backed off
     hold = await services.placement.why(endpoint)
-    assert hold is not None and hold.cause is HoldCause.FAILING
+    assert hold is not None and hold.cause is BlockerCause.FAILING
     assert "did not call in" in hold.reason
 
     # Once the back-off has passed, the scaler replaces it.
@@ -168,7 +168,7 @@ async def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(
         assert sum(w.state is WorkerState.THROTTLED for w in every) == 5
 
         held = await services.placement.why(second)
-        assert held is not None and held.cause is HoldCause.WORKER_LIMIT
+        assert held is not None and held.cause is BlockerCause.WORKER_LIMIT
         assert "its limit of 3 (SKIFF_MAX_WORKERS)" in held.reason
         health = health_view(await services.jobs.health(second))
         assert health["placement"] == {"cause": "worker-limit", "reason": held.reason}
@@ -251,15 +251,15 @@ async def test_a_queued_jobs_answers_read_why_at_most_once_a_second(
             return await why(endpoint, workers)
 
         monkeypatch.setattr(services.jobs, "_placement", counted)
-        first = await services.jobs.held_back(endpoint)
-        assert first is not None and first.cause is HoldCause.NO_GPU
+        first = await services.jobs.blocker(endpoint)
+        assert first is not None and first.cause is BlockerCause.NO_GPU
         assert (await services.jobs.get(endpoint, job.id)).status.value == "IN_QUEUE"
         # Every poll of /status within the second reuses the reading.
         for _ in range(5):
-            assert await services.jobs.held_back(endpoint) == first
+            assert await services.jobs.blocker(endpoint) == first
         assert reads == ["ep1"]
         clock.advance(1.0)
-        assert await services.jobs.held_back(endpoint) == first
+        assert await services.jobs.blocker(endpoint) == first
         assert reads == ["ep1", "ep1"]
     finally:
         await services.fleet.shutdown()

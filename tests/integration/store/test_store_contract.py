@@ -1110,7 +1110,7 @@ async def test_claiming_makes_the_worker_running_and_letting_go_makes_it_idle(
     assert running is not None
     assert running.state is WorkerState.RUNNING and running.idle_since is None
     await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 2)
-    await store.release_holds("w-1", ["j-1"], T0 + 2)
+    await store.let_go_of_jobs("w-1", ["j-1"], T0 + 2)
     idle = await store.get_worker("w-1")
     assert idle is not None
     assert idle.state is WorkerState.IDLE and idle.idle_since == T0 + 2
@@ -1124,7 +1124,7 @@ async def test_a_worker_still_holding_a_job_stays_running_after_letting_go_of_an
         await store.insert_job(make_job(job_id))
     assert len(await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)) == 2
     await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 2)
-    await store.release_holds("w-1", ["j-1"], T0 + 2)
+    await store.let_go_of_jobs("w-1", ["j-1"], T0 + 2)
     worker = await store.get_worker("w-1")
     assert worker is not None and worker.state is WorkerState.RUNNING
 
@@ -1154,7 +1154,7 @@ async def test_a_stop_signal_is_held_until_the_worker_lets_go(store: Store) -> N
     # Told at T0 + 3 and still holding it: overdue for any grace that ended after that.
     assert await store.overdue_stop_workers(T0 + 2) == []
     assert await store.overdue_stop_workers(T0 + 3) == ["w-1"]
-    await store.release_holds("w-1", None, T0 + 4)
+    await store.let_go_of_jobs("w-1", None, T0 + 4)
     assert await store.jobs_of_worker("w-1") == []
     assert await store.overdue_stop_workers(T0 + 100) == []
 
@@ -1274,7 +1274,7 @@ async def test_a_finish_racing_the_reaper_leaves_a_worker_idle(store: Store) -> 
         async def reap() -> None:
             # As ``Dispatch.release_expired_leases`` does: requeue, then idle the running.
             await store.release_jobs(None, T0 + 2, 5, "lease expired")
-            await asyncio.gather(*(store.release_holds(w, [], T0 + 2) for w in workers))
+            await asyncio.gather(*(store.let_go_of_jobs(w, [], T0 + 2) for w in workers))
 
         await asyncio.gather(reap(), *(finish(w, j) for w, j in finishing.items()))
         for worker_id in workers:

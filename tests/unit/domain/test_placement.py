@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from skiff.domain.endpoints import ComputeType, EndpointSpec
 from skiff.domain.gpus import Gpu
-from skiff.domain.placement import HoldCause, describe_gpus, missing_gpus, why_held
+from skiff.domain.placement import BlockerCause, describe_gpus, missing_gpus, why_blocked
 
 RTX = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -14,33 +14,33 @@ def spec(**fields: object) -> EndpointSpec:
     return EndpointSpec.model_validate({"name": "e", "templateId": "t", **fields})
 
 
-def held(endpoint: EndpointSpec, inventory: list[Gpu], **state: object) -> HoldCause | None:
+def held(endpoint: EndpointSpec, inventory: list[Gpu], **state: object) -> BlockerCause | None:
     values: dict[str, object] = {"failure": None, "throttled": 0, "running": 0, "limit": 8}
     values.update(state)
-    hold = why_held(endpoint, inventory, **values)  # type: ignore[arg-type]
-    return hold.cause if hold is not None else None
+    blocker = why_blocked(endpoint, inventory, **values)  # type: ignore[arg-type]
+    return blocker.cause if blocker is not None else None
 
 
 def test_a_gpu_endpoint_on_a_server_without_gpus_names_what_it_needs_and_what_there_is() -> None:
-    hold = missing_gpus(spec(gpuTypeIds=[H100, RTX]), [])
-    assert hold is not None and hold.cause is HoldCause.NO_GPU
-    assert hold.reason == (
+    blocker = missing_gpus(spec(gpuTypeIds=[H100, RTX]), [])
+    assert blocker is not None and blocker.cause is BlockerCause.NO_GPU
+    assert blocker.reason == (
         f"no worker can start: each needs a GPU among [{H100}, {RTX}] and this server has "
         "no GPUs; use computeType CPU or GPU types this server has"
     )
 
 
 def test_the_default_compute_type_is_gpu_so_a_plain_endpoint_on_a_cpu_host_is_held() -> None:
-    hold = missing_gpus(spec(), [])
-    assert hold is not None and "a GPU among [any type]" in hold.reason
+    blocker = missing_gpus(spec(), [])
+    assert blocker is not None and "a GPU among [any type]" in blocker.reason
 
 
 def test_more_gpus_per_worker_than_one_type_has_can_never_be_placed() -> None:
     inventory = [Gpu(0, RTX), Gpu(1, RTX), Gpu(2, H100)]
-    hold = missing_gpus(spec(gpuCount=3), inventory)
-    assert hold is not None
-    assert "3 GPUs of one type among [any type]" in hold.reason
-    assert f"2 x {RTX}, 1 x {H100}" in hold.reason
+    blocker = missing_gpus(spec(gpuCount=3), inventory)
+    assert blocker is not None
+    assert "3 GPUs of one type among [any type]" in blocker.reason
+    assert f"2 x {RTX}, 1 x {H100}" in blocker.reason
     assert missing_gpus(spec(gpuCount=2), inventory) is None
 
 
@@ -53,12 +53,12 @@ def test_the_most_lasting_cause_is_named_first() -> None:
     gpu = spec(gpuTypeIds=[RTX])
     inventory = [Gpu(0, RTX)]
     assert held(spec(gpuTypeIds=[H100]), inventory, failure="boom", throttled=1) is (
-        HoldCause.NO_GPU
+        BlockerCause.NO_GPU
     )
-    assert held(cpu, [], failure="boom", throttled=1, running=8) is HoldCause.FAILING
-    assert held(cpu, [], throttled=1, running=8) is HoldCause.WORKER_LIMIT
-    assert held(gpu, inventory, throttled=1, running=8) is HoldCause.WORKER_LIMIT
-    assert held(gpu, inventory, throttled=1, running=1) is HoldCause.GPUS_BUSY
+    assert held(cpu, [], failure="boom", throttled=1, running=8) is BlockerCause.FAILING
+    assert held(cpu, [], throttled=1, running=8) is BlockerCause.WORKER_LIMIT
+    assert held(gpu, inventory, throttled=1, running=8) is BlockerCause.WORKER_LIMIT
+    assert held(gpu, inventory, throttled=1, running=1) is BlockerCause.GPUS_BUSY
     assert held(cpu, [], throttled=1, running=7) is None
     assert held(gpu, inventory) is None
 

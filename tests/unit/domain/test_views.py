@@ -8,7 +8,7 @@ import orjson
 
 from skiff.domain.health import Health, health_view
 from skiff.domain.jobs import JobCounts
-from skiff.domain.placement import Hold, HoldCause, placement_view
+from skiff.domain.placement import Blocker, BlockerCause, placement_view
 from skiff.domain.results import CHUNK_TOO_DEEP, WorkerChunk, read_stream_chunk
 from skiff.domain.streams import StreamChunk, chunk_view
 from skiff.domain.times import iso
@@ -23,7 +23,7 @@ def test_v1_times_are_iso_8601_utc_with_milliseconds_and_z() -> None:
     assert ISO_MS.fullmatch(iso(0.5))
 
 
-def _health(placement: Hold | None) -> Health:
+def _health(placement: Blocker | None) -> Health:
     workers = dict.fromkeys(WorkerState, 0) | {WorkerState.IDLE: 2, WorkerState.STANDBY: 1}
     counts = JobCounts(in_queue=3, in_progress=1, completed=5, failed=2, timed_out=1)
     return Health(jobs=counts, workers=workers, placement=placement)
@@ -53,10 +53,10 @@ def test_health_view_is_the_health_body() -> None:
 
 
 def test_a_held_back_endpoint_says_why_in_its_health() -> None:
-    hold = Hold(HoldCause.WORKER_LIMIT, "the server runs its 8 workers")
+    blocker = Blocker(BlockerCause.WORKER_LIMIT, "the server runs its 8 workers")
     expected = {"cause": "worker-limit", "reason": "the server runs its 8 workers"}
-    assert placement_view(hold) == expected
-    assert health_view(_health(hold))["placement"] == expected
+    assert placement_view(blocker) == expected
+    assert health_view(_health(blocker))["placement"] == expected
 
 
 def test_a_chunk_view_passes_the_stored_json_through() -> None:

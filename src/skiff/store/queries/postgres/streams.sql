@@ -1,7 +1,7 @@
 -- A job's stream, PostgreSQL's own texts: the reads lock the job's row.
 
 -- The row lock serialises appenders of one job, so their numbering cannot clash.
--- name: job_held_by
+-- name: job_taken_by
 SELECT 1 FROM jobs WHERE id = :job_id AND worker_id = :worker_id AND status = 'IN_PROGRESS'
 FOR UPDATE;
 

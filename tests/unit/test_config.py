@@ -1,0 +1,26 @@
+"""Settings read from the environment: names that changed keep working."""
+
+from __future__ import annotations
+
+import pytest
+
+from skiff.config import Settings
+
+
+def test_the_take_wait_is_read_under_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIFF_TAKE_WAIT_SECONDS", "9")
+    assert Settings().take_wait_seconds == 9
+
+
+def test_the_take_wait_is_still_read_under_its_earlier_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SKIFF_TAKE_WAIT_SECONDS", raising=False)
+    monkeypatch.setenv("SKIFF_TAKE_HOLD_SECONDS", "7")
+    assert Settings().take_wait_seconds == 7
+
+
+def test_the_take_wait_keeps_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKIFF_TAKE_WAIT_SECONDS", "80")
+    with pytest.raises(ValueError, match="take_wait_seconds"):
+        Settings()
