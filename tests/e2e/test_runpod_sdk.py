@@ -4,6 +4,7 @@ own with the ASGI app (``SKIFF_FAST_HTTP=0``)."""
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +17,31 @@ from harness import Server, running
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    env: dict[str, str | None] = {"SKIFF_FAST_HTTP": "0" if request.param == "asgi" else None}
+    env: dict[str, str | None] = {
+        "SKIFF_FAST_HTTP": "0" if request.param == "asgi" else None,
+        # Short, so that test_the_server_speaks_the_protocol_it_was_asked_for is quick; the
+        # SDK sends each request head whole, so nothing else meets it.
+        "SKIFF_HEADER_TIMEOUT_SECONDS": "2",
+    }
     with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
         yield srv
+
+
+def test_the_server_speaks_the_protocol_it_was_asked_for(
+    server: Server, request: pytest.FixtureRequest
+) -> None:
+    # Only skiff's protocol keeps the connection rules: a request head that never ends is
+    # cut off after the header timeout there, and waited for by uvicorn's own.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"GET /v2/ep/health HTTP/1.1\r\nHost: x\r\n")
+        try:
+            answer: bytes | None = sock.recv(1024)
+        except TimeoutError:
+            answer = None
+    if "asgi" in request.node.callspec.id:
+        assert answer is None
+    else:
+        assert answer is not None and (answer == b"" or answer.startswith(b"HTTP/1.1 408 "))
 
 
 @pytest.fixture(scope="module")

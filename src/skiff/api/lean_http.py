@@ -3,23 +3,24 @@
 
 ``HotRoutes`` (api/hot.py) already spares these routes the framework's routing and middleware.
 What is left around each of them inside uvicorn is its ASGI cycle: the scope, the proxy-headers
-middleware, two ``send`` messages each checked header by header and each written to the socket
-on its own, and Starlette's ``Response.__call__``. ``LeanHttpProtocol`` is uvicorn's own
-``HttpToolsProtocol`` (same parser, same keep-alive, pipelining, flow control and shutdown) that,
-once a request's headers are in, checks whether it names a hot route. If so, and it is a plain
-request (a body of at most ``LEAN_BODY_LIMIT`` bytes with a ``Content-Length``, no
-``Transfer-Encoding``, ``Expect`` or upgrade), a ``LeanCycle`` takes the place uvicorn's
-``RequestResponseCycle`` would: it collects the body, calls the route's handler through
-``HotRoutes.call`` with a Starlette ``Request`` on a minimal scope, and writes the whole answer
-(status line, uvicorn's default headers, the response's headers, the body) in one write. Any
-other request goes through uvicorn's cycle and the full app, as before, so every route keeps a
-single handler and the same answers.
+middleware's look at every request, two ``send`` messages each checked header by header and
+each written to the socket on its own, and Starlette's ``Response.__call__``.
+``LeanHttpProtocol`` is uvicorn's own ``HttpToolsProtocol`` (same parser, same keep-alive,
+pipelining, flow control and shutdown) that, once a request's headers are in, checks whether it
+names a hot route. If so, and it is a plain request (a body of at most ``LEAN_BODY_LIMIT`` bytes
+with a ``Content-Length``, no ``Transfer-Encoding``, ``Expect`` or upgrade), a ``LeanCycle``
+takes the place uvicorn's ``RequestResponseCycle`` would: it collects the body, calls the
+route's handler through ``HotRoutes.call`` with a Starlette ``Request`` on a minimal scope, and
+writes the whole answer (status line, uvicorn's default headers, the response's headers, the
+body) in one write. Any other request goes through uvicorn's cycle and the full app, as before,
+so every route keeps a single handler and the same answers.
 
 What the ASGI cycle does around a request, a lean one gets too: uvicorn's proxy-headers
-middleware (the very one ``proxy_headers`` installed, with its ``forwarded_allow_ips``) corrects
-the scope's client and scheme when a trusted peer sent ``X-Forwarded-For`` or
-``X-Forwarded-Proto``; a response that streams is sent as uvicorn's cycle sends it (chunked
-unless it has a length); ``Connection: close`` in a response closes the connection.
+middleware (the one ``proxy_headers`` installed, with its ``forwarded_allow_ips``) corrects the
+scope's client and scheme when a peer it trusts sent ``X-Forwarded-For`` or
+``X-Forwarded-Proto`` (the peer is asked about once per connection, the middleware run only for
+a request that has those headers); a response that streams is sent as uvicorn's cycle sends it
+(chunked unless it has a length); ``Connection: close`` in a response closes the connection.
 
 A ``LeanCycle`` offers the attributes uvicorn's protocol reads of its current cycle (``body``,
 ``more_body``, ``message_event``, ``response_complete``, ``disconnected``, ``keep_alive`` and
