@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobRequest, JobStatus, parse_job_request
-from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -23,22 +23,6 @@ from skiff.services.workers import Workers
 from skiff.store.sqlite import SQLiteStore
 
 LEASE = 30.0
-
-
-async def connected() -> bool:
-    return True
-
-
-async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
-    return None
-
-
-async def any_webhook(_url: str) -> None:
-    pass
-
-
-async def no_oldest(_endpoint_id: str) -> float | None:
-    return None
 
 
 def _request(endpoint: Endpoint, body: bytes) -> JobRequest:

@@ -9,10 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
+from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Invalid, NotFound
@@ -26,22 +26,6 @@ from skiff.services.workers import Workers
 from skiff.store.sqlite import SQLiteStore
 
 STOP_GRACE = 10.0
-
-
-async def connected() -> bool:
-    return True
-
-
-async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
-    return None
-
-
-async def any_webhook(_url: str) -> None:
-    pass
-
-
-async def no_oldest(_endpoint_id: str) -> float | None:
-    return None
 
 
 @dataclass

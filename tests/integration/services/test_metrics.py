@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service_stubs import any_webhook, connected, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -24,18 +24,6 @@ from skiff.services.workers import Workers
 from skiff.store.sqlite import SQLiteStore
 
 Labels = frozenset[tuple[str, str]]
-
-
-async def connected() -> bool:
-    return True
-
-
-async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
-    return None
-
-
-async def any_webhook(_url: str) -> None:
-    pass
 
 
 def parse(text: bytes) -> dict[tuple[str, Labels], float]:

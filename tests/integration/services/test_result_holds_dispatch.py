@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
-from skiff.domain.placement import Blocker
 from skiff.domain.results import parse_worker_result
-from skiff.domain.workers import Worker, WorkerState
+from skiff.domain.workers import WorkerState
 from skiff.services.dispatch import Dispatch
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
@@ -29,22 +29,6 @@ HOLD = 30.0
 POLL = 5.0
 #: Longer than the pauses of these tests: only an explicit event releases an answer here.
 WATCH = 2.0
-
-
-async def connected() -> bool:
-    return True
-
-
-async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
-    return None
-
-
-async def any_webhook(_url: str) -> None:
-    pass
-
-
-async def no_oldest(_endpoint_id: str) -> float | None:
-    return None
 
 
 @dataclass

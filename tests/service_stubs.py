@@ -1,0 +1,25 @@
+"""The collaborators a service test leaves out, each the answer of the plain case: a client
+still connected, nothing keeping an endpoint's workers from running, any webhook URL allowed,
+no queued job to age."""
+
+from __future__ import annotations
+
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.placement import Blocker
+from skiff.domain.workers import Worker
+
+
+async def connected() -> bool:
+    return True
+
+
+async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker | None:
+    return None
+
+
+async def any_webhook(_url: str) -> None:
+    pass
+
+
+async def no_oldest(_endpoint_id: str) -> float | None:
+    return None
