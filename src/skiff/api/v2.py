@@ -11,9 +11,10 @@ and whether it is *hot*. From that list ``build`` makes
   and middleware, for a request whose method and path name that route exactly. The app in
   front of everything (``WithHotRoutes``) offers each ASGI request to it first.
 
-The routes every job crosses several times (submit, status, the worker's take, done and ping)
-are hot. Their requests usually do not reach the ASGI app at all: ``skiff serve`` runs uvicorn
-with ``LeanHttpProtocol`` (api/lean_http.py), uvicorn's own httptools protocol (the same
+Every job and worker route is hot (the routes a job crosses several times: submit, status,
+the worker's take, done and ping, and the rest of the job interface); the OpenAI routes are
+not. Their requests usually do not reach the ASGI app at all: ``skiff serve`` runs uvicorn with
+``LeanHttpProtocol`` (api/lean_http.py), uvicorn's own httptools protocol (the same
 parser, keep-alive, pipelining and flow control) that, once a request's head is in, asks
 ``HotRoutes`` whether it names a hot route. If so, and the request is plain (a body of at
 most 1 MiB with a ``Content-Length``, no ``Transfer-Encoding``, ``Expect`` or upgrade), it

@@ -224,7 +224,7 @@ class Dispatch:
         self._announce(released)
         await self._workers.jobs_released(worker, None)
 
-    def request_stop(self, worker_id: str, job_id: str) -> None:
+    def request_stop(self, worker_id: str) -> None:
         """A job this worker holds expired: wake its job-stop long-poll. The signal itself is
         already stored, with its time: the let-go grace counts from there. (A job cancelled or
         timed out wakes it as it becomes final: ``JobEvents.finished``.)"""

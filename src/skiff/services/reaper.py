@@ -76,7 +76,7 @@ class Reaper:
                 # Gone rather than final: its waiters wake to find it no longer there.
                 self._wakeups.notify(Wake.job(job.id))
                 if job.status is JobStatus.IN_PROGRESS and job.worker_id is not None:
-                    self._dispatch.request_stop(job.worker_id, job.id)
+                    self._dispatch.request_stop(job.worker_id)
             if len(expired) < EXPIRE_BATCH:
                 break
         for worker in await self._workers.overdue_stops(self._stop_grace):

@@ -61,12 +61,14 @@ from skiff.store.rows import (
 _MIGRATION_LOCK = 0x736B696666  # "skiff"
 
 
-#: Migrations recorded under an earlier name. The PostgreSQL set was numbered on its own
-#: (0001..0003) until it took the SQLite set's numbers, so one number names one change of the
-#: model on both; a database migrated before keeps its history under the new names.
-RENAMED_MIGRATIONS = {
-    "0002_replicas.sql": "0004_replicas.sql",
-    "0003_job_counts.sql": "0005_job_counts.sql",
+#: Migrations with an earlier name: the PostgreSQL set was numbered on its own (0001..0003)
+#: until it took the SQLite set's numbers, so one number names one change of the model on both.
+#: Both names are recorded, whichever version applied it: a replica of the version before,
+#: sharing the database during a rolling upgrade or after a rollback, finds its own names and
+#: does not apply them again.
+EARLIER_NAMES = {
+    "0004_replicas.sql": "0002_replicas.sql",
+    "0005_job_counts.sql": "0003_job_counts.sql",
 }
 
 
@@ -86,20 +88,22 @@ async def migrate(conn: Any, schema: str | None = None) -> list[str]:
             "CREATE TABLE IF NOT EXISTS schema_migrations"
             " (name TEXT PRIMARY KEY, applied_at DOUBLE PRECISION)"
         )
-        for before, now in RENAMED_MIGRATIONS.items():
-            await conn.execute(
-                "UPDATE schema_migrations SET name = $2 WHERE name = $1", before, now
-            )
+        record = "INSERT INTO schema_migrations VALUES ($1, extract(epoch FROM now()))"
         done = {r[0] for r in await conn.fetch("SELECT name FROM schema_migrations")}
+        for name, earlier in EARLIER_NAMES.items():
+            # Applied under one name: record the other too.
+            for missing, present in ((name, earlier), (earlier, name)):
+                if present in done and missing not in done:
+                    await conn.execute(record, missing)
+                    done.add(missing)
         folder = resources.files("skiff.store").joinpath("migrations/postgres")
         for entry in sorted(folder.iterdir(), key=lambda e: e.name):
             if not entry.name.endswith(".sql") or entry.name in done:
                 continue
             await conn.execute(entry.read_text())
-            await conn.execute(
-                "INSERT INTO schema_migrations VALUES ($1, extract(epoch FROM now()))",
-                entry.name,
-            )
+            await conn.execute(record, entry.name)
+            if entry.name in EARLIER_NAMES:
+                await conn.execute(record, EARLIER_NAMES[entry.name])
             applied.append(entry.name)
     return applied
 

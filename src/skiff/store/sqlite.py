@@ -241,6 +241,8 @@ def _settle_all(outcomes: list[_Outcome]) -> None:
 
 _QUERIES = load_queries(Dialect.SQLITE)
 #: Per query, the names of its columns, read from its cursor the first time it returns rows.
+#: Kept for the process, not per file: every file is migrated to the last migration when it is
+#: opened, and migrations run in one order, so a query's columns come in one order in all.
 _COLUMNS: dict[str, tuple[str, ...]] = {}
 
 

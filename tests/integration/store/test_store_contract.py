@@ -22,7 +22,7 @@ from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
 from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, Store, StreamChunk, User
-from skiff.store.postgres import RENAMED_MIGRATIONS, PostgresStore
+from skiff.store.postgres import EARLIER_NAMES, PostgresStore
 from skiff.store.sqlite import SQLiteStore
 
 EP = "ep-1"
@@ -873,43 +873,68 @@ def test_both_migration_sets_are_numbered_alike() -> None:
     assert numbers["sqlite"] == numbers["postgres"]
 
 
-async def test_pg_a_database_migrated_under_the_old_numbers_is_not_migrated_again(
+#: What a database migrated by the version before the renumbering records.
+EARLIER_RECORD = ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
+#: What it records once this version has migrated it (or made it): both names of a renamed one.
+BOTH_RECORDS = sorted(
+    [
+        "0001_init.sql",
+        "0002_lifetimes_webhooks.sql",
+        "0002_replicas.sql",
+        "0003_job_counts.sql",
+        "0003_worker_gpus.sql",
+        "0004_replicas.sql",
+        "0005_job_counts.sql",
+    ]
+)
+
+
+async def _recorded(pg_schema: str) -> list[str]:
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        rows = await conn.fetch(f'SELECT name FROM "{pg_schema}".schema_migrations')
+    finally:
+        await conn.close()
+    return sorted(r[0] for r in rows)
+
+
+async def test_pg_a_database_migrated_under_the_earlier_numbers_is_not_migrated_again(
     pg_schema: str,
 ) -> None:
     first = PostgresStore(PG_DSN, schema=pg_schema)
     await first.open()
     await first.create_endpoint(make_endpoint())
     await first.close()
-    # As a database migrated before the PostgreSQL set took the SQLite set's numbers records it.
+    # As the version before the PostgreSQL set took the SQLite set's numbers records it.
     conn = await asyncpg.connect(PG_DSN)
     try:
         table = f'"{pg_schema}".schema_migrations'
-        await conn.execute(f"DELETE FROM {table} WHERE name IN ($1, $2)", *OLD_NOOPS)
-        for old, new in RENAMED_MIGRATIONS.items():
-            await conn.execute(f"UPDATE {table} SET name = $1 WHERE name = $2", old, new)
+        await conn.execute(
+            f"DELETE FROM {table} WHERE NOT (name = ANY($1::text[]))", EARLIER_RECORD
+        )
     finally:
         await conn.close()
+    assert await _recorded(pg_schema) == EARLIER_RECORD
     again = PostgresStore(PG_DSN, schema=pg_schema)
     await again.open()  # 0004 and 0005 run again would fail: their columns and tables exist
     try:
         assert await again.get_endpoint(EP) == make_endpoint()
     finally:
         await again.close()
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        names = sorted(r[0] for r in await conn.fetch(f"SELECT name FROM {table}"))
-    finally:
-        await conn.close()
-    assert names == [
-        "0001_init.sql",
-        "0002_lifetimes_webhooks.sql",
-        "0003_worker_gpus.sql",
-        "0004_replicas.sql",
-        "0005_job_counts.sql",
-    ]
+    assert await _recorded(pg_schema) == BOTH_RECORDS
 
 
-OLD_NOOPS = ("0002_lifetimes_webhooks.sql", "0003_worker_gpus.sql")
+async def test_pg_a_database_made_now_keeps_the_earlier_names_for_a_replica_of_before(
+    pg_schema: str,
+) -> None:
+    made = PostgresStore(PG_DSN, schema=pg_schema)
+    await made.open()
+    await made.close()
+    recorded = await _recorded(pg_schema)
+    assert recorded == BOTH_RECORDS
+    # The version before applies what it does not find under its own names: none of them.
+    assert set(EARLIER_RECORD) <= set(recorded)
+    assert set(EARLIER_NAMES.values()) <= set(recorded)
 
 
 async def test_pg_open_applies_migrations_once_even_when_replicas_start_together(
@@ -935,13 +960,7 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
         }
     finally:
         await conn.close()
-    assert names == [
-        "0001_init.sql",
-        "0002_lifetimes_webhooks.sql",
-        "0003_worker_gpus.sql",
-        "0004_replicas.sql",
-        "0005_job_counts.sql",
-    ]
+    assert sorted(names) == BOTH_RECORDS and len(names) == len(set(names))
     assert {
         "jobs",
         "endpoints",
