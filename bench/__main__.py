@@ -26,6 +26,7 @@ from bench import (
     b3_drain,
     b4_queue,
     b5_scale,
+    b6_default_workers,
     g0_generator,
     machine,
     pinning,
@@ -40,6 +41,7 @@ BENCHMARKS: dict[str, Callable[[Options], BenchResult]] = {
     "B3": b3_drain.run,
     "B4": b4_queue.run,
     "B5": b5_scale.run,
+    "B6": b6_default_workers.run,
 }
 DEFAULT_OUT = pinning.REPO_ROOT / "bench" / "results"
 #: B4's queue in a full run. A million jobs take about 7 minutes to queue at the /run rate
@@ -149,10 +151,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cross_rows(results: list[BenchResult]) -> None:
-    """Figures that need two benchmarks: B4's full-queue /run rate against B1's, and a note
-    wherever a rate comes near the generator's ceiling."""
+    """Figures that need two benchmarks: B4's full-queue /run rate against B1's, B6's default
+    workers against B2's, and a note wherever a rate comes near the generator's ceiling."""
     by_id = {r.id: r for r in results if not r.failed}
     b1, b4, g0 = by_id.get("B1"), by_id.get("B4"), by_id.get("G0")
+    b2, b6 = by_id.get("B2"), by_id.get("B6")
+    if b2 and b6:
+        _against_b2(b2, b6)
     if b1 and b4:
         b1_rate = _number(_row(b1, "rate").skiff)
         full = _row(b4, "run_full")
@@ -184,6 +189,21 @@ def cross_rows(results: list[BenchResult]) -> None:
                             f"{side} '{row.figure}' is {rate / ceiling:.0%} of the generator's "
                             "ceiling: the generator may be part of that limit"
                         )
+
+
+def _against_b2(b2: BenchResult, b6: BenchResult) -> None:
+    """B6's default workers at 16 connections as a share of B2's rate and a multiple of its
+    p50 (issue 15's goal for them)."""
+    rate, b2_rate = _number(_row(b6, "rate_16").skiff), _number(_row(b2, "rate_16").skiff)
+    if rate is not None and b2_rate:
+        share = _row(b6, "b2_rate_share")
+        share.skiff = rate / b2_rate * 100
+        share.met = rate / b2_rate >= 0.5
+    p50, b2_p50 = _number(_row(b6, "p50_16").skiff), _number(_row(b2, "p50_16").skiff)
+    if p50 is not None and b2_p50:
+        ratio = _row(b6, "b2_p50_ratio")
+        ratio.skiff = p50 / b2_p50
+        ratio.met = p50 / b2_p50 <= 2
 
 
 def _row(result: BenchResult, key: str) -> Row:

@@ -63,7 +63,15 @@ def run(opts: Options) -> BenchResult:
         result.add_errors("reference", b)
         ratio = a.rate / b.rate if b.rate else 0.0
         result.rows += [
-            Row("B2", f"jobs/s, {level} conns", a.rate, b.rate, ">= 1.0x reference", ratio >= 1),
+            Row(
+                "B2",
+                f"jobs/s, {level} conns",
+                a.rate,
+                b.rate,
+                ">= 1.0x reference",
+                ratio >= 1,
+                key=f"rate_{level}",
+            ),
             Row(
                 "B2",
                 f"p50 latency (ms), {level} conns",
@@ -72,6 +80,7 @@ def run(opts: Options) -> BenchResult:
                 "<= 2 ms",
                 a.p50_ms <= 2,
                 digits=2,
+                key=f"p50_{level}",
             ),
             Row("B2", f"p99 latency (ms), {level} conns", a.p99_ms, b.p99_ms, digits=2),
             Row(

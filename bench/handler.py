@@ -17,6 +17,11 @@ finds no free slot and waits), so a worker serves about one job per second howev
 server is. The same pause caps any worker that fills up: a worker holding ``C`` jobs sleeps a
 second, so ``W`` workers drain at most about ``C * W`` jobs per second. The suite's default,
 1024, keeps that ceiling (4,096 jobs/s for B3's four workers) above what it measures.
+
+A job whose input has ``"sleep": S`` (seconds, a float) sleeps that long in the handler, the
+way a real handler holds its worker, and answers with its own start and end (``started``,
+``finished``: ``time.time()``), so B6 reads how long the worker sat idle between jobs from the
+worker's clock. Every other job (no ``"sleep"``) answers as before.
 """
 
 import time
@@ -38,6 +43,11 @@ def handler(job: dict[str, Any]) -> dict[str, Any]:
     if _first:
         _first = False
         print(f"BENCH first-job {time.time():.6f}", flush=True)
+    sleep = float(job["input"].get("sleep", 0))
+    if sleep > 0:
+        started = time.time()
+        time.sleep(sleep)
+        return {"ok": True, "started": started, "finished": time.time()}
     return {"ok": True}
 
 

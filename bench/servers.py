@@ -256,6 +256,14 @@ class Skiff(Launched):
     def delete_endpoint(self, endpoint_id: str) -> None:
         self._ok(self.http.delete(f"/v1/endpoints/{endpoint_id}"))
 
+    def submit(self, endpoint_id: str, job_input: dict[str, Any]) -> str:
+        """Queue one job (``/run``); its id."""
+        answer = self.http.post(f"/v2/{endpoint_id}/run", json={"input": job_input})
+        return str(self._ok(answer)["id"])
+
+    def status(self, endpoint_id: str, job_id: str) -> dict[str, Any]:
+        return dict(self._ok(self.http.get(f"/v2/{endpoint_id}/status/{job_id}")))
+
     def health(self, endpoint_id: str) -> dict[str, Any]:
         return dict(self._ok(self.http.get(f"/v2/{endpoint_id}/health")))
 
