@@ -76,6 +76,16 @@ def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
     return router
 
 
+def _hot_app(router: APIRouter) -> WithHotRoutes:
+    """``router`` mounted at ``/v2`` as the server mounts its routes, its routes also hot."""
+    inner = FastAPI()
+    errors.install(inner, "error")
+    inner.include_router(router)
+    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
+    app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
+    return app
+
+
 def _direct(router: APIRouter) -> list[tuple[str, str, Handler]]:
     """The router's routes as ``HotRoutes`` takes them (api/v2.py makes them so for /v2)."""
     routes = [r for r in router.routes if isinstance(r, APIRoute)]
@@ -138,11 +148,7 @@ async def server() -> AsyncIterator[Running]:
     seen = Seen([], [])
     gate = asyncio.Event()
     router = _router(seen, gate)
-    inner = FastAPI()
-    errors.install(inner, "error")
-    inner.include_router(router)
-    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
-    app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
+    app = _hot_app(router)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(
@@ -312,11 +318,7 @@ async def _serving(lean: bool, **config: Any) -> AsyncIterator[Running]:
     """A real uvicorn on the routes above, with the lean protocol or uvicorn's own."""
     seen = Seen([], [])
     router = _client_router()
-    inner = FastAPI()
-    errors.install(inner, "error")
-    inner.include_router(router)
-    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
-    app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
+    app = _hot_app(router)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     uv = uvicorn.Config(
