@@ -506,13 +506,22 @@ class PostgresStore:
         return replace(counts, oldest_queued_at=oldest["submitted_at"] if oldest else None)
 
     async def fold_job_counts(self) -> int:
-        async with self.pool.acquire() as c, c.transaction():
-            top = (await _fetchrow(c, "last_job_count_delta"))["top"]
-            if top is None:
-                return 0
-            await _execute(c, "fold_job_counts", top=top)
-            folded = await _execute(c, "delete_folded_job_count_deltas", top=top)
-            await _execute(c, "delete_empty_job_counts")
+        # One snapshot for the sum and the delete: under READ COMMITTED each statement sees
+        # what committed before it, so a delta (id <= top, taken before a commit still in
+        # flight) committed between the two was deleted without being counted. A delta outside
+        # the snapshot is left for the next fold.
+        try:
+            async with self.pool.acquire() as c, c.transaction(isolation="repeatable_read"):
+                top = (await _fetchrow(c, "last_job_count_delta"))["top"]
+                if top is None:
+                    return 0
+                await _execute(c, "fold_job_counts", top=top)
+                folded = await _execute(c, "delete_folded_job_count_deltas", top=top)
+                await _execute(c, "delete_empty_job_counts")
+        except asyncpg.SerializationError:
+            # Another replica folded the same deltas at the same moment (a change of leader):
+            # its fold counted them, this one rolled back whole.
+            return 0
         return folded
 
     async def append_stream_chunks(
