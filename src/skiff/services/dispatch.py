@@ -190,7 +190,7 @@ class Dispatch:
                     return []
                 if not await still_connected():
                     return []
-                ids = await self._store.take_stop_signals(worker.id)
+                ids = await self._store.take_stop_signals(worker.id, self._clock.now())
                 if ids:
                     # The worker stays busy until it next asks for work saying it holds
                     # nothing: a synchronous handler runs on until it returns.

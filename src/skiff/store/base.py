@@ -165,6 +165,18 @@ class Store(Protocol):
         running."""
         ...
 
+    async def line_up_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        """Hand a worker up to ``limit`` more queued jobs to run after the one it is running
+        (services/lineup.py): they stay IN_QUEUE, with the worker and ``lease_until`` recorded,
+        so no other worker claims them and ``/status`` still says they wait; each starts
+        (IN_PROGRESS, ``started_at``, its execution deadline, an attempt) only when the worker
+        finishes the job before it (``finish_job``) or is told to stop it
+        (``take_stop_signals``). Returned in claim order, the order the worker runs them; a
+        worker that ``claim_jobs`` would refuse gets none."""
+        ...
+
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
         """A progress update: the job stays IN_PROGRESS and shows this output."""
         ...
@@ -179,8 +191,11 @@ class Store(Protocol):
         now: float,
     ) -> Job | None:
         """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state; the
-        worker lets go of it in the same transaction (as ``let_go_of_jobs``). ``None`` when the
-        job is gone, final already, or held by another worker."""
+        worker lets go of it in the same transaction (as ``let_go_of_jobs``), and the next job
+        lined up on it starts (``line_up_jobs``; one no longer wanted, being cancelled or gone,
+        is passed over with a stop signal). A result for a job still lined up on the worker
+        means it started without the store hearing: it is started and finished here. ``None``
+        when the job is gone, final already, or held by another worker."""
         ...
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
@@ -214,9 +229,10 @@ class Store(Protocol):
         """Chunks not returned before, in order; advances the job's read cursor."""
         ...
 
-    async def take_stop_signals(self, worker_id: str) -> list[str]:
+    async def take_stop_signals(self, worker_id: str, now: float) -> list[str]:
         """Ids of jobs this worker must stop (cancelled, timed out, expired); each once. The
-        signal itself stays until the worker lets go of the job (``let_go_of_jobs``)."""
+        signal itself stays until the worker lets go of the job (``let_go_of_jobs``). A worker
+        told to stop the job it ran, holding no other, starts its next lined-up job."""
         ...
 
     async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
@@ -230,15 +246,17 @@ class Store(Protocol):
         """Workers still holding a job they were told to stop before the given time."""
         ...
 
-    async def renew_leases(
-        self, worker_id: str, job_ids: list[str], lease_until: float
-    ) -> None: ...
+    async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
+        """Renew the leases of the listed jobs the worker holds; when it holds any of them, the
+        jobs lined up on it too (the SDK lists a lined-up job only once it queued it)."""
+        ...
 
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:
         """Jobs held by a lost worker (or, with ``None``, any job whose lease lapsed) go back
-        to the queue; those that used up their attempts are FAILED with ``reason``."""
+        to the queue; those that used up their attempts are FAILED with ``reason``. Jobs lined
+        up on it that never started go back as they were, no attempt counted."""
         ...
 
     # -- webhooks -------------------------------------------------------------------------
@@ -286,7 +304,8 @@ class Store(Protocol):
     async def delete_worker(self, worker_id: str) -> None: ...
 
     async def jobs_of_worker(self, worker_id: str) -> list[str]:
-        """Jobs the worker holds: running ones, and stopped ones it has not let go of yet."""
+        """Jobs the worker holds: running ones, lined-up ones, and stopped ones it has not let
+        go of yet."""
         ...
 
     async def set_worker_failure(self, endpoint_id: str, failure_json: str | None) -> None:

@@ -206,6 +206,46 @@ async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: flo
     await conn.execute(_FORGET_AND_IDLE, worker_id, job_ids, now)
 
 
+async def _advance_lineup(
+    conn: Any, worker_id: str, now: float, through: str | None = None
+) -> None:
+    """The worker's running job ended: start the next job lined up on it. One no longer wanted
+    (cancelled, purged, expired or handed back) is passed over with a stop signal, since the
+    worker has it queued and will start it. With ``through``, a result for that lined-up job
+    arrived: every job up to it started unseen, and it is started too (to be finished); if it
+    is no longer wanted, the worker has moved on past it, so the job after it starts."""
+    for row in await _fetch(conn, "lineup_of_worker", worker_id=worker_id):
+        job_id = row["job_id"]
+        started = await _fetchrow(
+            conn, "start_lined_up_job", id=job_id, worker_id=worker_id, now=now
+        )
+        if job_id == through:
+            through = None
+            if started is None:
+                # The worker ran it already: no stop signal; the next one is what it runs now.
+                continue
+        elif started is None:
+            await _signal_stop(conn, [(worker_id, job_id)], "no longer wanted", now)
+            continue
+        elif through is not None:
+            continue
+        await _execute(conn, "drop_lineup_through", worker_id=worker_id, pos=row["pos"])
+        return
+    await _execute(conn, "drop_lineup", worker_id=worker_id)
+
+
+async def _unline(conn: Any, worker_id: str | None, now: float) -> list[Job]:
+    """Lined-up jobs of a lost worker (or whose lease lapsed) go back to the queue untouched."""
+    if worker_id is None:
+        rows = await _fetch(conn, "unline_jobs_of_lapsed_leases", now=now)
+        if rows:
+            await _execute(conn, "drop_lineups_of_unlined")
+    else:
+        await _execute(conn, "drop_lineup", worker_id=worker_id)
+        rows = await _fetch(conn, "unline_jobs_of_worker", worker_id=worker_id)
+    return [job_from_row(r) for r in rows]
+
+
 class PostgresStore:
     def __init__(
         self, dsn: str, schema: str | None = None, *, min_size: int = 1, max_size: int = 10
@@ -373,6 +413,7 @@ class PostgresStore:
         async with self.pool.acquire() as c, c.transaction():
             await _execute(c, "delete_stream_chunks_of_endpoint", endpoint_id=endpoint_id)
             await _execute(c, "delete_jobs_of_endpoint", endpoint_id=endpoint_id)
+            await _execute(c, "drop_lineups_of_endpoint", endpoint_id=endpoint_id)
             await _execute(c, "delete_workers_of_endpoint", endpoint_id=endpoint_id)
             deleted = await _execute(c, "delete_endpoint", endpoint_id=endpoint_id)
         return deleted > 0
@@ -417,6 +458,31 @@ class PostgresStore:
         )
         return sorted((job_from_row(r) for r in rows), key=claim_order)
 
+    async def line_up_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        async with self.pool.acquire() as c, c.transaction():
+            rows = await _fetch(
+                c,
+                "line_up_jobs",
+                worker_id=worker_id,
+                lease_until=lease_until,
+                endpoint_id=endpoint_id,
+                now=now,
+                limit=limit,
+            )
+            jobs = sorted((job_from_row(r) for r in rows), key=claim_order)
+            top = (await _fetchrow(c, "lineup_top", worker_id=worker_id))["top"]
+            await _execute_many(
+                c,
+                "add_to_lineup",
+                [
+                    {"worker_id": worker_id, "pos": top + 1 + i, "job_id": job.id}
+                    for i, job in enumerate(jobs)
+                ],
+            )
+        return jobs
+
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
         touched = await self._execute_named(
             "record_progress", output=output_json, id=job_id, worker_id=worker_id
@@ -434,22 +500,28 @@ class PostgresStore:
     ) -> Job | None:
         if not finishes_in_progress(status):
             return None
+        values = {
+            "status": status.value,
+            "output": output_json,
+            "error": error,
+            "now": now,
+            "id": job_id,
+            "worker_id": worker_id,
+        }
         async with self.pool.acquire() as c, c.transaction():
-            row = await _fetchrow(
-                c,
-                "finish_job",
-                status=status.value,
-                output=output_json,
-                error=error,
-                now=now,
-                id=job_id,
-                worker_id=worker_id,
-            )
+            row = await _fetchrow(c, "finish_job", **values)
+            if row is None and worker_id is not None:
+                if await _fetchrow(c, "is_lined_up", worker_id=worker_id, job_id=job_id) is None:
+                    return None
+                await _advance_lineup(c, worker_id, now, through=job_id)
+                row = await _fetchrow(c, "finish_job", **values)
             if row is None:
                 return None
             job = job_from_row(row)
             await _after_final(c, [job])
             if worker_id is not None:
+                # Before the let-go: a worker that starts its next job is not idle.
+                await _advance_lineup(c, worker_id, now)
                 await _let_go(c, worker_id, [job_id], now)
         return job
 
@@ -553,8 +625,13 @@ class PostgresStore:
                 await _execute(c, "set_stream_cursor", cursor=rows[-1]["seq"], job_id=job_id)
         return [stream_chunk_from_row(r) for r in rows]
 
-    async def take_stop_signals(self, worker_id: str) -> list[str]:
+    async def take_stop_signals(self, worker_id: str, now: float) -> list[str]:
         rows = await self._fetch_named("take_stop_signals", worker_id=worker_id)
+        if rows:
+            # Told to stop the job it ran, the worker starts its next lined-up one at once.
+            async with self.pool.acquire() as c, c.transaction():
+                if await _fetchrow(c, "worker_runs_a_job", worker_id=worker_id) is None:
+                    await _advance_lineup(c, worker_id, now)
         return sorted(r["job_id"] for r in rows)
 
     async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
@@ -568,14 +645,25 @@ class PostgresStore:
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
         if not job_ids:
             return
-        await self._execute_named(
-            "renew_leases", lease_until=lease_until, job_ids=job_ids, worker_id=worker_id
-        )
+        async with self.pool.acquire() as c, c.transaction():
+            renewed = await _execute(
+                c, "renew_leases", lease_until=lease_until, job_ids=job_ids, worker_id=worker_id
+            )
+            if not renewed:
+                for job_id in job_ids:
+                    if await _fetchrow(c, "is_lined_up", worker_id=worker_id, job_id=job_id):
+                        renewed = 1
+                        break
+            if renewed:
+                await _execute(
+                    c, "renew_lineup_leases", lease_until=lease_until, worker_id=worker_id
+                )
 
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:
         async with self.pool.acquire() as c, c.transaction():
+            unlined = await _unline(c, worker_id, now)
             if worker_id is None:
                 failed = await _fetch(
                     c,
@@ -600,7 +688,7 @@ class PostgresStore:
                 await _execute(c, "delete_stream_chunks_of_jobs", job_ids=ids)
             failed_jobs = [job_from_row(r) for r in failed]
             await _after_final(c, failed_jobs)
-        return failed_jobs + [job_from_row(r) for r in requeued]
+        return failed_jobs + [job_from_row(r) for r in requeued] + unlined
 
     # -- webhooks -------------------------------------------------------------------------
     async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
@@ -676,6 +764,7 @@ class PostgresStore:
         async with self.pool.acquire() as c, c.transaction():
             await _execute(c, "delete_worker", worker_id=worker_id)
             await _execute(c, "delete_stop_signals_of_worker", worker_id=worker_id)
+            await _execute(c, "drop_lineup", worker_id=worker_id)
 
     async def jobs_of_worker(self, worker_id: str) -> list[str]:
         return [r["id"] for r in await self._fetch_named("jobs_of_worker", worker_id=worker_id)]

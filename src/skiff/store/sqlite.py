@@ -363,6 +363,45 @@ def _let_go(c: sqlite3.Connection, worker_id: str, job_ids: list[str] | None, no
     _run(c, "idle_worker_if_free", worker_id=worker_id, now=now)
 
 
+def _advance_lineup(
+    c: sqlite3.Connection, worker_id: str, now: float, through: str | None = None
+) -> None:
+    """The worker's running job ended: start the next job lined up on it. One no longer wanted
+    (cancelled, purged, expired or handed back) is passed over with a stop signal, since the
+    worker has it queued and will start it. With ``through``, a result for that lined-up job
+    arrived: every job up to it started unseen, and it is started too (to be finished); if it
+    is no longer wanted, the worker has moved on past it, so the job after it starts."""
+    for row in _rows(c, "lineup_of_worker", worker_id=worker_id):
+        job_id = row["job_id"]
+        job = _read_one(
+            c, "start_lined_up_job", job_from_row, id=job_id, worker_id=worker_id, now=now
+        )
+        if job_id == through:
+            through = None
+            if job is None:
+                # The worker ran it already: no stop signal; the next one is what it runs now.
+                continue
+        elif job is None:
+            _signal_stop(c, [(worker_id, job_id)], "no longer wanted", now)
+            continue
+        elif through is not None:
+            continue
+        _run(c, "drop_lineup_through", worker_id=worker_id, pos=row["pos"])
+        return
+    _run(c, "drop_lineup", worker_id=worker_id)
+
+
+def _unline(c: sqlite3.Connection, worker_id: str | None, now: float) -> list[Job]:
+    """Lined-up jobs of a lost worker (or whose lease lapsed) go back to the queue untouched."""
+    if worker_id is None:
+        jobs = _read(c, "unline_jobs_of_lapsed_leases", job_from_row, now=now)
+        if jobs:
+            _run(c, "drop_lineups_of_unlined")
+        return jobs
+    _run(c, "drop_lineup", worker_id=worker_id)
+    return _read(c, "unline_jobs_of_worker", job_from_row, worker_id=worker_id)
+
+
 class SQLiteStore:
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -564,6 +603,7 @@ class SQLiteStore:
         def op(c: sqlite3.Connection) -> bool:
             _run(c, "delete_stream_chunks_of_endpoint", endpoint_id=endpoint_id)
             _run(c, "delete_jobs_of_endpoint", endpoint_id=endpoint_id)
+            _run(c, "drop_lineups_of_endpoint", endpoint_id=endpoint_id)
             _run(c, "delete_workers_of_endpoint", endpoint_id=endpoint_id)
             return _run(c, "delete_endpoint", endpoint_id=endpoint_id).rowcount > 0
 
@@ -623,6 +663,36 @@ class SQLiteStore:
 
         return await self._write(op)
 
+    async def line_up_jobs(
+        self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
+    ) -> list[Job]:
+        def op(c: sqlite3.Connection) -> list[Job]:
+            if _run(c, "worker_refuses_claims", worker_id=worker_id).fetchone():
+                return []
+            jobs = _read(
+                c,
+                "line_up_jobs",
+                job_from_row,
+                worker_id=worker_id,
+                lease_until=lease_until,
+                endpoint_id=endpoint_id,
+                now=now,
+                limit=limit,
+            )
+            jobs.sort(key=claim_order)
+            top = _rows(c, "lineup_top", worker_id=worker_id)[0]["top"]
+            _run_many(
+                c,
+                "add_to_lineup",
+                (
+                    {"worker_id": worker_id, "pos": top + 1 + i, "job_id": job.id}
+                    for i, job in enumerate(jobs)
+                ),
+            )
+            return jobs
+
+        return await self._write(op)
+
     async def record_progress(self, job_id: str, worker_id: str, output_json: str | None) -> bool:
         touched = await self._write_run(
             "record_progress", output=output_json, id=job_id, worker_id=worker_id
@@ -641,22 +711,27 @@ class SQLiteStore:
         if not finishes_in_progress(status):
             return None
 
+        values = {
+            "status": status.value,
+            "output": output_json,
+            "error": error,
+            "now": now,
+            "id": job_id,
+            "worker_id": worker_id,
+        }
+
         def op(c: sqlite3.Connection) -> Job | None:
-            job = _read_one(
-                c,
-                "finish_job",
-                job_from_row,
-                status=status.value,
-                output=output_json,
-                error=error,
-                now=now,
-                id=job_id,
-                worker_id=worker_id,
-            )
+            job = _read_one(c, "finish_job", job_from_row, **values)
+            if job is None and worker_id is not None:
+                if _row(c, "is_lined_up", worker_id=worker_id, job_id=job_id) is None:
+                    return None
+                _advance_lineup(c, worker_id, now, through=job_id)
+                job = _read_one(c, "finish_job", job_from_row, **values)
             if job is None:
                 return None
             _after_final(c, [job])
             if worker_id is not None:
+                _advance_lineup(c, worker_id, now)
                 _let_go(c, worker_id, [job_id], now)
             return job
 
@@ -761,9 +836,13 @@ class SQLiteStore:
 
         return await self._write(op)
 
-    async def take_stop_signals(self, worker_id: str) -> list[str]:
+    async def take_stop_signals(self, worker_id: str, now: float) -> list[str]:
         def op(c: sqlite3.Connection) -> list[str]:
-            return sorted(r["job_id"] for r in _rows(c, "take_stop_signals", worker_id=worker_id))
+            ids = sorted(r["job_id"] for r in _rows(c, "take_stop_signals", worker_id=worker_id))
+            # Told to stop the job it ran, the worker starts its next lined-up one at once.
+            if ids and _row(c, "worker_runs_a_job", worker_id=worker_id) is None:
+                _advance_lineup(c, worker_id, now)
+            return ids
 
         return await self._write(op)
 
@@ -778,14 +857,26 @@ class SQLiteStore:
         return [r["worker_id"] for r in rows]
 
     async def renew_leases(self, worker_id: str, job_ids: list[str], lease_until: float) -> None:
-        await self._write_run(
-            "renew_leases", lease_until=lease_until, job_ids=_ids(job_ids), worker_id=worker_id
-        )
+        def op(c: sqlite3.Connection) -> None:
+            renewed = _run(
+                c,
+                "renew_leases",
+                lease_until=lease_until,
+                job_ids=_ids(job_ids),
+                worker_id=worker_id,
+            ).rowcount
+            if renewed or any(
+                _row(c, "is_lined_up", worker_id=worker_id, job_id=j) for j in job_ids
+            ):
+                _run(c, "renew_lineup_leases", lease_until=lease_until, worker_id=worker_id)
+
+        await self._write(op)
 
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
+            unlined = _unline(c, worker_id, now)
             if worker_id is None:
                 failed = _read(
                     c,
@@ -811,7 +902,7 @@ class SQLiteStore:
                 ids = _ids([j.id for j in requeued])
                 _run(c, "delete_stream_chunks_of_jobs", job_ids=ids)
             _after_final(c, failed)
-            return failed + requeued
+            return failed + requeued + unlined
 
         return await self._write(op)
 
@@ -900,6 +991,7 @@ class SQLiteStore:
         def op(c: sqlite3.Connection) -> None:
             _run(c, "delete_worker", worker_id=worker_id)
             _run(c, "delete_stop_signals_of_worker", worker_id=worker_id)
+            _run(c, "drop_lineup", worker_id=worker_id)
 
         await self._write(op)
 

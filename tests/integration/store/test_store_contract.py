@@ -324,9 +324,9 @@ async def test_cancel_of_a_running_job_flags_a_stop_signal_taken_once(
     assert job.stop_pending is True
     assert job.worker_id == "w-1"
     assert job.lease_until is None
-    assert await store.take_stop_signals("w-2") == []
-    assert await store.take_stop_signals("w-1") == ["j-1"]
-    assert await store.take_stop_signals("w-1") == []
+    assert await store.take_stop_signals("w-2", T0) == []
+    assert await store.take_stop_signals("w-1", T0) == ["j-1"]
+    assert await store.take_stop_signals("w-1", T0) == []
     after = await store.get_job(EP, "j-1")
     assert after is not None
     assert after.stop_pending is False
@@ -820,6 +820,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0003_worker_gpus.sql",
         "0004_replicas.sql",
         "0005_job_counts.sql",
+        "0006_lineups.sql",
     ]
     assert {
         "jobs",
@@ -875,6 +876,8 @@ def test_both_migration_sets_are_numbered_alike() -> None:
 
 #: What a database migrated by the version before the renumbering records.
 EARLIER_RECORD = ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
+#: Migrations written after the renumbering: never recorded under another name.
+AFTER_RENUMBERING = ["0006_lineups.sql"]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
     [
@@ -885,6 +888,7 @@ BOTH_RECORDS = sorted(
         "0003_worker_gpus.sql",
         "0004_replicas.sql",
         "0005_job_counts.sql",
+        "0006_lineups.sql",
     ]
 )
 
@@ -905,16 +909,19 @@ async def test_pg_a_database_migrated_under_the_earlier_numbers_is_not_migrated_
     await first.open()
     await first.create_endpoint(make_endpoint())
     await first.close()
-    # As the version before the PostgreSQL set took the SQLite set's numbers records it.
+    # As the version before the PostgreSQL set took the SQLite set's numbers records it (the
+    # migrations numbered after the renumbering are left: that version had none of them).
     conn = await asyncpg.connect(PG_DSN)
     try:
         table = f'"{pg_schema}".schema_migrations'
         await conn.execute(
-            f"DELETE FROM {table} WHERE NOT (name = ANY($1::text[]))", EARLIER_RECORD
+            f"DELETE FROM {table} WHERE NOT (name = ANY($1::text[])) AND name < $2",
+            EARLIER_RECORD,
+            AFTER_RENUMBERING[0],
         )
     finally:
         await conn.close()
-    assert await _recorded(pg_schema) == EARLIER_RECORD
+    assert await _recorded(pg_schema) == EARLIER_RECORD + AFTER_RENUMBERING
     again = PostgresStore(PG_DSN, schema=pg_schema)
     await again.open()  # 0004 and 0005 run again would fail: their columns and tables exist
     try:
@@ -1029,7 +1036,7 @@ async def test_time_out_fails_running_jobs_past_their_deadline_and_signals_stop(
     [job] = await store.time_out_jobs(T0 + 2)
     assert job.status is JobStatus.TIMED_OUT and job.finished_at == T0 + 2
     assert job.error == "execution timeout exceeded (policy.executionTimeout: 1000 ms)"
-    assert await store.take_stop_signals("w-1") == ["j-1"]
+    assert await store.take_stop_signals("w-1", T0) == ["j-1"]
     assert await store.time_out_jobs(T0 + 3) == []
 
 
@@ -1040,7 +1047,7 @@ async def test_expire_deletes_jobs_past_their_ttl_and_signals_running_ones(store
     gone = await store.expire_jobs(T0 + 10, 10)
     assert sorted(j.id for j in gone) == ["j-q", "j-run"]
     assert await store.get_job(EP, "j-run") is None
-    assert await store.take_stop_signals("w-1") == ["j-run"]
+    assert await store.take_stop_signals("w-1", T0) == ["j-run"]
 
 
 async def test_final_job_with_webhook_stores_a_delivery_sent_with_the_owners_secret(
@@ -1168,8 +1175,8 @@ async def test_a_stop_signal_is_held_until_the_worker_lets_go(store: Store) -> N
     await claim_one(store, "j-1", "w-1")
     await store.cancel_job(EP, "j-1", T0 + 3)
     assert await store.jobs_of_worker("w-1") == ["j-1"]
-    assert await store.take_stop_signals("w-1") == ["j-1"]
-    assert await store.take_stop_signals("w-1") == []
+    assert await store.take_stop_signals("w-1", T0) == ["j-1"]
+    assert await store.take_stop_signals("w-1", T0) == []
     # Told at T0 + 3 and still holding it: overdue for any grace that ended after that.
     assert await store.overdue_stop_workers(T0 + 2) == []
     assert await store.overdue_stop_workers(T0 + 3) == ["w-1"]
@@ -1183,7 +1190,7 @@ async def test_deleting_a_worker_forgets_its_stop_signals(store: Store) -> None:
     await store.cancel_job(EP, "j-1", T0 + 3)
     await store.delete_worker("w-1")
     assert await store.overdue_stop_workers(T0 + 100) == []
-    assert await store.take_stop_signals("w-1") == []
+    assert await store.take_stop_signals("w-1", T0) == []
 
 
 async def test_an_endpoints_worker_failure_is_recorded_and_cleared(store: Store) -> None:

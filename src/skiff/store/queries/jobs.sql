@@ -130,7 +130,8 @@ SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL
 WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id
 RETURNING *;
 
--- The jobs a worker holds, and those it was told to stop and has not let go of.
+-- The jobs a worker holds (running and lined up), and those it was told to stop and has not
+-- let go of.
 -- name: jobs_of_worker
-SELECT id FROM jobs WHERE worker_id = :worker_id AND status = 'IN_PROGRESS'
+SELECT id FROM jobs WHERE worker_id = :worker_id AND status IN ('IN_PROGRESS', 'IN_QUEUE')
 UNION SELECT job_id FROM stop_signals WHERE worker_id = :worker_id ORDER BY 1;

@@ -13,7 +13,7 @@ WITH claimed AS (
         lease_until = :lease_until, attempt = attempt + 1,
         run_deadline = :now::float8 + execution_timeout_ms / 1000.0::float8
     WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = :endpoint_id
-                  AND status = 'IN_QUEUE' AND expires_at > :now
+                  AND status = 'IN_QUEUE' AND worker_id IS NULL AND expires_at > :now
                   ORDER BY low_priority, seq LIMIT :limit FOR UPDATE SKIP LOCKED)
     AND NOT EXISTS (SELECT 1 FROM workers WHERE id = :worker_id
                     AND (state IN ('stopping', 'standby') OR recycle))
@@ -24,6 +24,17 @@ WITH claimed AS (
     AND EXISTS (SELECT 1 FROM claimed)
 )
 SELECT * FROM claimed;
+
+-- The line-up's claim (lineups.sql): the jobs stay queued, on this worker, which the claim's
+-- gate must let claim. Its state does not change: it runs the job it just claimed.
+-- name: line_up_jobs
+UPDATE jobs SET worker_id = :worker_id, lease_until = :lease_until
+WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = :endpoint_id
+              AND status = 'IN_QUEUE' AND worker_id IS NULL AND expires_at > :now
+              ORDER BY low_priority, seq LIMIT :limit FOR UPDATE SKIP LOCKED)
+AND NOT EXISTS (SELECT 1 FROM workers WHERE id = :worker_id
+                AND (state IN ('stopping', 'standby') OR recycle))
+RETURNING *;
 
 -- The job's row stays locked until the cancel commits.
 -- name: job_before_cancel

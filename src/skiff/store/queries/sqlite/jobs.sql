@@ -9,7 +9,17 @@ SET status = 'IN_PROGRESS', worker_id = :worker_id, started_at = :now,
     lease_until = :lease_until, attempt = attempt + 1,
     run_deadline = :now + execution_timeout_ms / 1000.0
 WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE'
-              AND expires_at > :now ORDER BY low_priority, seq LIMIT :limit)
+              AND worker_id IS NULL AND expires_at > :now
+              ORDER BY low_priority, seq LIMIT :limit)
+RETURNING *;
+
+-- The line-up's claim (lineups.sql): the jobs stay queued, on this worker. The adapter asks
+-- worker_refuses_claims before it.
+-- name: line_up_jobs
+UPDATE jobs SET worker_id = :worker_id, lease_until = :lease_until
+WHERE seq IN (SELECT seq FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE'
+              AND worker_id IS NULL AND expires_at > :now
+              ORDER BY low_priority, seq LIMIT :limit)
 RETURNING *;
 
 -- What a cancel needs to know before it: was the job running, and on which worker.
