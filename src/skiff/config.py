@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     #: wakes the SDK's job loop at once instead of on its 100 ms tick
     #: (services/result_holds.py). 0 answers every job-done at once.
     result_hold_seconds: float = Field(default=60.0, ge=0)
+    #: Predicted work handed at once to a worker that takes one job at a time (the SDK's
+    #: default), the job it takes and the ones lined up behind it (services/lineup.py). The
+    #: SDK asks again only on its next one-second tick, so this is what that second is spread
+    #: over. 0 hands one job per take.
+    lineup_seconds: float = Field(default=20.0, ge=0)
     #: Heartbeat period handed to workers (RUNPOD_PING_INTERVAL), in milliseconds.
     ping_interval_ms: int = Field(default=5000, ge=1000)
     #: A held job's lease; pings renew it. A worker silent for this long loses its jobs.

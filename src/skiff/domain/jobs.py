@@ -315,7 +315,8 @@ def status_view(job: Job, now: float) -> dict[str, Any]:
         view["output"] = orjson.Fragment(job.output_json)
     if job.error is not None:
         view["error"] = job.error
-    if job.worker_id is not None:
+    # A job lined up on a worker (services/lineup.py) names it only once it started there.
+    if job.worker_id is not None and job.started_at is not None:
         view["workerId"] = job.worker_id
     if job.retries:
         view["retries"] = job.retries

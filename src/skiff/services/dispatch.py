@@ -17,6 +17,7 @@ from skiff.domain.results import Outcome, WorkerChunk, WorkerResult
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.job_events import JobEvents
+from skiff.services.lineup import Lineup, Queue
 from skiff.services.metrics import Metrics
 from skiff.services.result_holds import ResultHolds
 from skiff.services.wakeups import Wake, Wakeups
@@ -41,6 +42,7 @@ class Dispatch:
         lease_seconds: float,
         max_attempts: int,
         result_holds: ResultHolds | None = None,
+        lineup: Lineup | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -54,6 +56,8 @@ class Dispatch:
         #: Answers to job-done kept back until the worker's next job reaches it (off: none).
         self.result_holds = result_holds or ResultHolds(0)
         wakeups.on_close(self.result_holds.close)
+        #: Jobs handed to a default worker behind the one it takes (off: none).
+        self.lineup = lineup or Lineup(0)
 
     async def take(
         self,
@@ -63,12 +67,19 @@ class Dispatch:
         wait: float,
         still_connected: StillConnected,
         jobs_in_progress: bool | None = None,
+        may_line_up: bool = False,
     ) -> list[Job]:
         """``jobs_in_progress`` is the SDK's ``job_in_progress``: when the worker says it holds
         nothing, any job still marked as its own was stopped or its result was lost; the
-        stopped ones are let go and the lost ones go back to the queue at once."""
+        stopped ones are let go and the lost ones go back to the queue at once.
+        ``may_line_up``: the worker takes a list in answer to a take of one (an SDK that
+        does, ``lineup.accepts_lineups``); such a worker holding nothing may get jobs lined
+        up behind the first (services/lineup.py)."""
         self.result_holds.take_arrived(worker_id)
-        jobs = await self._take(endpoint, worker_id, limit, wait, still_connected, jobs_in_progress)
+        line_up = may_line_up and limit == 1 and jobs_in_progress is False
+        jobs = await self._take(
+            endpoint, worker_id, limit, wait, still_connected, jobs_in_progress, line_up
+        )
         self.result_holds.take_answered(worker_id, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
@@ -81,6 +92,7 @@ class Dispatch:
         wait: float,
         still_connected: StillConnected,
         jobs_in_progress: bool | None,
+        line_up: bool,
     ) -> list[Job]:
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
@@ -116,12 +128,41 @@ class Dispatch:
                 )
                 if jobs:
                     self._workers.jobs_taken(worker)
+                    if line_up:
+                        jobs += await self._line_up(endpoint, worker)
                     return jobs
                 remaining = deadline - loop.time()
                 if remaining <= 0 or self._wakeups.closing:
                     return []
                 await self._wakeups.wait(event, remaining)
                 woken = True
+
+    async def _line_up(self, endpoint: Endpoint, worker: Worker) -> list[Job]:
+        """More jobs for a worker that holds nothing and has room for one: the SDK's loop
+        runs them back to back, and asks again only on its next one-second tick
+        (services/lineup.py)."""
+        if self.lineup.expected_seconds(endpoint.id) is None or self.lineup.seconds <= 0:
+            return []
+        counts = await self._store.job_counts(endpoint.id)
+        if counts.in_queue <= 0:
+            return []
+        others = [w for w in await self._workers.of_endpoint(endpoint.id) if w.id != worker.id]
+        queue = Queue(
+            queued=counts.in_queue,
+            live_workers=1 + sum(1 for w in others if w.is_live),
+            idle_others=sum(
+                1 for w in others if w.state in (WorkerState.IDLE, WorkerState.INITIALIZING)
+            ),
+        )
+        extras = self.lineup.extras(endpoint.id, queue)
+        if extras <= 0:
+            return []
+        now = self._clock.now()
+        jobs = await self._store.line_up_jobs(
+            endpoint.id, worker.id, extras, now, now + self._lease_seconds
+        )
+        self._metrics.jobs_lined_up(endpoint.id, len(jobs))
+        return jobs
 
     async def done(
         self, endpoint: Endpoint, worker_id: str, job_id: str, result: WorkerResult
@@ -152,8 +193,13 @@ class Dispatch:
             job_id, worker.id, status, output_json, error, self._clock.now()
         )
         if finished is not None:
-            # The store let the worker go of the job in the same transaction.
+            # The store let the worker go of the job in the same transaction (and started the
+            # next job lined up on it).
             self._events.finished(finished)
+            if finished.started_at is not None and finished.finished_at is not None:
+                self.lineup.observe(
+                    finished.endpoint_id, finished.finished_at - finished.started_at
+                )
             # Recorded and announced: only the answer to the worker may wait, to start its next
             # job sooner (services/result_holds.py).
             await self.result_holds.hold(worker.id)

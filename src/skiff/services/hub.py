@@ -17,6 +17,7 @@ from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.lineup import Lineup
 from skiff.services.logs import EndpointLogs, WorkerLogs
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
@@ -100,6 +101,7 @@ class Services:
             settings.lease_seconds,
             settings.max_attempts,
             ResultHolds(settings.result_hold_seconds),
+            Lineup(settings.lineup_seconds),
         )
         gpu_pool = GpuPool(gpus)
         fleet = Fleet(

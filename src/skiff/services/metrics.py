@@ -184,6 +184,13 @@ class Metrics:
             ["endpoint", "outcome"],
             registry=self.registry,
         )
+        self._lined_up = Counter(
+            "skiff_jobs_lined_up",
+            "Jobs handed to a default worker behind the one it took, to run when that one ends "
+            "(services/lineup.py).",
+            ["endpoint"],
+            registry=self.registry,
+        )
         self._state = _StateCollector()
         self.registry.register(self._state)
         # Endpoint ids that have series in the event instruments, with the statuses seen, so
@@ -195,6 +202,11 @@ class Metrics:
         """A job-take long-poll answered, with at least one job or empty."""
         self._labelled.setdefault(endpoint_id, set())
         self._polls.labels(endpoint_id, "job" if got_job else "empty").inc()
+
+    def jobs_lined_up(self, endpoint_id: str, count: int) -> None:
+        """Jobs lined up behind a take's job."""
+        self._labelled.setdefault(endpoint_id, set())
+        self._lined_up.labels(endpoint_id).inc(count)
 
     def job_finished(self, job: Job) -> None:
         """A job reached a final state (as the store returned it); any final status works, so
@@ -248,6 +260,7 @@ class Metrics:
         statuses = self._labelled.pop(endpoint_id, set())
         self._delay.remove(endpoint_id)
         self._execution.remove(endpoint_id)
+        self._lined_up.remove(endpoint_id)
         for status in statuses:
             self._finished.remove(endpoint_id, status.value)
         for outcome in _POLL_OUTCOMES:
