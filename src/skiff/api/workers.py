@@ -20,6 +20,7 @@ from skiff.domain.jobs import worker_payload
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.services.dispatch import StillConnected
 from skiff.services.hub import Services
+from skiff.services.lineup import accepts_lineups
 
 RESULT_LIMIT = 64 * 1024 * 1024
 NO_CONTENT = 204
@@ -64,10 +65,19 @@ def build(services: Services) -> WorkerHandlers:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time."""
         endpoint = await endpoint_of(request)
         jobs = await dispatch.take(
-            endpoint, worker_id, 1, wait, still_connected(request), jobs_in_progress(request)
+            endpoint,
+            worker_id,
+            1,
+            wait,
+            still_connected(request),
+            jobs_in_progress(request),
+            may_line_up=accepts_lineups(request.headers.get("user-agent")),
         )
         if not jobs:
             return Response(status_code=NO_CONTENT)
+        if len(jobs) > 1:
+            # Jobs lined up behind the first (services/lineup.py): the SDK's list form.
+            return json_response([worker_payload(j) for j in jobs])
         return json_response(worker_payload(jobs[0]))
 
     async def job_take_batch(request: Request, worker_id: str) -> Response:

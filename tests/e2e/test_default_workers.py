@@ -1,0 +1,155 @@
+"""Line-ups end to end (services/lineup.py): unmodified runpod-SDK workers at the SDK's default
+concurrency of one (``echo_worker.py``: plain ``runpod.serverless.start({"handler": ...})``)
+take a list on their single take and run it back to back; every job still runs exactly once,
+``/status`` times a job from its real start, and a cancelled lined-up job stays cancelled."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import Server, running
+from prometheus_client.parser import text_string_to_metric_families
+
+#: What each job of the first test sleeps in its handler.
+HANDLER_SECONDS = 0.05
+#: ``executionTime`` no job may reach (ms): a dozen handler runs; the line-ups the test checks
+#: for hold more jobs than that, so time spent in line would show.
+EXECUTION_BOUND_MS = 600
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    env: dict[str, str | None] = {
+        "SKIFF_LINEUP_SECONDS": "20",
+        # The tests read hundreds of statuses; limits are not their subject.
+        "SKIFF_RATE_LIMITS": "off",
+    }
+    with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
+        yield srv
+
+
+def _endpoint(server: Server, record: Path, **fields: Any) -> str:
+    """An echo_worker.py endpoint whose handler appends every job id it runs to ``record``."""
+    template = server.create_template("echo_worker.py", env={"E2E_RECORD": str(record)})
+    created = server.http.post(
+        "/v1/endpoints", json={"templateId": template["id"], "computeType": "CPU", **fields}
+    )
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def _status(server: Server, endpoint_id: str, job_id: str) -> dict[str, Any]:
+    response = server.http.get(f"/v2/{endpoint_id}/status/{job_id}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _counter(server: Server, family: str, endpoint_id: str, **labels: str) -> float:
+    """A counter's value for the endpoint on ``/metrics`` (0 before its first count)."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    wanted = {"endpoint": endpoint_id, **labels}
+    return sum(
+        sample.value
+        for fam in text_string_to_metric_families(text)
+        if fam.name == family
+        for sample in fam.samples
+        if sample.name == f"{family}_total" and sample.labels == wanted
+    )
+
+
+def _runs(record: Path) -> collections.Counter[str]:
+    lines = record.read_text().split() if record.exists() else []
+    return collections.Counter(lines)
+
+
+def _completed(server: Server, endpoint_id: str) -> int:
+    return int(server.http.get(f"/v2/{endpoint_id}/health").json()["jobs"]["completed"])
+
+
+def test_two_default_workers_run_200_lined_up_jobs_each_exactly_once_timed_from_their_start(
+    server: Server, tmp_path: Path
+) -> None:
+    record = tmp_path / "runs.txt"
+    eid = _endpoint(server, record, workersMin=2, workersMax=2, idleTimeout=30)
+    ids = [
+        server.http.post(
+            f"/v2/{eid}/run", json={"input": {"sleep": HANDLER_SECONDS, "i": i}}
+        ).json()["id"]
+        for i in range(200)
+    ]
+    # One job a second per worker without line-ups: 100 s; with them, a few seconds.
+    server.wait_for(lambda: _completed(server, eid) == len(ids), timeout=45, what="200 jobs")
+
+    runs = _runs(record)
+    assert set(runs) == set(ids)
+    assert max(runs.values()) == 1
+    lined_up = _counter(server, "skiff_jobs_lined_up", eid)
+    takes = _counter(server, "skiff_job_take_polls", eid, outcome="job")
+    assert lined_up > 0
+    # Line-ups deeper than the bound on executionTime (at 50 ms a job): a job's time in its
+    # line would push it past the bound.
+    assert lined_up / takes * HANDLER_SECONDS * 1000 > EXECUTION_BOUND_MS, (lined_up, takes)
+    for i, job_id in enumerate(ids):
+        body = _status(server, eid, job_id)
+        assert body["status"] == "COMPLETED", body
+        assert body["output"] == {"echo": {"sleep": HANDLER_SECONDS, "i": i}}
+        assert body["delayTime"] >= 0, body
+        assert HANDLER_SECONDS * 1000 <= body["executionTime"] < EXECUTION_BOUND_MS, body
+
+
+def test_a_cancelled_lined_up_job_stays_cancelled_and_the_rest_of_its_line_completes(
+    server: Server, tmp_path: Path
+) -> None:
+    record = tmp_path / "runs.txt"
+    eid = _endpoint(server, record, workersMax=1, idleTimeout=30)
+    for i in range(3):  # history: nothing is lined up before the endpoint has some
+        done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"warm": i}}).json()
+        assert done["status"] == "COMPLETED", done
+    handed_before = _counter(server, "skiff_jobs_lined_up", eid) + _counter(
+        server, "skiff_job_take_polls", eid, outcome="job"
+    )
+    ids = [
+        server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 0.3, "i": i}}).json()["id"]
+        for i in range(12)
+    ]
+    target = 8
+
+    def target_lined_up() -> bool:
+        # Jobs are handed out oldest first, so the target is on the worker once this many were
+        # handed to it; still IN_QUEUE, it waits in its line.
+        handed = (
+            _counter(server, "skiff_jobs_lined_up", eid)
+            + _counter(server, "skiff_job_take_polls", eid, outcome="job")
+            - handed_before
+        )
+        status = _status(server, eid, ids[target])["status"]
+        assert status == "IN_QUEUE", f"job {target} left the queue before it was lined up"
+        return handed >= target + 1
+
+    server.wait_for(target_lined_up, timeout=20, what="the job to be lined up")
+    cancelled = server.http.post(f"/v2/{eid}/cancel/{ids[target]}")
+    assert cancelled.json() == {"id": ids[target], "status": "CANCELLED"}
+    at_once = _status(server, eid, ids[target])
+    assert at_once["status"] == "CANCELLED" and "workerId" not in at_once
+
+    others = [j for j in ids if j != ids[target]]
+    server.wait_for(
+        lambda: _completed(server, eid) == 3 + len(others), timeout=30, what="the other jobs"
+    )
+    later = _status(server, eid, ids[target])
+    assert later["status"] == "CANCELLED" and "output" not in later, later
+    for i, job_id in enumerate(ids):
+        if i != target:
+            assert _status(server, eid, job_id)["output"] == {"echo": {"sleep": 0.3, "i": i}}
+    runs = _runs(record)
+    # The worker held the cancelled job in its queue: its stop signal may come only after it
+    # began; whatever ran of it, at most once and never recorded.
+    assert all(runs[j] == 1 for j in others)
+    assert runs[ids[target]] <= 1
+    health = server.http.get(f"/v2/{eid}/health").json()["jobs"]
+    assert health["cancelled"] == 1 and health["inQueue"] == 0 and health["inProgress"] == 0
