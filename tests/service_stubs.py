@@ -1,8 +1,10 @@
 """The collaborators a service test leaves out, each the answer of the plain case: a client
 still connected, nothing keeping an endpoint's workers from running, any webhook URL allowed,
-no queued job to age."""
+no queued job to age, a fleet that only records which workers it was told to end."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.placement import Blocker
@@ -23,3 +25,13 @@ async def any_webhook(_url: str) -> None:
 
 async def no_oldest(_endpoint_id: str) -> float | None:
     return None
+
+
+@dataclass
+class RecordingFleet:
+    """Stands in for the process fleet where the reaper ends workers: records which."""
+
+    stopped: list[str] = field(default_factory=list)
+
+    def stop_worker(self, worker: Worker) -> None:
+        self.stopped.append(worker.id)

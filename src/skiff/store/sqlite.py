@@ -363,6 +363,33 @@ def _let_go(c: sqlite3.Connection, worker_id: str, job_ids: list[str] | None, no
     _run(c, "idle_worker_if_free", worker_id=worker_id, now=now)
 
 
+def _claim(
+    c: sqlite3.Connection,
+    query: str,
+    endpoint_id: str,
+    worker_id: str,
+    limit: int,
+    now: float,
+    lease_until: float,
+) -> list[Job]:
+    """Queued jobs for a worker that may claim (``claim_jobs``, ``line_up_jobs``), in claim
+    order. SQLite's UPDATE ... RETURNING has no order, and no gate on the worker of its own."""
+    if _run(c, "worker_refuses_claims", worker_id=worker_id).fetchone():
+        return []
+    jobs = _read(
+        c,
+        query,
+        job_from_row,
+        worker_id=worker_id,
+        now=now,
+        lease_until=lease_until,
+        endpoint_id=endpoint_id,
+        limit=limit,
+    )
+    jobs.sort(key=claim_order)
+    return jobs
+
+
 def _advance_lineup(
     c: sqlite3.Connection, worker_id: str, now: float, through: str | None = None
 ) -> None:
@@ -644,21 +671,9 @@ class SQLiteStore:
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
-            if _run(c, "worker_refuses_claims", worker_id=worker_id).fetchone():
-                return []
-            jobs = _read(
-                c,
-                "claim_jobs",
-                job_from_row,
-                worker_id=worker_id,
-                now=now,
-                lease_until=lease_until,
-                endpoint_id=endpoint_id,
-                limit=limit,
-            )
+            jobs = _claim(c, "claim_jobs", endpoint_id, worker_id, limit, now, lease_until)
             if jobs:
                 _run(c, "mark_worker_running", worker_id=worker_id)
-            jobs.sort(key=claim_order)
             return jobs
 
         return await self._write(op)
@@ -667,19 +682,7 @@ class SQLiteStore:
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
     ) -> list[Job]:
         def op(c: sqlite3.Connection) -> list[Job]:
-            if _run(c, "worker_refuses_claims", worker_id=worker_id).fetchone():
-                return []
-            jobs = _read(
-                c,
-                "line_up_jobs",
-                job_from_row,
-                worker_id=worker_id,
-                lease_until=lease_until,
-                endpoint_id=endpoint_id,
-                now=now,
-                limit=limit,
-            )
-            jobs.sort(key=claim_order)
+            jobs = _claim(c, "line_up_jobs", endpoint_id, worker_id, limit, now, lease_until)
             top = _rows(c, "lineup_top", worker_id=worker_id)[0]["top"]
             _run_many(
                 c,

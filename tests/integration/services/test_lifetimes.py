@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pytest
 
-from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
+from service_stubs import RecordingFleet, any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
@@ -26,16 +26,6 @@ from skiff.services.workers import Workers
 from skiff.store.sqlite import SQLiteStore
 
 STOP_GRACE = 10.0
-
-
-@dataclass
-class RecordingFleet:
-    """Stands in for the process fleet: records which workers the reaper ends."""
-
-    stopped: list[str] = field(default_factory=list)
-
-    def stop_worker(self, worker: Worker) -> None:
-        self.stopped.append(worker.id)
 
 
 @dataclass

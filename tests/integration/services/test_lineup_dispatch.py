@@ -6,13 +6,13 @@ purged before it started."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pytest
 
-from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
+from service_stubs import RecordingFleet, any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, parse_job_request, status_view
@@ -33,16 +33,6 @@ LEASE = 30.0
 #: How long each job of the endpoint's history ran: 20 s of line-up holds far more than any
 #: test queues, so only the rule under test bounds a line-up.
 HISTORY_SECONDS = 0.1
-
-
-@dataclass
-class RecordingFleet:
-    """Stands in for the process fleet in the reaper: records which workers it ends."""
-
-    stopped: list[str] = field(default_factory=list)
-
-    def stop_worker(self, worker: Worker) -> None:
-        self.stopped.append(worker.id)
 
 
 @dataclass

@@ -171,7 +171,7 @@ _ADAPTERS = {
 }
 # A named query is run through one of the adapters' helpers, its name the first string given.
 _CALL = re.compile(
-    r"\b(?:_run|_rows|_row|_run_many|_read|_read_one|_query|_query_as|_write_run|_fetch|_fetchrow"
+    r"\b(?:_run|_rows|_row|_run_many|_read|_read_one|_claim|_query|_query_as|_write_run|_fetch|_fetchrow"
     r"|_execute|_execute_many|_fetch_named|_fetchrow_named|_execute_named)"
     r"\(\s*(?:[\w.]+,\s*)?\"(\w+)\""
 )
