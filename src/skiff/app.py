@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 
 from starlette.applications import Starlette
@@ -32,7 +33,9 @@ from skiff.config import Settings
 from skiff.console import mount as console_mount
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
+from skiff.providers.base import WorkerProvider
 from skiff.providers.capacity import host_worker_limit
+from skiff.providers.docker import DockerProvider, server_identity
 from skiff.providers.gpus import inventory
 from skiff.providers.local import LocalProvider
 from skiff.services.auth import IssuedKey
@@ -61,6 +64,20 @@ def open_cluster(settings: Settings) -> Cluster:
     return LocalCluster(settings.peer_url())
 
 
+def open_provider(
+    settings: Settings, exits: WorkerExits, worker_logs: WorkerLogs, owner: str
+) -> WorkerProvider:
+    """``SKIFF_PROVIDER``: processes on this host, or containers of the templates' images."""
+    if settings.provider == "docker":
+        return DockerProvider(
+            exits.report,
+            logs=worker_logs.sink,
+            owner=owner,
+            server=server_identity(socket.gethostname(), settings.data_dir),
+        )
+    return LocalProvider(exits.report, logs=worker_logs.sink)
+
+
 def build_services(settings: Settings, store: Store, clock: Clock, cluster: Cluster) -> Services:
     """Every service, with what this machine provides: its worker processes (which report
     their exits to the fleet through ``WorkerExits`` and write their output where the logs
@@ -73,7 +90,7 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
         store,
         clock,
         cluster,
-        provider=LocalProvider(exits.report, logs=worker_logs.sink),
+        provider=open_provider(settings, exits, worker_logs, cluster.replica_id),
         exits=exits,
         worker_logs=worker_logs,
         gpus=inventory(settings.gpus),
@@ -95,7 +112,11 @@ def create_app(
     ready = False
 
     async def take_up_lead() -> None:
-        await services.fleet.sweep_dead(cluster.alive, same_host=isinstance(cluster, LocalCluster))
+        # Containers outlive the server that started them; they are found by their labels.
+        await services.fleet.sweep_dead(
+            cluster.alive,
+            same_host=isinstance(cluster, LocalCluster) or settings.provider == "docker",
+        )
         await services.fleet.forget_stale_own(leading=True)
 
     async def follow() -> None:
@@ -126,6 +147,10 @@ def create_app(
         # Wake-ups notified here reach the other replicas from now on (``Wakeups`` was given
         # the cluster's publish, which sends nothing until the cluster has started).
         await cluster.start(services.wakeups.deliver_all, leadership.lost)
+        if isinstance(services.fleet.provider, DockerProvider):
+            # An earlier run's containers outlive it (a process would have died with it):
+            # ended before this run answers, so none of them takes a job from it.
+            await asyncio.to_thread(services.fleet.provider.end_leftovers)
         # The first campaign runs before the server answers, so a lone replica serves with its
         # loops already running (and an earlier run's workers already swept).
         await leadership.step()

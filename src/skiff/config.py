@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,6 +17,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     data_dir: Path = Path(".skiff")
+    #: Where network volumes live, one directory per volume (volume_dirs.py); unset:
+    #: ``volumes`` in the data directory.
+    volumes_dir: Path | None = None
     #: ``sqlite:///path`` (default: skiff.db in the data directory) or ``postgresql://...``.
     database_url: str | None = None
     #: PostgreSQL only: keep skiff's tables in this schema (made if missing).
@@ -111,10 +115,17 @@ class Settings(BaseSettings):
     #: plain httptools protocol, the same answers through the ASGI app, without those rules;
     #: the way to run on a uvicorn other than the tested one, which ``serve`` otherwise refuses.
     fast_http: bool = True
+    #: Where workers run: ``local`` (processes on this host running the template's command)
+    #: or ``docker`` (containers of the template's image, through the Docker Engine API at
+    #: ``DOCKER_HOST``; providers/docker.py).
+    provider: Literal["local", "docker"] = "local"
 
     def sqlite_path(self) -> Path:
         named = sqlite_file_of(self.database_url)
         return named if named is not None else self.data_dir / "skiff.db"
+
+    def volumes_path(self) -> Path:
+        return self.volumes_dir if self.volumes_dir is not None else self.data_dir / "volumes"
 
     def base_url(self) -> str:
         if self.public_url:

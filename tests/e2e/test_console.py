@@ -482,3 +482,151 @@ def test_an_endpoint_that_cannot_place_a_worker_says_why_and_the_form_defaults_t
 
     expect(page.get_by_label("Compute type")).to_have_value("GPU" if host_gpus else "CPU")
     server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def make_volume(server: Server, name: str, size: int = 1) -> dict[str, Any]:
+    made = server.http.post("/v1/networkvolumes", json={"name": name, "size": size})
+    assert made.status_code == 200, made.text
+    return dict(made.json())
+
+
+def test_a_volume_is_created_grown_never_shrunk_and_deleted_by_name(
+    page: Any, server: Server
+) -> None:
+    sign_in(page, server)
+    page.get_by_role("link", name="Network volumes").click()
+    page.get_by_role("heading", name="Network volumes").wait_for()
+    if page.locator("table.volumes").count() == 0:
+        shot(page, "volumes-empty")
+
+    # Create: a size past the API's bound is refused at its field, then a good one is made.
+    page.get_by_label("Name", exact=True).fill("console-models")
+    page.get_by_label("Size (GB)").fill("5000")
+    page.get_by_role("button", name="Create volume").click()
+    expect_text(page.locator("#e-size"), "less than or equal to 4000")
+    assert page.get_by_label("Name", exact=True).input_value() == "console-models"
+    page.get_by_label("Size (GB)").fill("1")
+    page.get_by_role("button", name="Create volume").click()
+    expect_text(page.locator(".notice"), "console-models.* created")
+    row = page.locator('tr[data-volume="console-models"]')
+    expect_text(row.locator("[data-size]"), "^1 GB$")
+    expect_text(row.locator("[data-used]"), "^0 B$")
+    expect_text(row, "local")
+    (volume,) = [
+        v for v in server.http.get("/v1/networkvolumes").json() if v["name"] == "console-models"
+    ]
+    expect_text(row, volume["id"])
+    shot(page, "volumes")
+
+    # Grow: the volume's page saves the new size; the API sees it.
+    row.get_by_role("link", name="Grow or rename console-models").click()
+    page.get_by_role("heading", name="console-models").wait_for()
+    page.get_by_label("Size (GB)").fill("3")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator(".notice"), "Saved")
+    expect_text(page.locator("[data-size]"), "^3 GB$")
+    assert server.http.get(f"/v1/networkvolumes/{volume['id']}").json()["size"] == 3
+    shot(page, "volume")
+
+    # Shrink: refused at the size field with the service's words; nothing changes.
+    page.get_by_label("Size (GB)").fill("2")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator("#e-size"), "grows but never shrinks; it has 3 GB")
+    assert page.get_by_label("Size (GB)").input_value() == "2"
+    assert server.http.get(f"/v1/networkvolumes/{volume['id']}").json()["size"] == 3
+    shot(page, "volume-shrink-refused")
+
+    # Delete: the button stays disabled until the exact name is typed.
+    page.get_by_role("link", name="Delete").click()
+    button = page.get_by_role("button", name="Delete this volume")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-model")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-models")
+    shot(page, "volume-delete")
+    button.click()
+    expect_text(page.locator(".notice"), "console-models.* deleted")
+    assert page.locator('tr[data-volume="console-models"]').count() == 0
+    assert server.http.get(f"/v1/networkvolumes/{volume['id']}").status_code == 404
+
+
+def test_a_volume_attached_to_an_endpoint_is_not_deleted_and_says_to_which(
+    browser: Any, server: Server
+) -> None:
+    """Typed name or not, the service refuses while an endpoint names the volume: its 409
+    message, naming the endpoint, is shown at the confirm field. Without script, so the
+    server's own check of the typed name is the one that lets the form through."""
+    volume = make_volume(server, "console-attached")
+    endpoint = echo_endpoint(server, "console-on-volume", networkVolumeId=volume["id"])
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page, server)
+        page.goto(f"{server.url}/console/volumes")
+        row = page.locator('tr[data-volume="console-attached"]')
+        expect_text(row.locator("[data-attached]"), "console-on-volume")
+        row.get_by_role("link", name="Delete network volume console-attached").click()
+        expect_text(page.locator("[data-attached]"), f"console-on-volume.*{endpoint['id']}")
+        page.get_by_label(re.compile("to confirm")).fill("not-its-name")
+        page.get_by_role("button", name="Delete this volume").click()
+        expect_text(page.locator("#e-confirm_name"), "not this volume's name")
+        page.get_by_label(re.compile("to confirm")).fill("console-attached")
+        page.get_by_role("button", name="Delete this volume").click()
+        expect_text(
+            page.locator("#e-confirm_name"), f"attached to endpoint\\(s\\) {endpoint['id']}"
+        )
+        shot(page, "volume-delete-refused")
+        assert server.http.get(f"/v1/networkvolumes/{volume['id']}").status_code == 200
+    finally:
+        context.close()
+        server.http.delete(f"/v1/endpoints/{endpoint['id']}")
+        server.http.delete(f"/v1/networkvolumes/{volume['id']}")
+
+
+def test_the_endpoint_form_attaches_detaches_and_refuses_a_volume(
+    page: Any, server: Server
+) -> None:
+    volume = make_volume(server, "console-weights", size=2)
+    gone = make_volume(server, "console-gone")
+    template = server.create_template(
+        "echo_worker.py",
+        name="console-volume-echo",
+        category="CPU",
+        dockerStartCmd=shlex.split(START_COMMAND),
+    )
+    sign_in(page, server)
+
+    # Create with a volume chosen: the API has it, the endpoint's page links it.
+    page.get_by_role("link", name="New endpoint").click()
+    page.get_by_label("Name", exact=True).fill("console-volume-ep")
+    page.get_by_label("Template", exact=True).select_option(template["id"])
+    page.get_by_label("Compute type").select_option("CPU")
+    volumes = page.get_by_label("Network volume")
+    assert volumes.input_value() == ""
+    volumes.select_option(label="console-weights — 2 GB")
+    shot(page, "endpoint-form-volume")
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("heading", name="console-volume-ep").wait_for()
+    endpoint_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+    assert server.http.get(f"/v1/endpoints/{endpoint_id}").json()["networkVolumeId"] == volume["id"]
+    expect_text(page.locator(".facts"), f"Network volume\\s*{volume['id']}")
+
+    # A volume gone by the time the form is saved: refused at its field, nothing saved.
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}/edit")
+    volumes = page.get_by_label("Network volume")
+    assert volumes.input_value() == volume["id"]
+    volumes.select_option(gone["id"])
+    expect_text(page.locator("#restart-notice"), "network volume")
+    assert server.http.delete(f"/v1/networkvolumes/{gone['id']}").status_code == 204
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator("#e-networkVolumeId"), f"no network volume {gone['id']}")
+    assert server.http.get(f"/v1/endpoints/{endpoint_id}").json()["networkVolumeId"] == volume["id"]
+    shot(page, "endpoint-form-volume-refused")
+
+    # "None" detaches it, and the volume can go.
+    page.get_by_label("Network volume").select_option(label="None")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator(".notice"), "Saved. The workers restart")
+    assert server.http.get(f"/v1/endpoints/{endpoint_id}").json().get("networkVolumeId") is None
+    assert server.http.delete(f"/v1/networkvolumes/{volume['id']}").status_code == 204
+    server.http.delete(f"/v1/endpoints/{endpoint_id}")

@@ -1,5 +1,5 @@
-"""``/v1``: the management REST interface (registry auths, templates, endpoints, the webhook
-signing secret)."""
+"""``/v1``: the management REST interface (registry auths, templates, endpoints, network
+volumes, the webhook signing secret)."""
 
 import contextlib
 from collections.abc import AsyncIterator
@@ -23,6 +23,7 @@ from skiff.domain.placement import BlockerCause
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
+from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.domain.workers import WorkerReport
 from skiff.errors import Invalid
 from skiff.services.hub import Services
@@ -84,6 +85,30 @@ class LogLineOut(BaseModel):
 
 class LogsOut(BaseModel):
     lines: list[LogLineOut] = Field(description="Oldest first")
+
+
+class NetworkVolumeOut(BaseModel):
+    id: str
+    name: str
+    size: int = Field(description="GB (of 2^30 bytes): the quota it was given")
+    dataCenterId: str
+    usedBytes: int = Field(
+        description="The disk space its files take now (allocated blocks, as `du` counts "
+        "them), read when asked. It may pass `size`: writes are not stopped there"
+    )
+    createdAt: str = Field(description="When it was created (ISO-8601, UTC, milliseconds)")
+
+
+def _volume_out(report: VolumeReport) -> NetworkVolumeOut:
+    v = report.volume
+    return NetworkVolumeOut(
+        id=v.id,
+        name=v.name,
+        size=v.size,
+        dataCenterId=v.dataCenterId,
+        usedBytes=report.used_bytes,
+        createdAt=times.iso(v.createdAt),
+    )
 
 
 #: The largest request body ``/v1`` takes (a template with a long readme and env fits easily).
@@ -173,7 +198,7 @@ def build(services: Services) -> FastAPI:
         version="0.1.0",
         description=(
             "Management REST interface of skiff: container registry auths, templates, "
-            "serverless endpoints and the webhook signing secret. "
+            "serverless endpoints, network volumes and the webhook signing secret. "
             "Authenticate with `Authorization: Bearer <API key>`. "
             'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
         ),
@@ -342,8 +367,9 @@ def build(services: Services) -> FastAPI:
         responses={**BAD, **NOT_FOUND},
     )
     async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
-        """Changing the template, env or GPU settings bumps `version` and rolls the workers:
-        new ones start with the new settings, old ones finish their job and stop."""
+        """Changing the template, env, GPU settings or network volume bumps `version` and
+        rolls the workers: new ones start with the new settings, old ones finish their job and
+        stop."""
         return await render(
             user, await services.endpoints.update(user, endpoint_id, body), False, False
         )
@@ -438,6 +464,53 @@ def build(services: Services) -> FastAPI:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    # -- network volumes ----------------------------------------------------------------
+    volumes = APIRouter(prefix="/networkvolumes", tags=["network volumes"])
+
+    @volumes.post("", response_model=NetworkVolumeOut, responses=BAD)
+    async def create_network_volume(body: NetworkVolumeCreate, user: UserDep) -> NetworkVolumeOut:
+        """Create a volume: a directory on the server, mounted read-write at `/runpod-volume`
+        in every worker of the endpoints that name it in `networkVolumeId`. Refused (400,
+        `size`) when the disk has less free space than `size`."""
+        return _volume_out(await services.volumes.create(user, body))
+
+    @volumes.get("", response_model=list[NetworkVolumeOut])
+    async def list_network_volumes(user: UserDep) -> list[NetworkVolumeOut]:
+        return [_volume_out(r) for r in await services.volumes.all(user)]
+
+    @volumes.get("/{volume_id}", response_model=NetworkVolumeOut, responses=NOT_FOUND)
+    async def get_network_volume(volume_id: str, user: UserDep) -> NetworkVolumeOut:
+        return _volume_out(await services.volumes.get(user, volume_id))
+
+    @volumes.patch("/{volume_id}", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND})
+    async def update_network_volume(
+        volume_id: str, body: NetworkVolumeUpdate, user: UserDep
+    ) -> NetworkVolumeOut:
+        """Rename, grow, or both. A volume never shrinks (400, `size`), and what it grows by
+        must fit in the disk's free space (400, `size`). Its workers see the new size at once:
+        nothing restarts."""
+        return _volume_out(await services.volumes.update(user, volume_id, body))
+
+    @volumes.post(
+        "/{volume_id}/update", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND}
+    )
+    async def update_network_volume_post(
+        volume_id: str, body: NetworkVolumeUpdate, user: UserDep
+    ) -> NetworkVolumeOut:
+        """The same as PATCH."""
+        return _volume_out(await services.volumes.update(user, volume_id, body))
+
+    @volumes.delete(
+        "/{volume_id}",
+        status_code=204,
+        responses={**NOT_FOUND, 409: {"description": "Attached to endpoints, which it names"}},
+    )
+    async def delete_network_volume(volume_id: str, user: UserDep) -> Response:
+        """Delete the volume and every file in it, permanently. Refused (409) while endpoints
+        name it in `networkVolumeId`: the message lists them."""
+        await services.volumes.delete(user, volume_id)
+        return Response(status_code=204)
+
     # -- webhook signing secret ---------------------------------------------------------
     webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])
 
@@ -463,6 +536,6 @@ def build(services: Services) -> FastAPI:
         `GET /webhooksecret`)."""
         return WebhookSecretOut(secret=await services.webhooks.rotate_secret(user.id))
 
-    for router in (auths, templates, endpoints, webhooks):
+    for router in (auths, templates, endpoints, volumes, webhooks):
         app.include_router(router)
     return app

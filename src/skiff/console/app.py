@@ -139,7 +139,11 @@ class Console:
 
 def _section(path: str) -> str:
     """The part of the console a path is in, for the navigation's current link."""
-    for prefix, section in (("/templates", "templates"), ("/registry-auths", "registry")):
+    for prefix, section in (
+        ("/templates", "templates"),
+        ("/registry-auths", "registry"),
+        ("/volumes", "volumes"),
+    ):
         if path.startswith(prefix):
             return section
     return "endpoints"
@@ -252,6 +256,7 @@ def build(services: Services) -> ASGIApp:
         registry_pages,
         signin,
         template_pages,
+        volume_pages,
     )
 
     console = Console(services)
@@ -263,6 +268,7 @@ def build(services: Services) -> ASGIApp:
         *log_pages.routes(console),
         *template_pages.routes(console),
         *registry_pages.routes(console),
+        *volume_pages.routes(console),
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))
     app.state.console = console

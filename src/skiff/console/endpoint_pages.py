@@ -44,6 +44,7 @@ ROLLING_LABELS = {
     "cpuFlavorIds": "CPU flavors",
     "vcpuCount": "vCPU count",
     "env": "environment",
+    "networkVolumeId": "network volume",
 }
 #: A brand-new endpoint form: the API's defaults.
 DEFAULTS = EndpointSpec(name="", templateId="")
@@ -65,6 +66,7 @@ def form_values(spec: EndpointSpec) -> dict[str, str]:
         "executionTimeoutMs": str(spec.executionTimeoutMs),
         "env": forms.format_env(spec.env),
         "flashboot": "on" if spec.flashboot else "",
+        "networkVolumeId": spec.networkVolumeId or "",
     }
 
 
@@ -162,6 +164,7 @@ def routes(console: Console) -> list[BaseRoute]:
             errors=errors,
             templates=templates,
             registry_auths=await services.registry_auths.all(visitor.user),
+            volumes=await services.volumes.records(visitor.user),
             gpu_types=sorted({gpu.name for gpu in services.gpus.gpus}),
             compute_types=[c.value for c in ComputeType],
             scaler_types=[s.value for s in ScalerType],

@@ -1,7 +1,8 @@
 """From an HTML form to the API's own input models, and their errors back to form fields.
 
 The console validates with the same pydantic models as ``/v1`` (``EndpointCreate``,
-``EndpointUpdate``, ``TemplateCreate``, ``RegistryAuthCreate``) and the same services, so a
+``EndpointUpdate``, ``TemplateCreate``, ``RegistryAuthCreate``, ``NetworkVolumeCreate``,
+``NetworkVolumeUpdate``) and the same services, so a
 value the API refuses is refused here with the same words, shown next to its field.
 """
 
@@ -38,6 +39,7 @@ ENDPOINT_FIELDS = (
     "scalerType",
     "env",
     "flashboot",
+    "networkVolumeId",
 )
 #: Template settings the console's template forms edit, as the API names them.
 TEMPLATE_FIELDS = (
@@ -49,6 +51,8 @@ TEMPLATE_FIELDS = (
     "env",
     "containerRegistryAuthId",
 )
+#: Network volume settings the console's volume forms edit, as the API names them.
+VOLUME_FIELDS = ("name", "size")
 
 
 class FieldError(ValueError):
@@ -139,9 +143,7 @@ def endpoint_data(form: Mapping[str, str], creating: bool) -> tuple[dict[str, An
     for field in ENDPOINT_NUMBERS:
         raw = form.get(field, "").strip()
         if raw:
-            # The API takes numbers only as JSON numbers; what is not one is passed on as
-            # typed, for the model to refuse at its field.
-            data[field] = int(raw) if raw.isdecimal() and raw.isascii() else raw
+            data[field] = number(raw)
     if form.get("scalerType"):
         data["scalerType"] = form["scalerType"]
     try:
@@ -149,7 +151,31 @@ def endpoint_data(form: Mapping[str, str], creating: bool) -> tuple[dict[str, An
     except FieldError as exc:
         errors[exc.field] = exc.message
     data["flashboot"] = form.get("flashboot") == "on"
+    # "None" is the empty choice: left out of a new endpoint, and sent as null by an edit,
+    # which detaches the volume.
+    volume = form.get("networkVolumeId", "")
+    if volume or not creating:
+        data["networkVolumeId"] = volume or None
     return data, errors
+
+
+def number(raw: str) -> int | str:
+    """A typed number as the API's input: the API takes numbers only as JSON numbers, so
+    what is not one is passed on as typed, for the model to refuse at its field."""
+    return int(raw) if raw.isdecimal() and raw.isascii() else raw
+
+
+def volume_data(form: Mapping[str, str]) -> dict[str, Any]:
+    """The volume form (create, or rename and grow) as the API's input; a field left empty
+    is left out (the model says a new volume needs it; an edit keeps it as it is)."""
+    data: dict[str, Any] = {}
+    name = form.get("name", "").strip()
+    if name:
+        data["name"] = name
+    size = form.get("size", "").strip()
+    if size:
+        data["size"] = number(size)
+    return data
 
 
 def template_data(form: Mapping[str, str], prefix: str = "") -> tuple[dict[str, Any], Errors]:

@@ -43,6 +43,17 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def disk(size: int) -> str:
+    """Bytes in the units a volume's size is given in (a GB is 2^30 bytes, ``domain/volumes``),
+    so "used" and "size" read alike."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            break
+        value /= 1024
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 def pretty(json_text: str | None) -> str:
     """Stored JSON indented for reading, cut past ``JSON_SHOWN_MAX`` characters."""
     if json_text is None:
@@ -63,5 +74,5 @@ def environment(directory: Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, iso=iso, duration=duration, pretty=pretty)
+    env.filters.update(when=when, iso=iso, duration=duration, pretty=pretty, disk=disk)
     return env

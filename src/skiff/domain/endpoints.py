@@ -170,9 +170,19 @@ def apply_endpoint_update(current: EndpointSpec, update: EndpointUpdate) -> Endp
 NULLABLE_FIELDS = frozenset({"networkVolumeId"})
 
 
-#: Endpoint fields whose change means running workers no longer match the endpoint.
+#: Endpoint fields whose change means running workers no longer match the endpoint (a
+#: worker's network volume is mounted when it starts, so attaching one needs new workers).
 FIELDS_THAT_ROLL_WORKERS = frozenset(
-    {"templateId", "env", "gpuTypeIds", "gpuCount", "computeType", "cpuFlavorIds", "vcpuCount"}
+    {
+        "templateId",
+        "env",
+        "gpuTypeIds",
+        "gpuCount",
+        "computeType",
+        "cpuFlavorIds",
+        "vcpuCount",
+        "networkVolumeId",
+    }
 )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints, field_validator
 
 from skiff.domain.endpoints import MAX_ENV_VARS, MAX_ID_LENGTH, EnvName, EnvValue
+from skiff.domain.image_references import image_reference_problem
 from skiff.domain.input_types import Bool, Int, StrictInput, Text
 
 #: skiff's own bounds (the v1 reference names none).
@@ -35,6 +36,13 @@ def _check_env(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+def _check_image(value: str | None) -> str | None:
+    problem = None if value is None else image_reference_problem(value)
+    if problem is not None:
+        raise ValueError(f"{value!r} is not a valid image reference: it {problem}")
+    return value
+
+
 class TemplateUpdate(StrictInput):
     """Every field optional; ``category`` and ``isServerless`` are fixed at creation. Types are
     strict (``domain/input_types.py``); the bounds are skiff's own, shown in the OpenAPI
@@ -54,6 +62,7 @@ class TemplateUpdate(StrictInput):
     containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
     _env = field_validator("env")(lambda v: v if v is None else _check_env(v))
+    _image = field_validator("imageName")(_check_image)
 
 
 class TemplateCreate(StrictInput):
@@ -73,6 +82,7 @@ class TemplateCreate(StrictInput):
     containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
     _env = field_validator("env")(_check_env)
+    _image = field_validator("imageName")(_check_image)
 
 
 class Template(TemplateCreate):
@@ -86,6 +96,9 @@ class Template(TemplateCreate):
         # A stored template was checked when it came in: rows written before a check was
         # added still load, so a listing never fails on one.
         return value
+
+    # A template stored before references were checked still loads (and fails its pull).
+    _image = field_validator("imageName")(lambda v: v)
 
 
 def apply_template_update(current: Template, update: TemplateUpdate) -> Template:

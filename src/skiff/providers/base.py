@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 #: Called with (worker id, exit code) when a worker's process ends, whoever ended it.
 ExitCallback = Callable[[str, int], Awaitable[None]]
+
+
+#: Where a worker sees its endpoint's network volume, as on the hosted platform.
+VOLUME_MOUNT_PATH = "/runpod-volume"
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +22,43 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     home: Path
+    #: The directory of the endpoint's network volume, to be mounted read-write at
+    #: ``VOLUME_MOUNT_PATH`` inside the worker; None when it has none.
+    volume: Path | None = None
+    #: What a container provider runs (``providers/docker.py``); a process provider ignores it.
+    container: ContainerSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryCredentials:
+    """A template's container registry auth. The password never shows in a repr or a log."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """A worker as a container: the template's image and command (the image's own where the
+    template gives none), and the endpoint's share of the machine."""
+
+    image: str
+    entrypoint: list[str] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    credentials: RegistryCredentials | None = None
+    #: Host indices of exactly the GPUs the worker is given (a device request for them).
+    gpu_indices: tuple[int, ...] = ()
+    #: CPU endpoints: vCPUs and memory (``domain/containers.py``); None: no limit.
+    vcpus: int | None = None
+    memory_bytes: int | None = None
+    #: The template's ``containerDiskInGb``: a size limit on the container's writable layer
+    #: where the storage driver supports one.
+    disk_gb: int | None = None
+
+
+class WorkerStartError(Exception):
+    """The worker could not be started, for a reason worth showing the endpoint's owner as is
+    (``lastWorkerFailure``): a missing image, refused credentials, an unreachable registry."""
 
 
 class LogSink(Protocol):
@@ -52,6 +93,26 @@ class WorkerProvider(Protocol):
     async def stop_all(self, grace: float) -> None: ...
 
     def running(self) -> list[str]: ...
+
+    def worker_url(self, base_url: str) -> str:
+        """The server's ``base_url`` as the worker can reach it (a container sees the host
+        through its gateway, not as 127.0.0.1)."""
+        ...
+
+    def host_environment(self) -> dict[str, str]:
+        """What the worker inherits from the server's own environment, below the template's
+        and the protocol's variables: the host's for a process, nothing for a container."""
+        ...
+
+    #: Whether the worker runs a template's image (so a template without a command still
+    #: runs, with the image's own).
+    runs_images: bool
+
+    async def volume_mount_problem(self) -> str | None:
+        """None when this provider can mount a network volume (``Launch.volume``) at
+        ``VOLUME_MOUNT_PATH`` in its workers; otherwise why not, in words for the user who asked
+        for one (an endpoint with a ``networkVolumeId`` is refused with them)."""
+        ...
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """End a worker left running by an earlier server process, if it is still there."""

@@ -8,12 +8,17 @@ port; the start-up sweep (``kill_leftover``) ends any process group that outlive
 A worker's stdout and stderr go through a pipe that skiff reads, not straight to a file, into the
 ``LogSink`` the logs service opens for it (``providers/base.py``): that caps and rotates the log
 and stamps each line with the time it was read, wherever the log lives.
+
+A worker of an endpoint with a network volume runs through bubblewrap, in a mount namespace of
+its own that adds the volume at ``/runpod-volume`` to the host's file system
+(``bubblewrap.py``); it is otherwise the same process, in the same group, logged the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -22,6 +27,7 @@ import sys
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
+from skiff.providers import bubblewrap
 from skiff.providers.base import ExitCallback, Launch, LogSink, LogSinks
 
 log = logging.getLogger(__name__)
@@ -36,10 +42,36 @@ _SHIM = (
 )
 
 
-def _shimmed(argv: list[str]) -> list[str]:
+# The same for a worker behind bwrap, which must outlive the group's SIGTERM until the worker
+# inside has ended (providers/bubblewrap.py): it is started with SIGTERM ignored.
+_SHIELDED_SHIM = (
+    "import ctypes,os,signal,sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+    "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "os.execvpe(sys.argv[2], sys.argv[2:], os.environ)\n"
+)
+
+
+def _shimmed(argv: list[str], shim: str = _SHIM) -> list[str]:
     if sys.platform != "linux":
         return argv
-    return [sys.executable, "-S", "-I", "-c", _SHIM, str(os.getpid()), *argv]
+    return [sys.executable, "-S", "-I", "-c", shim, str(os.getpid()), *argv]
+
+
+def _command(launch: Launch) -> list[str]:
+    """The worker's command line; with a network volume, run through bwrap so that the volume
+    shows at ``/runpod-volume`` (providers/bubblewrap.py)."""
+    if launch.volume is None:
+        return _shimmed(launch.argv)
+    bwrap = bubblewrap.executable()
+    if bwrap is None:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"bubblewrap (bwrap) is not installed (Debian's {bubblewrap.PACKAGE} package); it "
+            "mounts the endpoint's network volume",
+        )
+    return _shimmed(bubblewrap.command(bwrap, launch.argv, launch.volume), _SHIELDED_SHIM)
 
 
 #: After a worker's process group is gone its pipe reaches EOF at once; this long is only
@@ -78,6 +110,8 @@ class LocalProvider:
         self._logs = logs
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: set[asyncio.Task[None]] = set()
+        #: Set once bwrap has been seen to mount a volume (a refusal is asked again next time).
+        self._mounts_volumes = False
 
     async def start(self, launch: Launch) -> int:
         # The user's alone, like the data directory it is in (datadir.py).
@@ -100,7 +134,7 @@ class LocalProvider:
             raise
         try:
             proc = await asyncio.create_subprocess_exec(
-                *_shimmed(launch.argv),
+                *_command(launch),
                 env=launch.env,
                 cwd=self._cwd,
                 stdin=subprocess.DEVNULL,
@@ -177,6 +211,24 @@ class LocalProvider:
 
     def running(self) -> list[str]:
         return list(self._procs)
+
+    #: A process runs the template's command on the host; its ``imageName`` is not used.
+    runs_images = False
+
+    def worker_url(self, base_url: str) -> str:
+        return base_url
+
+    def host_environment(self) -> dict[str, str]:
+        """The server's environment minus its secrets (``SKIFF_*``) and any ``RUNPOD_*``."""
+        return {k: v for k, v in os.environ.items() if not k.startswith(("SKIFF_", "RUNPOD_"))}
+
+    async def volume_mount_problem(self) -> str | None:
+        """Through bwrap, tried for real the first time (``bubblewrap.problem``)."""
+        if self._mounts_volumes:
+            return None
+        problem = await bubblewrap.problem()
+        self._mounts_volumes = problem is None
+        return problem
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """Only a process that really is that worker: its environment names the worker id,

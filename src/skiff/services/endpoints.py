@@ -48,8 +48,25 @@ class Endpoints:
         if await self._store.get_template(user.id, template_id) is None:
             raise Invalid(f"templateId: no template {template_id}", field="templateId")
 
+    async def _check_volume(self, user: User, volume_id: str | None) -> None:
+        """A volume to attach must be the user's, and this server able to mount it."""
+        if volume_id is None:
+            return
+        if await self._store.get_network_volume(user.id, volume_id) is None:
+            raise Invalid(
+                f"networkVolumeId: no network volume {volume_id}", field="networkVolumeId"
+            )
+        problem = await self._fleet.provider.volume_mount_problem()
+        if problem is not None:
+            raise Invalid(
+                f"networkVolumeId: this server cannot mount network volumes into its workers: "
+                f"{problem}",
+                field="networkVolumeId",
+            )
+
     async def create(self, user: User, data: EndpointCreate) -> Endpoint:
         await self._check_template(user, data.templateId)
+        await self._check_volume(user, data.networkVolumeId)
         endpoint_id = short_id()
         endpoint = Endpoint(
             id=endpoint_id,
@@ -100,6 +117,9 @@ class Endpoints:
         current = await self.get(user, endpoint_id)
         if data.templateId is not None:
             await self._check_template(user, data.templateId)
+        # Checked when it changes only: settings sent back unchanged are not refused for it.
+        if data.networkVolumeId != current.spec.networkVolumeId:
+            await self._check_volume(user, data.networkVolumeId)
         try:
             spec = apply_endpoint_update(current.spec, data)
         except ValidationError as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import shutil
 import socket
 from collections.abc import Awaitable, Callable
@@ -21,15 +20,24 @@ import orjson
 
 from skiff.clock import Clock
 from skiff.config import Settings
+from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint
 from skiff.domain.placement import Blocker, gpus_busy_blocker, missing_gpus, worker_limit_blocker
+from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
-from skiff.providers.base import Launch, WorkerProvider
+from skiff.providers.base import (
+    ContainerSpec,
+    Launch,
+    RegistryCredentials,
+    WorkerProvider,
+    WorkerStartError,
+)
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.gpus import GpuPool
 from skiff.services.logs import WorkerLogs
+from skiff.services.volumes import Volumes
 from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -73,8 +81,10 @@ class Fleet:
         exits: WorkerExits,
         logs: WorkerLogs,
         worker_limit: int,
+        volumes: Volumes,
     ) -> None:
-        """``provider`` runs the processes and reports each one's end to ``exits``."""
+        """``provider`` runs the processes and reports each one's end to ``exits``;
+        ``volumes`` finds the directory of an endpoint's network volume."""
         self._settings = settings
         #: The most worker processes this replica runs at once (``SKIFF_MAX_WORKERS``).
         self.worker_limit = worker_limit
@@ -103,6 +113,7 @@ class Fleet:
         self._said: dict[str, str] = {}
         self._gpus = gpus
         self._logs = logs
+        self._volumes = volumes
 
     def home(self, worker_id: str) -> Path:
         return self._settings.data_dir / "workers" / worker_id / "home"
@@ -114,10 +125,11 @@ class Fleet:
         and the endpoint's variables, then the worker protocol's and its GPU pinning, which
         always win."""
         worker_id = worker.id
-        base = self._settings.base_url()
+        # As the worker reaches the server: a container sees the host through its gateway.
+        base = self.provider.worker_url(self._settings.base_url())
         ep = endpoint.id
         query = "?gpu=" + ("cpu" if endpoint.spec.computeType is ComputeType.CPU else "gpu")
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(("SKIFF_", "RUNPOD_"))}
+        inherited = self.provider.host_environment()
         protocol = {
             "RUNPOD_WEBHOOK_GET_JOB": f"{base}/v2/{ep}/job-take/$ID{query}",
             "RUNPOD_WEBHOOK_POST_OUTPUT": f"{base}/v2/{ep}/job-done/$RUNPOD_POD_ID/$ID{query}",
@@ -193,7 +205,8 @@ class Fleet:
     ) -> Worker | None:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
-        if not argv:
+        # A container without a command of the template's runs its image's own.
+        if template is None or (not argv and not self.provider.runs_images):
             await self._fail(
                 endpoint.id,
                 f"template {endpoint.spec.templateId} not found"
@@ -202,8 +215,31 @@ class Fleet:
             )
             await self._workers.remove(worker.id)
             return None
-        assert template is not None
+        volume = None
+        if endpoint.spec.networkVolumeId is not None:
+            volume = await self._volumes.directory(endpoint.userId, endpoint.spec.networkVolumeId)
+            if volume is None:  # deleted while an endpoint was being attached to it
+                await self._fail(
+                    endpoint.id,
+                    f"network volume {endpoint.spec.networkVolumeId} not found: attach another "
+                    "or set networkVolumeId to null",
+                )
+                await self._workers.remove(worker.id)
+                return None
         env = template.env | endpoint.spec.env
+        credentials = None
+        if self.provider.runs_images and template.containerRegistryAuthId:
+            auth = await self._store.get_registry_auth(
+                endpoint.userId, template.containerRegistryAuthId
+            )
+            if auth is None:
+                await self._fail(
+                    endpoint.id,
+                    f"container registry auth {template.containerRegistryAuthId} not found",
+                )
+                await self._workers.remove(worker.id)
+                return None
+            credentials = RegistryCredentials(auth.username, auth.password)
         if self.running_count() >= self.worker_limit:
             # The server runs all the workers it may: this one waits for room.
             return await self._blocked(
@@ -229,6 +265,10 @@ class Fleet:
             argv=argv,
             env=await self.environment(endpoint, worker, env),
             home=self.home(worker.id),
+            volume=volume,
+            container=container_spec(endpoint, template, worker, credentials)
+            if self.provider.runs_images
+            else None,
         )
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.
@@ -243,6 +283,16 @@ class Fleet:
             self._launched.pop(worker.id, None)
             await self._workers.remove(worker.id)
             await self._fail(endpoint.id, f"the worker command could not start: {exc}")
+            return None
+        except WorkerStartError as exc:
+            # Kept as unhealthy (no process), like a worker that exits right after its start:
+            # the scaler replaces it after the back-off; its log holds what the start said.
+            self._gpus.release(worker.id)
+            self._launched.pop(worker.id, None)
+            worker.state = WorkerState.UNHEALTHY
+            worker.gpu = worker.gpu_ids = None
+            await self._workers.add(worker)
+            await self._fail(endpoint.id, str(exc), worker.id)
             return None
         await self._workers.update(worker, pid=pid)
         self._said.pop(endpoint.id, None)
@@ -502,3 +552,24 @@ class Fleet:
         await self._end_all()
         if self._stopping:
             await asyncio.wait(set(self._stopping), timeout=10)
+
+
+def container_spec(
+    endpoint: Endpoint,
+    template: Template,
+    worker: Worker,
+    credentials: RegistryCredentials | None,
+) -> ContainerSpec:
+    """The worker as a container: the template's image and command, the worker's GPUs, and a
+    CPU endpoint's vCPUs and memory."""
+    limits = cpu_limits(endpoint.spec)
+    return ContainerSpec(
+        image=template.imageName,
+        entrypoint=list(template.dockerEntrypoint),
+        command=list(template.dockerStartCmd),
+        credentials=credentials,
+        gpu_indices=tuple(int(i) for i in worker.gpu_ids.split(",")) if worker.gpu_ids else (),
+        vcpus=limits.vcpus if limits else None,
+        memory_bytes=limits.memory_bytes if limits else None,
+        disk_gb=template.containerDiskInGb or None,
+    )

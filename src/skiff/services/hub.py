@@ -29,11 +29,13 @@ from skiff.services.registry_auths import RegistryAuths
 from skiff.services.result_holds import ResultHolds
 from skiff.services.scaler import Scaler
 from skiff.services.templates import Templates
+from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import WebhookSender, check_webhook_url
 from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
+from skiff.volume_dirs import VolumeDirs
 
 
 @dataclass
@@ -63,6 +65,7 @@ class Services:
     peer_logs: PeerLogs
     logs: EndpointLogs
     placement: Placement
+    volumes: Volumes
 
     @classmethod
     def build(
@@ -104,6 +107,7 @@ class Services:
             Lineup(settings.lineup_seconds),
         )
         gpu_pool = GpuPool(gpus)
+        volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()))
         fleet = Fleet(
             settings,
             store,
@@ -116,6 +120,7 @@ class Services:
             exits,
             worker_logs,
             worker_limit=worker_limit,
+            volumes=volumes,
         )
         placement = Placement(store, gpu_pool, fleet)
         webhooks = WebhookSender(
@@ -183,4 +188,5 @@ class Services:
             logs=EndpointLogs(worker_logs, peer_logs, store, wakeups),
             placement=placement,
             webhooks=webhooks,
+            volumes=volumes,
         )

@@ -17,6 +17,7 @@ from skiff.domain.jobs import JobCounts as JobCounts
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
 from skiff.domain.users import User as User
+from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker
 
 
@@ -108,6 +109,39 @@ class Store(Protocol):
     async def update_template(self, user_id: str, template: Template) -> Template: ...
 
     async def delete_template(self, user_id: str, template_id: str) -> bool: ...
+
+    # -- network volumes ------------------------------------------------------------
+    async def create_network_volume(self, user_id: str, volume: NetworkVolume) -> NetworkVolume:
+        """Record the owner's new volume (its directory is the caller's: ``volume_dirs.py``)."""
+        ...
+
+    async def list_network_volumes(self, user_id: str) -> list[NetworkVolume]:
+        """The owner's volumes, oldest first."""
+        ...
+
+    async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
+        """None for an unknown id, and for another owner's."""
+        ...
+
+    async def update_network_volume(
+        self, user_id: str, volume_id: str, name: str, size: int
+    ) -> NetworkVolume | None:
+        """Rename and resize in one conditional write that never shrinks: with ``size`` below
+        the stored size nothing changes, even when a grow raced ahead. Returns the volume as
+        stored afterwards (so a caller sees a refused shrink as another size than it asked
+        for); None when the owner has no such volume."""
+        ...
+
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
+        """Remove the volume unless an endpoint of its owner names it (``networkVolumeId``),
+        checked in the same transaction. Returns the ids of those endpoints, and then removes
+        nothing; an empty list once removed; None when the owner has no such volume."""
+        ...
+
+    async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:
+        """Ids of the owner's endpoints whose ``networkVolumeId`` names the volume, oldest
+        first."""
+        ...
 
     # -- endpoints ------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint: ...

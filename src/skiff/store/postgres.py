@@ -20,6 +20,7 @@ import asyncpg  # type: ignore[import-untyped]
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.templates import Template
+from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
 from skiff.errors import Conflict
@@ -43,6 +44,8 @@ from skiff.store.rows import (
     job_counts_from,
     job_from_row,
     job_params,
+    network_volume_from_row,
+    network_volume_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -376,6 +379,46 @@ class PostgresStore:
 
     async def delete_template(self, user_id: str, template_id: str) -> bool:
         return await self._execute_named("delete_template", user_id=user_id, id=template_id) > 0
+
+    # -- network volumes ------------------------------------------------------------------
+    async def create_network_volume(self, user_id: str, volume: NetworkVolume) -> NetworkVolume:
+        await self._execute_named("create_network_volume", **network_volume_params(user_id, volume))
+        return volume
+
+    async def list_network_volumes(self, user_id: str) -> list[NetworkVolume]:
+        rows = await self._fetch_named("list_network_volumes", user_id=user_id)
+        return [network_volume_from_row(r) for r in rows]
+
+    async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
+        row = await self._fetchrow_named("get_network_volume", user_id=user_id, id=volume_id)
+        return network_volume_from_row(row) if row else None
+
+    async def update_network_volume(
+        self, user_id: str, volume_id: str, name: str, size: int
+    ) -> NetworkVolume | None:
+        async with self.pool.acquire() as c, c.transaction():
+            row = await _fetchrow(
+                c, "update_network_volume", name=name, size_gb=size, user_id=user_id, id=volume_id
+            )
+            if row is None:  # a shrink (left as it is), or no such volume
+                row = await _fetchrow(c, "get_network_volume", user_id=user_id, id=volume_id)
+        return network_volume_from_row(row) if row else None
+
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
+        async with self.pool.acquire() as c, c.transaction():
+            users = await _fetch(
+                c, "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id
+            )
+            if users:
+                return [r["id"] for r in users]
+            deleted = await _execute(c, "delete_network_volume", user_id=user_id, id=volume_id)
+        return [] if deleted else None
+
+    async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:
+        rows = await self._fetch_named(
+            "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id
+        )
+        return [r["id"] for r in rows]
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:

@@ -15,6 +15,7 @@ import orjson
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.templates import Template
+from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.store.base import (
     ApiKey,
@@ -382,4 +383,25 @@ def template_params(user_id: str, template: Template) -> dict[str, Any]:
         "user_id": user_id,
         "name": template.name,
         "spec": template.model_dump_json(),
+    }
+
+
+def network_volume_from_row(row: Any) -> NetworkVolume:
+    return NetworkVolume(
+        id=row["id"],
+        name=row["name"],
+        size=row["size_gb"],
+        dataCenterId=row["data_center_id"],
+        createdAt=row["created_at"],
+    )
+
+
+def network_volume_params(user_id: str, volume: NetworkVolume) -> dict[str, Any]:
+    return {
+        "id": volume.id,
+        "user_id": user_id,
+        "name": volume.name,
+        "size_gb": volume.size,
+        "data_center_id": volume.dataCenterId,
+        "created_at": volume.createdAt,
     }

@@ -27,6 +27,7 @@ from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tig
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.templates import Template
+from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
 from skiff.errors import Conflict
@@ -51,6 +52,8 @@ from skiff.store.rows import (
     job_counts_from,
     job_from_row,
     job_params,
+    network_volume_from_row,
+    network_volume_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -586,6 +589,47 @@ class SQLiteStore:
 
     async def delete_template(self, user_id: str, template_id: str) -> bool:
         return await self._write_run("delete_template", user_id=user_id, id=template_id) > 0
+
+    # -- network volumes ------------------------------------------------------------------
+    async def create_network_volume(self, user_id: str, volume: NetworkVolume) -> NetworkVolume:
+        await self._write_run("create_network_volume", **network_volume_params(user_id, volume))
+        return volume
+
+    async def list_network_volumes(self, user_id: str) -> list[NetworkVolume]:
+        rows = self._query("list_network_volumes", user_id=user_id)
+        return [network_volume_from_row(r) for r in rows]
+
+    async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
+        rows = self._query("get_network_volume", user_id=user_id, id=volume_id)
+        return network_volume_from_row(rows[0]) if rows else None
+
+    async def update_network_volume(
+        self, user_id: str, volume_id: str, name: str, size: int
+    ) -> NetworkVolume | None:
+        def op(c: sqlite3.Connection) -> NetworkVolume | None:
+            row = _row(
+                c, "update_network_volume", name=name, size_gb=size, user_id=user_id, id=volume_id
+            )
+            if row is None:  # a shrink (left as it is), or no such volume
+                row = _row(c, "get_network_volume", user_id=user_id, id=volume_id)
+            return network_volume_from_row(row) if row else None
+
+        return await self._write(op)
+
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
+        # One writer thread: no endpoint can name the volume between the check and the delete.
+        def op(c: sqlite3.Connection) -> list[str] | None:
+            users = _rows(c, "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id)
+            if users:
+                return [r["id"] for r in users]
+            deleted = _run(c, "delete_network_volume", user_id=user_id, id=volume_id).rowcount
+            return [] if deleted else None
+
+        return await self._write(op)
+
+    async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:
+        rows = self._query("endpoints_using_network_volume", user_id=user_id, volume_id=volume_id)
+        return [r["id"] for r in rows]
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:

@@ -821,6 +821,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0004_replicas.sql",
         "0005_job_counts.sql",
         "0006_lineups.sql",
+        "0007_network_volumes.sql",
     ]
     assert {
         "jobs",
@@ -830,6 +831,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "meta",
         "stop_signals",
         "webhook_deliveries",
+        "network_volumes",
     } <= tables
 
 
@@ -877,7 +879,7 @@ def test_both_migration_sets_are_numbered_alike() -> None:
 #: What a database migrated by the version before the renumbering records.
 EARLIER_RECORD = ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
 #: Migrations written after the renumbering: never recorded under another name.
-AFTER_RENUMBERING = ["0006_lineups.sql"]
+AFTER_RENUMBERING = ["0006_lineups.sql", "0007_network_volumes.sql"]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
     [
@@ -889,6 +891,7 @@ BOTH_RECORDS = sorted(
         "0004_replicas.sql",
         "0005_job_counts.sql",
         "0006_lineups.sql",
+        "0007_network_volumes.sql",
     ]
 )
 
@@ -980,6 +983,7 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
         "api_keys",
         "registry_auths",
         "templates",
+        "network_volumes",
     } <= tables
 
 

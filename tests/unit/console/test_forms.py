@@ -7,6 +7,7 @@ import pytest
 from skiff.console import forms
 from skiff.domain.endpoints import EndpointCreate, EndpointUpdate
 from skiff.domain.templates import TemplateCreate
+from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate
 from skiff.errors import Conflict, Invalid
 
 
@@ -109,6 +110,38 @@ def test_service_refusals_land_on_their_field_without_its_prefix() -> None:
     assert forms.service_error(missing, "name") == {"templateId": "no template x"}
     taken = Conflict("a template named 'x' already exists")
     assert forms.service_error(taken, "name") == {"name": "a template named 'x' already exists"}
+
+
+def test_no_volume_chosen_is_left_out_of_a_new_endpoint_and_detaches_on_an_edit() -> None:
+    created, _ = forms.endpoint_data(endpoint_form(networkVolumeId=""), creating=True)
+    assert "networkVolumeId" not in created
+    edited, _ = forms.endpoint_data(endpoint_form(networkVolumeId=""), creating=False)
+    model, _ = forms.validate(EndpointUpdate, edited, forms.ENDPOINT_FIELDS, "workersMin")
+    assert model is not None and "networkVolumeId" in model.model_fields_set
+    assert model.networkVolumeId is None
+
+
+def test_a_chosen_volume_goes_to_the_api_as_its_id() -> None:
+    for creating in (True, False):
+        data, _ = forms.endpoint_data(endpoint_form(networkVolumeId="vol1"), creating)
+        assert data["networkVolumeId"] == "vol1"
+
+
+def test_a_volume_form_becomes_the_api_input_and_its_refusals_land_on_their_fields() -> None:
+    data = forms.volume_data({"name": " models ", "size": "50"})
+    model, invalid = forms.validate(NetworkVolumeCreate, data, forms.VOLUME_FIELDS, "name")
+    assert invalid == {} and model is not None and (model.name, model.size) == ("models", 50)
+    bad = forms.volume_data({"name": "", "size": "lots"})
+    _, invalid = forms.validate(NetworkVolumeCreate, bad, forms.VOLUME_FIELDS, "name")
+    assert set(invalid) == {"name", "size"} and "valid integer" in invalid["size"]
+    _, invalid = forms.validate(NetworkVolumeCreate, {"name": "m", "size": 4001}, ["size"], "name")
+    assert "less than or equal to 4000" in invalid["size"]
+
+
+def test_a_volume_edit_leaves_out_what_was_left_empty() -> None:
+    data = forms.volume_data({"name": "", "size": "7"})
+    model, invalid = forms.validate(NetworkVolumeUpdate, data, forms.VOLUME_FIELDS, "name")
+    assert invalid == {} and model is not None and (model.name, model.size) == (None, 7)
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,12 @@ and how times read."""
 
 from __future__ import annotations
 
+from skiff.console.app import _section
 from skiff.console.endpoint_pages import ROLLING_LABELS, form_values, rolling_changes
-from skiff.console.render import duration
+from skiff.console.render import disk, duration
 from skiff.console.signin import safe_next
-from skiff.domain.endpoints import FIELDS_THAT_ROLL_WORKERS, EndpointSpec
+from skiff.console.volume_pages import attached
+from skiff.domain.endpoints import FIELDS_THAT_ROLL_WORKERS, Endpoint, EndpointSpec
 
 
 def test_the_form_names_exactly_the_settings_that_restart_workers() -> None:
@@ -25,6 +27,40 @@ def test_form_values_round_the_stored_settings_into_text() -> None:
     values = form_values(spec)
     assert values["gpuTypeIds"] == "A\nB" and values["env"] == "K=v"
     assert values["flashboot"] == ""
+    assert values["networkVolumeId"] == ""
+    on_volume = spec.model_copy(update={"networkVolumeId": "vol1"})
+    assert form_values(on_volume)["networkVolumeId"] == "vol1"
+
+
+def test_attaching_a_volume_is_named_as_a_change_that_restarts_workers() -> None:
+    before = EndpointSpec(name="a", templateId="t")
+    after = before.model_copy(update={"networkVolumeId": "vol1"})
+    assert rolling_changes(before, after) == ["network volume"]
+
+
+def test_each_volume_lists_the_endpoints_that_name_it() -> None:
+    def endpoint(eid: str, volume: str | None) -> Endpoint:
+        spec = EndpointSpec(name=eid, templateId="t", networkVolumeId=volume)
+        return Endpoint(id=eid, userId="u", version=1, createdAt=0.0, spec=spec)
+
+    found = attached([endpoint("a", "v1"), endpoint("b", None), endpoint("c", "v1")])
+    assert {volume: [e.id for e in es] for volume, es in found.items()} == {"v1": ["a", "c"]}
+
+
+def test_the_volumes_pages_are_their_own_section_of_the_navigation() -> None:
+    assert _section("/volumes") == "volumes" and _section("/volumes/v1/delete") == "volumes"
+    assert _section("/endpoints/e1") == "endpoints"
+
+
+def test_used_space_reads_in_the_units_of_a_volumes_size() -> None:
+    assert [disk(x) for x in (0, 1000, 1536, 5 * 1024**2, 3 * 1024**3, 5000 * 1024**3)] == [
+        "0 B",
+        "1000 B",
+        "1.5 KB",
+        "5.0 MB",
+        "3.0 GB",
+        "5000.0 GB",
+    ]
 
 
 def test_sign_in_goes_on_only_to_a_console_path() -> None:

@@ -1,0 +1,167 @@
+"""Network volumes: the list (with the space each takes and the endpoints attached), create,
+a volume's page (rename and grow; never shrink), and delete after typing the name (refused,
+with the service's words, while endpoints are attached)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from skiff.console import forms
+from skiff.console.app import Console, Visitor
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
+from skiff.errors import Conflict, Invalid
+
+
+def attached(endpoints: list[Endpoint]) -> dict[str, list[Endpoint]]:
+    """The endpoints naming each volume, by volume id (from one read of the endpoints, not a
+    query per volume)."""
+    by_volume: dict[str, list[Endpoint]] = {}
+    for endpoint in endpoints:
+        if endpoint.spec.networkVolumeId:
+            by_volume.setdefault(endpoint.spec.networkVolumeId, []).append(endpoint)
+    return by_volume
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    services = console.services
+
+    async def attached_to(visitor: Visitor) -> dict[str, list[Endpoint]]:
+        return attached(await services.endpoints.all(visitor.user))
+
+    async def report(request: Request, visitor: Visitor) -> VolumeReport:
+        """The volume the path names, if it is the visitor's (else 404)."""
+        return await services.volumes.get(visitor.user, request.path_params["volume_id"])
+
+    async def list_page(
+        request: Request,
+        visitor: Visitor,
+        values: dict[str, str] | None = None,
+        errors: forms.Errors | None = None,
+        status: int = 200,
+    ) -> Response:
+        return console.page(
+            request,
+            "volumes.html",
+            visitor,
+            status,
+            title="Network volumes",
+            reports=await services.volumes.all(visitor.user),
+            attached=await attached_to(visitor),
+            values=values or {},
+            errors=errors or {},
+            created=request.query_params.get("created"),
+            deleted=request.query_params.get("deleted"),
+        )
+
+    async def volume_page(
+        request: Request,
+        visitor: Visitor,
+        shown: VolumeReport,
+        values: dict[str, str] | None = None,
+        errors: forms.Errors | None = None,
+        status: int = 200,
+    ) -> Response:
+        volume = shown.volume
+        return console.page(
+            request,
+            "volume.html",
+            visitor,
+            status,
+            title=volume.name,
+            report=shown,
+            endpoints=(await attached_to(visitor)).get(volume.id, []),
+            values=values or {"name": volume.name, "size": str(volume.size)},
+            errors=errors or {},
+            saved=request.query_params.get("saved"),
+        )
+
+    async def delete_page(
+        request: Request,
+        visitor: Visitor,
+        shown: VolumeReport,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        return console.page(
+            request,
+            "volume_delete.html",
+            visitor,
+            status,
+            title=f"Delete {shown.volume.name}",
+            report=shown,
+            endpoints=(await attached_to(visitor)).get(shown.volume.id, []),
+            error=error,
+        )
+
+    async def volumes_page(request: Request) -> Response:
+        return await list_page(request, await console.signed_in(request))
+
+    async def create(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        form = await console.form(request, visitor)
+        model, errors = forms.validate(
+            NetworkVolumeCreate, forms.volume_data(form), forms.VOLUME_FIELDS, "name"
+        )
+        if model is not None:
+            try:
+                made = await services.volumes.create(visitor.user, model)
+            except (Invalid, Conflict) as exc:
+                errors = forms.service_error(exc, "name")
+            else:
+                return Console.redirect(
+                    request, f"/volumes?{urlencode({'created': made.volume.name})}"
+                )
+        shown = {field: form.get(field, "") for field in forms.VOLUME_FIELDS}
+        return await list_page(request, visitor, shown, errors, 400)
+
+    async def detail(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        return await volume_page(request, visitor, await report(request, visitor))
+
+    async def update(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        current = await report(request, visitor)
+        form = await console.form(request, visitor)
+        shown = {field: form.get(field, "") for field in forms.VOLUME_FIELDS}
+        model, errors = forms.validate(
+            NetworkVolumeUpdate, forms.volume_data(form), forms.VOLUME_FIELDS, "name"
+        )
+        if model is not None:
+            try:
+                await services.volumes.update(visitor.user, current.volume.id, model)
+            except (Invalid, Conflict) as exc:
+                errors = forms.service_error(exc, "size")
+            else:
+                return Console.redirect(request, f"/volumes/{current.volume.id}?saved=1")
+        return await volume_page(request, visitor, current, shown, errors, 400)
+
+    async def delete_form(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        return await delete_page(request, visitor, await report(request, visitor))
+
+    async def delete(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        shown = await report(request, visitor)
+        form = await console.form(request, visitor)
+        if form.get("confirm_name") != shown.volume.name:
+            error = "The name you typed is not this volume's name; nothing was deleted."
+            return await delete_page(request, visitor, shown, error, 400)
+        try:
+            await services.volumes.delete(visitor.user, shown.volume.id)
+        except Conflict as exc:
+            return await delete_page(request, visitor, shown, exc.message, exc.status_code)
+        return Console.redirect(request, f"/volumes?{urlencode({'deleted': shown.volume.name})}")
+
+    return [
+        Route("/volumes", volumes_page, methods=["GET"]),
+        Route("/volumes", create, methods=["POST"]),
+        Route("/volumes/{volume_id}", detail, methods=["GET"]),
+        Route("/volumes/{volume_id}", update, methods=["POST"]),
+        Route("/volumes/{volume_id}/delete", delete_form, methods=["GET"]),
+        Route("/volumes/{volume_id}/delete", delete, methods=["POST"]),
+    ]

@@ -1,0 +1,496 @@
+"""Workers as containers of their template's image, through the Docker Engine API.
+
+The ``docker`` package talks to the daemon ``DOCKER_HOST`` names (the local socket by default;
+Podman's compatible socket works the same way); nothing shells out to the ``docker`` command.
+Its calls block, so each runs in a thread (``asyncio.to_thread``): the server's loop never
+waits on the daemon.
+
+A worker's container:
+
+- runs the template's image, pulled with the template's registry credentials when it has them
+  (every start, so the credentials are checked and a private image is never served from a copy
+  another user pulled), else only when the image is not here yet. Pull progress goes into the
+  worker's log; a failed pull raises ``WorkerStartError`` saying which: a missing image,
+  refused credentials, or an unreachable registry.
+- gets the worker protocol's environment and nothing of the server's own (``host_environment``),
+  reaches the server through the host gateway (``host.docker.internal``) unless
+  ``SKIFF_PUBLIC_URL`` names the address, and sees exactly its GPUs through a device request
+  (the NVIDIA container toolkit), renumbered from 0 inside.
+- carries labels naming the worker, endpoint and owner replica, the server it belongs to
+  (``server_identity``: this host and data directory, the same across restarts while the
+  replica id is new each time) and skiff's own marker: only containers with the marker are
+  ever listed, stopped or removed (``kill_leftover`` and ``end_leftovers`` look them up by
+  label), so a container of anybody else is never touched.
+- is removed once it has ended and its exit code has been reported to ``on_exit``.
+
+``containerDiskInGb`` becomes a ``size`` storage option, which only some storage drivers honour
+(overlay2 on XFS with project quotas, btrfs, zfs, devicemapper); on others (overlay2 on ext4,
+the usual case) the container is created without that limit and the worker's log says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import docker  # type: ignore[import-untyped]
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # type: ignore[import-untyped]
+from docker.types import DeviceRequest  # type: ignore[import-untyped]
+
+from skiff.domain.containers import visible_devices_inside
+from skiff.providers.base import (
+    VOLUME_MOUNT_PATH,
+    ContainerSpec,
+    ExitCallback,
+    Launch,
+    LogSink,
+    LogSinks,
+    WorkerStartError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Every container skiff starts carries this label; nothing without it is ever touched.
+MARKER = "dev.skiff.worker"
+WORKER_LABEL = "dev.skiff.worker-id"
+ENDPOINT_LABEL = "dev.skiff.endpoint-id"
+OWNER_LABEL = "dev.skiff.owner"
+SERVER_LABEL = "dev.skiff.server"
+#: The name a container reaches its host by (Docker's ``host-gateway``).
+HOST_GATEWAY = "host.docker.internal"
+#: Hosts that mean "this machine" to the server but the container itself inside it.
+_LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "::", ""}
+_DRAIN_SECONDS = 2.0
+
+
+def labels(worker_id: str, endpoint_id: str, owner: str, server: str) -> dict[str, str]:
+    return {
+        MARKER: "1",
+        WORKER_LABEL: worker_id,
+        ENDPOINT_LABEL: endpoint_id,
+        OWNER_LABEL: owner,
+        SERVER_LABEL: server,
+    }
+
+
+def server_identity(hostname: str, data_dir: Path) -> str:
+    """The server a container belongs to, the same across its restarts: one live server per
+    data directory (``serve_lock.py``), and the host's name, so that two machines sharing a
+    daemon (``DOCKER_HOST``) with the same data directory path are told apart. Hashed: a
+    label need not show the path."""
+    named = f"{hostname}\0{data_dir.resolve()}".encode()
+    return hashlib.sha256(named).hexdigest()[:16]
+
+
+def is_ours(container_labels: dict[str, str] | None) -> bool:
+    """Only containers skiff made carry its marker and a worker id."""
+    found = container_labels or {}
+    return found.get(MARKER) == "1" and bool(found.get(WORKER_LABEL))
+
+
+def gateway_url(base_url: str) -> str:
+    """The server's URL as a container sees it: a loopback host becomes the host gateway."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if host not in _LOOPBACK:
+        return base_url
+    netloc = HOST_GATEWAY + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def split_reference(image: str) -> tuple[str, str]:
+    """``repo[:tag|@digest]`` as (repository, tag or digest), ``latest`` when it names none."""
+    if "@" in image:
+        repo, digest = image.split("@", 1)
+        return repo, digest
+    last = image.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = image.rsplit(":", 1)
+        return repo, tag
+    return image, "latest"
+
+
+_MISSING = re.compile(r"manifest unknown|not found|does not exist|no such image", re.I)
+_REFUSED = re.compile(r"unauthorized|authentication required|denied|no basic auth", re.I)
+_UNREACHABLE = re.compile(
+    r"connection refused|no such host|dial tcp|timeout|i/o timeout|unreachable|EOF", re.I
+)
+
+
+def pull_failure(image: str, message: str) -> str:
+    """What a failed pull means to the endpoint's owner, from the daemon's message."""
+    if _REFUSED.search(message):
+        why = "the registry refused the credentials (wrong or missing registry auth)"
+    elif _MISSING.search(message):
+        why = "the image does not exist in the registry"
+    elif _UNREACHABLE.search(message):
+        why = "the registry could not be reached"
+    else:
+        why = "the pull failed"
+    return f"image {image} could not be pulled: {why}: {message.strip()}"
+
+
+def container_environment(launch: Launch, spec: ContainerSpec) -> dict[str, str]:
+    """The worker's environment inside its container: the host path of its home means nothing
+    there (the image's own ``HOME`` stays), and its GPUs are numbered from 0."""
+    env = dict(launch.env)
+    if env.get("HOME") == str(launch.home.resolve()):
+        del env["HOME"]
+    if spec.gpu_indices:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(spec.gpu_indices))
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+    return env
+
+
+def create_options(launch: Launch, spec: ContainerSpec, owner: str, server: str) -> dict[str, Any]:
+    """The arguments of ``containers.create`` for a worker (pure, so tests can read them)."""
+    options: dict[str, Any] = {
+        "image": spec.image,
+        "environment": container_environment(launch, spec),
+        "labels": labels(launch.worker_id, launch.endpoint_id, owner, server),
+        "name": f"skiff-{launch.worker_id}",
+        "extra_hosts": {HOST_GATEWAY: "host-gateway"},
+        "detach": True,
+        "stdin_open": False,
+        "tty": False,
+    }
+    if spec.entrypoint:
+        options["entrypoint"] = spec.entrypoint
+    if spec.command:
+        options["command"] = spec.command
+    if spec.gpu_indices:
+        options["device_requests"] = [
+            DeviceRequest(
+                driver="nvidia",
+                device_ids=[str(i) for i in spec.gpu_indices],
+                capabilities=[["gpu"]],
+            )
+        ]
+    if spec.vcpus is not None:
+        options["nano_cpus"] = spec.vcpus * 1_000_000_000
+    if spec.memory_bytes is not None:
+        options["mem_limit"] = spec.memory_bytes
+    if launch.volume is not None:
+        options["volumes"] = {str(launch.volume): {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
+    return options
+
+
+class DockerProvider:
+    """``owner`` (this replica's id) and ``server`` (``server_identity``) are written on every
+    container it starts; ``client`` is a ``docker.DockerClient`` (from the environment,
+    ``DOCKER_HOST`` included, by default)."""
+
+    runs_images = True
+
+    def __init__(
+        self,
+        on_exit: ExitCallback,
+        *,
+        logs: LogSinks,
+        owner: str,
+        server: str,
+        client: Any = None,
+    ) -> None:
+        self._on_exit = on_exit
+        self._logs = logs
+        self._owner = owner
+        self._server = server
+        self._client_given = client
+        self._running: dict[str, Any] = {}
+        self._watchers: set[asyncio.Task[None]] = set()
+
+    @property
+    def client(self) -> Any:
+        # Made on first use: a server on the local provider never needs a daemon.
+        if self._client_given is None:
+            self._client_given = docker.from_env()
+        return self._client_given
+
+    def worker_url(self, base_url: str) -> str:
+        return gateway_url(base_url)
+
+    def host_environment(self) -> dict[str, str]:
+        return {}
+
+    async def volume_mount_problem(self) -> str | None:
+        # A bind mount needs nothing beyond the daemon. The directory is the daemon's host's:
+        # with a remote ``DOCKER_HOST``, SKIFF_VOLUMES_DIR must be shared with that host.
+        return None
+
+    async def start(self, launch: Launch) -> int:
+        spec = launch.container
+        if spec is None:
+            raise WorkerStartError("the container provider was given no image to run")
+        sink = self._logs(launch.endpoint_id, launch.worker_id)
+        handover = _Handover()
+        try:
+            container = await asyncio.to_thread(self._bring_up, launch, spec, sink, handover)
+        except asyncio.CancelledError:
+            # The daemon goes on with what it was asked after the server stops waiting (a
+            # shutdown cancels the scaler mid-start): the container is removed once it exists,
+            # so none outlives a start that was given up.
+            handover.abandon()
+            sink.close()
+            raise
+        except BaseException as exc:
+            if isinstance(exc, WorkerStartError):
+                sink.feed(f"[skiff] {exc}\n".encode())
+            sink.close()
+            raise
+        self._running[launch.worker_id] = container
+        pump = asyncio.create_task(self._pump(launch.worker_id, container, sink))
+        task = asyncio.create_task(self._watch(launch.worker_id, container, pump))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+        return int(container.attrs.get("State", {}).get("Pid") or 0)
+
+    def _bring_up(
+        self, launch: Launch, spec: ContainerSpec, sink: LogSink, handover: _Handover
+    ) -> Any:
+        """Pull, create and start the container (blocking, in a thread); handed over to the
+        caller unless it gave up meanwhile, in which case it is removed here."""
+        self._pull_if_needed(spec, sink)
+        if handover.abandoned:
+            raise WorkerStartError("the start was given up")
+        container = self._create(launch, spec, sink)
+        try:
+            container.start()
+            container.reload()
+        except DockerException as exc:
+            with contextlib.suppress(DockerException):
+                container.remove(force=True)
+            raise WorkerStartError(f"the container could not start: {_explain(exc)}") from exc
+        handover.give(container)
+        return container
+
+    def create_container(self, launch: Launch) -> Any:
+        """Create (not start) the worker's container, the image already here: what Docker
+        records of it can then be read (``HostConfig.DeviceRequests`` on a host without GPUs)."""
+        assert launch.container is not None
+        return self._create(launch, launch.container, None)
+
+    def _create(self, launch: Launch, spec: ContainerSpec, sink: LogSink | None) -> Any:
+        options = create_options(launch, spec, self._owner, self._server)
+        if spec.disk_gb:
+            try:
+                return self.client.containers.create(
+                    **options, storage_opt={"size": f"{spec.disk_gb}G"}
+                )
+            except APIError as exc:
+                if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
+                    raise WorkerStartError(_explain(exc)) from exc
+                if sink is not None:
+                    sink.feed(
+                        b"[skiff] containerDiskInGb is not applied: this Docker storage driver"
+                        b" cannot limit a container's disk\n"
+                    )
+        try:
+            return self.client.containers.create(**options)
+        except ImageNotFound as exc:
+            raise WorkerStartError(pull_failure(spec.image, _explain(exc))) from exc
+        except DockerException as exc:
+            raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
+
+    def _pull_if_needed(self, spec: ContainerSpec, sink: LogSink) -> None:
+        if spec.credentials is None:
+            try:
+                self.client.images.get(spec.image)
+                return
+            except ImageNotFound:
+                pass
+            except DockerException as exc:
+                raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
+        repo, tag = split_reference(spec.image)
+        auth = (
+            {"username": spec.credentials.username, "password": spec.credentials.password}
+            if spec.credentials
+            else None
+        )
+        sink.feed(f"[skiff] pulling {spec.image}\n".encode())
+        progress = PullProgress()
+        try:
+            for event in self.client.api.pull(
+                repo, tag=tag, stream=True, decode=True, auth_config=auth
+            ):
+                if "error" in event:
+                    raise WorkerStartError(pull_failure(spec.image, str(event["error"])))
+                line = progress.line(event)
+                if line:
+                    sink.feed(line.encode())
+        except DockerException as exc:
+            raise WorkerStartError(pull_failure(spec.image, _explain(exc))) from exc
+
+    async def _pump(self, worker_id: str, container: Any, sink: LogSink) -> None:
+        try:
+            stream: Iterator[bytes] = await asyncio.to_thread(
+                container.logs, stream=True, follow=True, stdout=True, stderr=True
+            )
+            while (chunk := await asyncio.to_thread(next, stream, None)) is not None:
+                sink.feed(chunk)
+        except Exception:
+            log.exception("copying the output of worker %s failed", worker_id)
+        finally:
+            sink.close()
+
+    async def _watch(self, worker_id: str, container: Any, pump: asyncio.Task[None]) -> None:
+        try:
+            result = await asyncio.to_thread(container.wait)
+            code = int(result.get("StatusCode", -1))
+        except DockerException as exc:
+            log.warning("waiting for worker %s failed: %s", worker_id, exc)
+            code = -1
+        done, _ = await asyncio.wait({pump}, timeout=_DRAIN_SECONDS)
+        if not done:
+            pump.cancel()
+            await asyncio.wait({pump})
+        with contextlib.suppress(DockerException):
+            await asyncio.to_thread(container.remove, force=True)
+        self._running.pop(worker_id, None)
+        try:
+            await self._on_exit(worker_id, code)
+        except Exception:
+            log.exception("handling the exit of worker %s failed", worker_id)
+
+    async def stop(self, worker_id: str, grace: float) -> None:
+        """``docker stop``: the image's stop signal (SIGTERM), then SIGKILL after ``grace``."""
+        container = self._running.get(worker_id)
+        if container is None:
+            return
+        with contextlib.suppress(NotFound):
+            try:
+                await asyncio.to_thread(container.stop, timeout=max(0, round(grace)))
+            except DockerException as exc:
+                log.warning("stopping worker %s failed: %s", worker_id, exc)
+
+    async def stop_all(self, grace: float) -> None:
+        await asyncio.gather(*(self.stop(w, grace) for w in list(self._running)))
+        if self._watchers:
+            await asyncio.wait(set(self._watchers), timeout=10)
+
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    def kill_leftover(self, worker_id: str, pid: int) -> bool:
+        """End the container of a worker left by an earlier server process, found by its
+        labels (never by pid): nothing without skiff's marker is touched."""
+        found = False
+        for container in self._ours(f"{WORKER_LABEL}={worker_id}"):
+            if worker_id in self._running:
+                continue
+            with contextlib.suppress(DockerException):
+                container.remove(force=True)
+                found = True
+        return found
+
+    def end_leftovers(self) -> list[str]:
+        """At start-up, before the server answers: remove every container an earlier run of
+        this server left (its labels name this server but another replica id), record or no
+        record. Ended rather than adopted: its worker calls in with the old run's identity and
+        its output stream and exit were watched by a process that is gone; the jobs it held go
+        back to the queue (the worker's record is swept, or its lease runs out) and the scaler
+        starts fresh workers. Returns the worker ids of the containers removed."""
+        ended = []
+        for container in self._ours(f"{SERVER_LABEL}={self._server}"):
+            found = container.labels
+            if found.get(SERVER_LABEL) != self._server or found.get(OWNER_LABEL) == self._owner:
+                continue
+            try:
+                container.remove(force=True)
+            except NotFound:
+                continue
+            except DockerException as exc:
+                log.warning("removing the leftover container %s failed: %s", container.name, exc)
+                continue
+            ended.append(found[WORKER_LABEL])
+        if ended:
+            log.info("ended %d container(s) left by an earlier run: %s", len(ended), ended)
+        return ended
+
+    def _ours(self, label: str) -> list[Any]:
+        try:
+            found = self.client.containers.list(all=True, filters={"label": [f"{MARKER}=1", label]})
+        except DockerException as exc:
+            log.warning("listing skiff's containers failed: %s", exc)
+            return []
+        # The daemon filtered by label already; checked again so a filter the daemon ignores
+        # (an old API) can never widen what is removed.
+        return [c for c in found if is_ours(c.labels)]
+
+
+class _Handover:
+    """A started container passing from the starting thread to the waiting coroutine, or
+    removed when the coroutine was cancelled first (whichever comes second removes it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.abandoned = False
+        self._container: Any = None
+
+    def give(self, container: Any) -> None:
+        with self._lock:
+            if not self.abandoned:
+                self._container = container
+                return
+        _remove_quietly(container)
+
+    def abandon(self) -> threading.Thread | None:
+        """Give up; returns the thread removing a container already handed over, if any."""
+        with self._lock:
+            self.abandoned = True
+            container, self._container = self._container, None
+        if container is None:
+            return None
+        # Not awaited (the caller is being cancelled) and not on the loop (it may be
+        # closing): a thread of its own, which the interpreter waits for at exit.
+        remover = threading.Thread(target=_remove_quietly, args=(container,))
+        remover.start()
+        return remover
+
+
+def _remove_quietly(container: Any) -> None:
+    try:
+        container.remove(force=True)
+    except DockerException as exc:
+        log.warning("removing the container %s of a given-up start failed: %s", container.name, exc)
+
+
+class PullProgress:
+    """Pull events as log lines: each layer's steps, and its download in quarters, so a large
+    pull shows it is moving without a line per chunk."""
+
+    def __init__(self) -> None:
+        self._quarters: dict[str, int] = {}
+
+    def line(self, event: dict[str, Any]) -> str | None:
+        status = event.get("status")
+        layer = event.get("id") or ""
+        if not status:
+            return None
+        if status == "Downloading":
+            detail = event.get("progressDetail") or {}
+            total, current = detail.get("total") or 0, detail.get("current") or 0
+            if total <= 0:
+                return None
+            quarter = min(4, current * 4 // total)
+            if quarter <= self._quarters.get(layer, 0):
+                return None
+            self._quarters[layer] = quarter
+            return (
+                f"[skiff] pull: {layer}: downloading {current * 100 // total}% of {total} bytes\n"
+            )
+        if status in ("Extracting", "Waiting"):
+            return None
+        return f"[skiff] pull: {layer + ': ' if layer else ''}{status}\n"
+
+
+def _explain(exc: BaseException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)

@@ -1,0 +1,56 @@
+"""The container tests' worker image (tests/containers/build-test-image), built once and then
+found by its tag; skips when no Docker daemon answers (.ci/run starts one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TAG = "skiff-test/worker:runpod-1.12.0"
+SCRIPT = Path(__file__).parent / "containers" / "build-test-image"
+
+
+def docker_client():  # type: ignore[no-untyped-def]
+    import docker
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # no daemon: nothing to test against
+        if os.environ.get("SKIFF_TEST_REQUIRE_DOCKER"):
+            # CI starts dockerd: there, a missing daemon is a failure, not a skip.
+            pytest.fail(f"no Docker daemon, and SKIFF_TEST_REQUIRE_DOCKER is set: {exc}")
+        pytest.skip(f"no Docker daemon: {exc}")
+    return client
+
+
+def ensure_test_image() -> str:
+    """The image's tag, building it when it is missing (about a minute, once)."""
+    subprocess.run(
+        [str(SCRIPT), TAG],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    return TAG
+
+
+#: A worker for the test image that takes its time (``sleep`` seconds of its input) and answers
+#: ``{"i": input.i}``: run as ``[PYTHON_IN_IMAGE, "-c", SLEEPING_HANDLER]`` from a template's
+#: ``dockerStartCmd``, so that a container holds a job as long as a test needs.
+SLEEPING_HANDLER = """
+import time
+import runpod
+
+def handler(job):
+    data = job["input"] or {}
+    time.sleep(data.get("sleep", 0))
+    return {"i": data.get("i")}
+
+runpod.serverless.start({"handler": handler})
+"""
+PYTHON_IN_IMAGE = "/opt/venv/bin/python"

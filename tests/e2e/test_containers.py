@@ -1,0 +1,184 @@
+"""Workers as containers (``SKIFF_PROVIDER=docker``) against the real Docker daemon, with the
+real runpod SDK inside the container as worker and as client: a job completes in the image,
+and a password-protected local registry (Debian's docker-registry, htpasswd auth) is pulled
+from with the right password, a wrong one, and for an image it does not have."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import Server, free_port, running
+
+from docker_image import docker_client, ensure_test_image
+
+USER, PASSWORD = "skiff", "registry-pw-0123"
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    docker_client()
+    return ensure_test_image()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Server]:
+    env: dict[str, str | None] = {
+        "SKIFF_PROVIDER": "docker",
+        # The container reaches the server through the bridge's gateway.
+        "SKIFF_HOST": "0.0.0.0",
+        "SKIFF_WORKER_START_TIMEOUT_SECONDS": "60",
+    }
+    with running(tmp_path_factory.mktemp("containers") / "data", env=env) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[str]:
+    """A registry on 127.0.0.1 with htpasswd auth, holding the test image as skiff/worker:v1."""
+    root = tmp_path_factory.mktemp("registry")
+    htpasswd = subprocess.run(
+        ["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True, text=True
+    ).stdout
+    (root / "htpasswd").write_text(htpasswd)
+    port = free_port()
+    (root / "config.yml").write_text(
+        f"""version: 0.1
+storage:
+  filesystem:
+    rootdirectory: {root / "data"}
+http:
+  addr: 127.0.0.1:{port}
+auth:
+  htpasswd:
+    realm: skiff-test
+    path: {root / "htpasswd"}
+"""
+    )
+    log = (root / "registry.log").open("wb")
+    proc = subprocess.Popen(
+        ["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=log
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 401:
+                    break
+            time.sleep(0.1)
+        address = f"127.0.0.1:{port}"
+        client = docker_client()
+        client.images.get(image).tag(f"{address}/skiff/worker", "v1")
+        for event in client.api.push(
+            f"{address}/skiff/worker",
+            tag="v1",
+            stream=True,
+            decode=True,
+            auth_config={"username": USER, "password": PASSWORD},
+        ):
+            assert "error" not in event, event
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def endpoint(server: Server, image: str, auth_id: str | None = None, **fields: Any) -> str:
+    body: dict[str, Any] = {
+        "name": f"tpl-{time.monotonic_ns()}",
+        "imageName": image,
+        "env": {"SKIFF_TEST_VAR": "from-the-template"},
+    }
+    if auth_id:
+        body["containerRegistryAuthId"] = auth_id
+    template = server.http.post("/v1/templates", json=body)
+    assert template.status_code == 200, template.text
+    created = server.http.post(
+        "/v1/endpoints",
+        json={"templateId": template.json()["id"], "computeType": "CPU", **fields},
+    )
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def registry_auth(server: Server, password: str) -> str:
+    response = server.http.post(
+        "/v1/containerregistryauth",
+        json={"name": f"reg-{time.monotonic_ns()}", "username": USER, "password": password},
+    )
+    assert response.status_code == 200, response.text
+    return str(response.json()["id"])
+
+
+def runsync(server: Server, eid: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = server.http.post(f"/v2/{eid}/runsync", json={"input": body}, timeout=120)
+    return dict(response.json())
+
+
+def failure_of(server: Server, eid: str) -> Any:
+    return server.http.get(f"/v1/endpoints/{eid}").json().get("lastWorkerFailure")
+
+
+def test_a_job_runs_inside_the_templates_image(server: Server, image: str) -> None:
+    eid = endpoint(server, image, workersMax=1)
+    out = runsync(server, eid, {})
+    assert out["status"] == "COMPLETED", out
+    # A file only the image has: the handler runs in the image's own root filesystem.
+    assert out["output"]["marker"] == "inside the skiff test image"
+    assert out["output"]["custom"] == "from-the-template"
+    # Nothing of the server's environment: PATH is the image's.
+    assert out["output"]["path"].startswith("/opt/venv/bin:")
+    server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_an_authenticated_pull_runs_the_private_image(server: Server, registry: str) -> None:
+    docker_client().images.remove(f"{registry}/skiff/worker:v1", force=True)
+    eid = endpoint(server, f"{registry}/skiff/worker:v1", registry_auth(server, PASSWORD))
+    out = runsync(server, eid, {})
+    assert out["status"] == "COMPLETED", out
+    assert out["output"]["marker"] == "inside the skiff test image"
+    server.http.delete(f"/v1/endpoints/{eid}")
+
+
+@pytest.mark.parametrize(
+    ("what", "reference", "password", "says"),
+    [
+        ("wrong password", "skiff/worker:v1", "not-the-password", "refused the credentials"),
+        ("missing image", "skiff/nothing:v1", PASSWORD, "does not exist"),
+    ],
+)
+def test_a_failed_pull_makes_an_unhealthy_worker_saying_why(
+    server: Server, registry: str, what: str, reference: str, password: str, says: str
+) -> None:
+    eid = endpoint(server, f"{registry}/{reference}", registry_auth(server, password))
+    server.http.post(f"/v2/{eid}/run", json={"input": {}})
+    failure = server.wait_for(lambda: failure_of(server, eid), what=f"a failure ({what})")
+    assert says in failure["error"], failure
+    assert password not in str(failure)
+    assert any("pulling" in line for line in failure["lastLogLines"])
+    server.wait_for(
+        lambda: server.http.get(f"/v2/{eid}/health").json()["workers"]["unhealthy"] >= 1,
+        what="an unhealthy worker",
+    )
+    server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_an_unreachable_registry_makes_an_unhealthy_worker_saying_so(server: Server) -> None:
+    eid = endpoint(
+        server, f"127.0.0.1:{free_port()}/skiff/worker:v1", registry_auth(server, PASSWORD)
+    )
+    server.http.post(f"/v2/{eid}/run", json={"input": {}})
+    failure = server.wait_for(lambda: failure_of(server, eid), what="a failure")
+    assert "could not be reached" in failure["error"], failure
+    server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_the_password_never_reaches_the_servers_log(server: Server, registry: str) -> None:
+    assert PASSWORD not in Path(server.log_path).read_text()

@@ -1,0 +1,204 @@
+"""The container provider against the real Docker daemon: a worker's container starts with its
+labels, streams its output into the log sink, reports its exit code whoever ended it, stops with
+a grace, has leftovers of an earlier server removed by label, and never touches a container
+that is not skiff's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from docker_image import docker_client, ensure_test_image
+from skiff.providers.base import ContainerSpec, Launch, WorkerStartError
+from skiff.providers.docker import DockerProvider
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.data = b""
+        self.closed = False
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Harness:
+    def __init__(
+        self, client: Any, owner: str = "replica-test", server: str = "server-test"
+    ) -> None:
+        self.exits: list[tuple[str, int]] = []
+        self.sinks: dict[str, Sink] = {}
+        self.exited = asyncio.Event()
+
+        async def on_exit(worker_id: str, code: int) -> None:
+            self.exits.append((worker_id, code))
+            self.exited.set()
+
+        def sink(_endpoint: str, worker: str) -> Sink:
+            return self.sinks.setdefault(worker, Sink())
+
+        self.provider = DockerProvider(
+            on_exit, logs=sink, owner=owner, server=server, client=client
+        )
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    docker_client()
+    return ensure_test_image()
+
+
+@pytest.fixture
+def client() -> Any:
+    client = docker_client()
+    yield client
+    for container in client.containers.list(all=True, filters={"label": "dev.skiff.test=1"}):
+        container.remove(force=True)
+    client.close()
+
+
+def launch(tmp_path: Path, worker_id: str, image: str, command: list[str], **spec: Any) -> Launch:
+    return Launch(
+        worker_id=worker_id,
+        endpoint_id="ep-test",
+        argv=[],
+        env={"GREETING": "hello"},
+        home=tmp_path / worker_id,
+        container=ContainerSpec(image=image, command=command, **spec),
+    )
+
+
+async def test_a_container_logs_its_output_and_reports_its_exit_code(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    harness = Harness(client)
+    script = 'echo "$GREETING from $(cat /etc/skiff-test-image)"; echo "path=$PATH"; exit 7'
+    # It may have ended before its start returned (then no pid is known): not checked here.
+    await harness.provider.start(launch(tmp_path, "w-exit", image, ["/bin/sh", "-c", script]))
+    await asyncio.wait_for(harness.exited.wait(), 60)
+    assert harness.exits == [("w-exit", 7)]
+    sink = harness.sinks["w-exit"]
+    assert b"hello from inside the skiff test image" in sink.data and sink.closed
+    # The server's own environment is not inherited: PATH is the image's.
+    assert b"path=/opt/venv/bin:" in sink.data
+    assert harness.provider.running() == []
+    # Removed once its exit was reported.
+    assert client.containers.list(all=True, filters={"label": "dev.skiff.worker-id=w-exit"}) == []
+
+
+async def test_a_stopped_container_is_killed_after_its_grace_and_reported(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    harness = Harness(client)
+    # Ignores SIGTERM: only the SIGKILL after the grace ends it.
+    script = "trap '' TERM; echo started; while true; do sleep 0.1; done"
+    pid = await harness.provider.start(launch(tmp_path, "w-stop", image, ["/bin/sh", "-c", script]))
+    assert pid > 0  # the container's main process, as the host numbers it
+    (container,) = client.containers.list(filters={"label": "dev.skiff.worker-id=w-stop"})
+    assert container.labels["dev.skiff.endpoint-id"] == "ep-test"
+    assert container.labels["dev.skiff.owner"] == "replica-test"
+    assert container.labels["dev.skiff.worker"] == "1"
+    assert harness.provider.running() == ["w-stop"]
+    await harness.provider.stop("w-stop", grace=1)
+    await asyncio.wait_for(harness.exited.wait(), 60)
+    assert harness.exits == [("w-stop", 137)]
+
+
+async def test_leftovers_are_removed_by_label_and_foreign_containers_are_left_alone(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    earlier = Harness(client, owner="replica-gone")
+    await earlier.provider.start(launch(tmp_path, "w-left", image, ["sleep", "600"]))
+    foreign = client.containers.run(
+        image,
+        ["sleep", "600"],
+        detach=True,
+        labels={"dev.skiff.test": "1", "dev.skiff.worker-id": "w-left"},  # no skiff marker
+    )
+    later = Harness(client)  # a restarted server: it did not start w-left
+    assert later.provider.kill_leftover("w-left", 12345)
+    assert client.containers.list(all=True, filters={"label": "dev.skiff.worker=1"}) == []
+    foreign.reload()
+    assert foreign.status == "running"
+    assert not later.provider.kill_leftover("w-nobody", 1)
+    await asyncio.wait_for(earlier.exited.wait(), 60)
+
+
+async def test_a_restarted_server_ends_every_container_of_its_earlier_run_and_no_other(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    # The earlier run of this server (same server identity, another replica id), another server
+    # on the same daemon (its own identity), and a container skiff never made.
+    earlier = Harness(client, owner="replica-gone")
+    other_server = Harness(client, owner="replica-other", server="server-other")
+    await earlier.provider.start(launch(tmp_path, "w-earlier", image, ["sleep", "600"]))
+    await other_server.provider.start(launch(tmp_path, "w-other", image, ["sleep", "600"]))
+    unlabelled = client.containers.run(
+        image, ["sleep", "600"], detach=True, labels={"dev.skiff.test": "1"}
+    )
+    try:
+        restarted = Harness(client)
+        assert restarted.provider.end_leftovers() == ["w-earlier"]
+        left = client.containers.list(all=True, filters={"label": "dev.skiff.worker=1"})
+        assert [c.labels["dev.skiff.worker-id"] for c in left] == ["w-other"]
+        unlabelled.reload()
+        assert unlabelled.status == "running"
+        assert restarted.provider.end_leftovers() == []
+        await asyncio.wait_for(earlier.exited.wait(), 60)
+    finally:
+        await other_server.provider.stop("w-other", grace=0)
+        await asyncio.wait_for(other_server.exited.wait(), 60)
+
+
+async def test_a_missing_image_is_a_start_error_that_says_so(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    harness = Harness(client)
+    with pytest.raises(WorkerStartError, match="could not be pulled"):
+        await harness.provider.start(
+            launch(tmp_path, "w-missing", "127.0.0.1:1/skiff/none:v1", ["true"])
+        )
+    assert b"could not be pulled" in harness.sinks["w-missing"].data
+    assert harness.sinks["w-missing"].closed and harness.exits == []
+
+
+def test_a_gpu_worker_asks_docker_for_exactly_its_gpus(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    """No GPU on this machine: the device request is checked as Docker records it, without
+    starting the container (which needs the NVIDIA container toolkit)."""
+    harness = Harness(client)
+    container = harness.provider.create_container(
+        launch(tmp_path, "w-gpu", image, ["true"], gpu_indices=(1, 3))
+    )
+    try:
+        container.reload()
+        (request,) = container.attrs["HostConfig"]["DeviceRequests"]
+        assert request["Driver"] == "nvidia"
+        assert request["DeviceIDs"] == ["1", "3"]
+        assert request["Capabilities"] == [["gpu"]]
+        env = container.attrs["Config"]["Env"]
+        assert "CUDA_VISIBLE_DEVICES=0,1" in env and "NVIDIA_VISIBLE_DEVICES=1,3" in env
+    finally:
+        container.remove(force=True)
+
+
+def test_a_cpu_worker_gets_its_cpu_and_memory_limits(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    harness = Harness(client)
+    container = harness.provider.create_container(
+        launch(tmp_path, "w-cpu", image, ["true"], vcpus=2, memory_bytes=4 * 1024**3)
+    )
+    try:
+        container.reload()
+        host = container.attrs["HostConfig"]
+        assert host["NanoCpus"] == 2_000_000_000 and host["Memory"] == 4 * 1024**3
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,64 @@
+"""Network volumes' directories (volume_dirs.py): made for the user alone, measured as the
+disk space their files take, removed whole."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from skiff.volume_dirs import VolumeDirs
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_a_volume_directory_and_the_root_are_made_0700(tmp_path: Path) -> None:
+    dirs = VolumeDirs(tmp_path / "volumes")
+    path = dirs.make("vol-1")
+    assert path == tmp_path / "volumes" / "vol-1" and dirs.exists("vol-1")
+    assert mode(tmp_path / "volumes") == 0o700 and mode(path) == 0o700
+
+
+def test_used_bytes_counts_allocated_blocks_of_files_in_every_folder(tmp_path: Path) -> None:
+    dirs = VolumeDirs(tmp_path)
+    path = dirs.make("vol-1")
+    assert dirs.used_bytes("vol-1") == 0
+    (path / "a" / "b").mkdir(parents=True)
+    (path / "a" / "b" / "weights.bin").write_bytes(os.urandom(200_000))
+    used = dirs.used_bytes("vol-1")
+    assert used >= 200_000
+    # A sparse file takes the blocks it holds, not its length.
+    with open(path / "sparse", "wb") as f:
+        f.truncate(1024**3)
+    assert dirs.used_bytes("vol-1") < used + 1024**2
+
+
+def test_a_hard_linked_file_counts_once_and_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    dirs = VolumeDirs(tmp_path / "volumes")
+    path = dirs.make("vol-1")
+    (path / "file").write_bytes(os.urandom(100_000))
+    alone = dirs.used_bytes("vol-1")
+    os.link(path / "file", path / "link")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big").write_bytes(os.urandom(500_000))
+    (path / "elsewhere").symlink_to(outside)
+    assert dirs.used_bytes("vol-1") - alone < 100_000
+
+
+def test_removing_takes_everything_and_a_second_time_is_harmless(tmp_path: Path) -> None:
+    dirs = VolumeDirs(tmp_path)
+    path = dirs.make("vol-1")
+    (path / "deep" / "er").mkdir(parents=True)
+    (path / "deep" / "er" / "f").write_text("x")
+    dirs.remove("vol-1")
+    assert not path.exists() and not dirs.exists("vol-1")
+    dirs.remove("vol-1")
+    assert dirs.used_bytes("vol-1") == 0
+
+
+def test_free_bytes_makes_the_root_and_reads_its_disk(tmp_path: Path) -> None:
+    dirs = VolumeDirs(tmp_path / "not-yet")
+    assert dirs.free_bytes() > 0
+    assert (tmp_path / "not-yet").is_dir()
