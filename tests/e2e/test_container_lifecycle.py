@@ -58,7 +58,9 @@ def workers(server: Server, eid: str) -> list[dict[str, Any]]:
 
 def containers_of(eid: str) -> list[Any]:
     return list(
-        docker_client().containers.list(all=True, filters={"label": f"dev.skiff.endpoint-id={eid}"})
+        docker_client().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"dev.skiff.endpoint-id={eid}"}
+        )
     )
 
 

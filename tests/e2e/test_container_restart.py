@@ -57,7 +57,9 @@ def foreign(image: str) -> Iterator[list[Any]]:
 
 
 def workers_containers(worker_ids: set[str]) -> list[Any]:
-    found = docker_client().containers.list(all=True, filters={"label": "dev.skiff.worker=1"})
+    found = docker_client().containers.list(
+        all=True, ignore_removed=True, filters={"label": "dev.skiff.worker=1"}
+    )
     return [c for c in found if c.labels.get("dev.skiff.worker-id") in worker_ids]
 
 
@@ -142,6 +144,8 @@ def test_a_killed_server_ends_its_containers_at_restart_and_loses_no_job(
             recordless.remove(force=True)
     # A clean stop leaves no container of the endpoint behind either.
     assert (
-        docker_client().containers.list(all=True, filters={"label": f"dev.skiff.endpoint-id={eid}"})
+        docker_client().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"dev.skiff.endpoint-id={eid}"}
+        )
         == []
     )

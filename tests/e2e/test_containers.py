@@ -88,6 +88,9 @@ auth:
         proc.terminate()
         proc.wait(10)
         log.close()
+        # The registry's copy of the image is gone with the registry: so is its local tag.
+        with contextlib.suppress(Exception):
+            docker_client().images.remove(f"{address}/skiff/worker:v1", force=True)
 
 
 def endpoint(server: Server, image: str, auth_id: str | None = None, **fields: Any) -> str:
@@ -182,3 +185,20 @@ def test_an_unreachable_registry_makes_an_unhealthy_worker_saying_so(server: Ser
 
 def test_the_password_never_reaches_the_servers_log(server: Server, registry: str) -> None:
     assert PASSWORD not in Path(server.log_path).read_text()
+
+
+def test_two_container_endpoints_share_a_network_volume(server: Server, image: str) -> None:
+    made = server.http.post("/v1/networkvolumes", json={"name": "shared", "size": 1})
+    assert made.status_code == 200, made.text
+    volume = made.json()["id"]
+    writer = endpoint(server, image, workersMax=1, networkVolumeId=volume)
+    reader = endpoint(server, image, workersMax=1, networkVolumeId=volume)
+    wrote = runsync(server, writer, {"write": {"name": "note.txt", "text": "from a container"}})
+    assert wrote["status"] == "COMPLETED", wrote
+    read = runsync(server, reader, {"read": "note.txt"})
+    assert read["status"] == "COMPLETED", read
+    assert read["output"]["read"] == "from a container"
+    # A bind mount of the volume's directory on the server: the file is there too.
+    assert (server.data_dir / "volumes" / volume / "note.txt").read_text() == "from a container"
+    for eid in (writer, reader):
+        server.http.delete(f"/v1/endpoints/{eid}")

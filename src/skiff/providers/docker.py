@@ -416,7 +416,9 @@ class DockerProvider:
 
     def _ours(self, label: str) -> list[Any]:
         try:
-            found = self.client.containers.list(all=True, filters={"label": [f"{MARKER}=1", label]})
+            found = self.client.containers.list(
+                all=True, ignore_removed=True, filters={"label": [f"{MARKER}=1", label]}
+            )
         except DockerException as exc:
             log.warning("listing skiff's containers failed: %s", exc)
             return []

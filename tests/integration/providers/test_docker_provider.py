@@ -58,7 +58,9 @@ def image() -> str:
 def client() -> Any:
     client = docker_client()
     yield client
-    for container in client.containers.list(all=True, filters={"label": "dev.skiff.test=1"}):
+    for container in client.containers.list(
+        all=True, ignore_removed=True, filters={"label": "dev.skiff.test=1"}
+    ):
         container.remove(force=True)
     client.close()
 
@@ -89,7 +91,12 @@ async def test_a_container_logs_its_output_and_reports_its_exit_code(
     assert b"path=/opt/venv/bin:" in sink.data
     assert harness.provider.running() == []
     # Removed once its exit was reported.
-    assert client.containers.list(all=True, filters={"label": "dev.skiff.worker-id=w-exit"}) == []
+    assert (
+        client.containers.list(
+            all=True, ignore_removed=True, filters={"label": "dev.skiff.worker-id=w-exit"}
+        )
+        == []
+    )
 
 
 async def test_a_stopped_container_is_killed_after_its_grace_and_reported(
@@ -100,7 +107,9 @@ async def test_a_stopped_container_is_killed_after_its_grace_and_reported(
     script = "trap '' TERM; echo started; while true; do sleep 0.1; done"
     pid = await harness.provider.start(launch(tmp_path, "w-stop", image, ["/bin/sh", "-c", script]))
     assert pid > 0  # the container's main process, as the host numbers it
-    (container,) = client.containers.list(filters={"label": "dev.skiff.worker-id=w-stop"})
+    (container,) = client.containers.list(
+        ignore_removed=True, filters={"label": "dev.skiff.worker-id=w-stop"}
+    )
     assert container.labels["dev.skiff.endpoint-id"] == "ep-test"
     assert container.labels["dev.skiff.owner"] == "replica-test"
     assert container.labels["dev.skiff.worker"] == "1"
@@ -123,7 +132,12 @@ async def test_leftovers_are_removed_by_label_and_foreign_containers_are_left_al
     )
     later = Harness(client)  # a restarted server: it did not start w-left
     assert later.provider.kill_leftover("w-left", 12345)
-    assert client.containers.list(all=True, filters={"label": "dev.skiff.worker=1"}) == []
+    assert (
+        client.containers.list(
+            all=True, ignore_removed=True, filters={"label": "dev.skiff.worker=1"}
+        )
+        == []
+    )
     foreign.reload()
     assert foreign.status == "running"
     assert not later.provider.kill_leftover("w-nobody", 1)
@@ -145,7 +159,9 @@ async def test_a_restarted_server_ends_every_container_of_its_earlier_run_and_no
     try:
         restarted = Harness(client)
         assert restarted.provider.end_leftovers() == ["w-earlier"]
-        left = client.containers.list(all=True, filters={"label": "dev.skiff.worker=1"})
+        left = client.containers.list(
+            all=True, ignore_removed=True, filters={"label": "dev.skiff.worker=1"}
+        )
         assert [c.labels["dev.skiff.worker-id"] for c in left] == ["w-other"]
         unlabelled.reload()
         assert unlabelled.status == "running"
