@@ -28,6 +28,15 @@ def docker_client():  # type: ignore[no-untyped-def]
     return client
 
 
+#: A server whose workers are containers: they reach it through the bridge's gateway, so it
+#: listens there too, and a first start may include building or pulling the image.
+CONTAINER_SERVER_ENV: dict[str, str | None] = {
+    "SKIFF_PROVIDER": "docker",
+    "SKIFF_HOST": "0.0.0.0",
+    "SKIFF_WORKER_START_TIMEOUT_SECONDS": "60",
+}
+
+
 def ensure_test_image() -> str:
     """The image's tag, building it when it is missing (about a minute, once)."""
     subprocess.run(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from harness import Server, running
 
+from docker_image import docker_client, ensure_test_image
 from pgtest import fresh_schema_sync
 
 
@@ -16,6 +17,13 @@ from pgtest import fresh_schema_sync
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running(tmp_path_factory.mktemp("skiff") / "data") as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The container tests' worker image (tests/containers), built once per machine."""
+    docker_client()
+    return ensure_test_image()
 
 
 @pytest.fixture(scope="module")

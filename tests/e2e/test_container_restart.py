@@ -14,22 +14,18 @@ import docker
 import pytest
 from harness import Server
 
-from docker_image import PYTHON_IN_IMAGE, SLEEPING_HANDLER, docker_client, ensure_test_image
+from docker_image import (
+    CONTAINER_SERVER_ENV,
+    PYTHON_IN_IMAGE,
+    SLEEPING_HANDLER,
+    docker_client,
+)
 
 ENV: dict[str, str | None] = {
-    "SKIFF_PROVIDER": "docker",
-    # The container reaches the server through the bridge's gateway.
-    "SKIFF_HOST": "0.0.0.0",
-    "SKIFF_WORKER_START_TIMEOUT_SECONDS": "60",
+    **CONTAINER_SERVER_ENV,
     # A job whose worker vanished without a record goes back to the queue this soon.
     "SKIFF_LEASE_SECONDS": "5",
 }
-
-
-@pytest.fixture(scope="module")
-def image() -> str:
-    docker_client()
-    return ensure_test_image()
 
 
 @pytest.fixture

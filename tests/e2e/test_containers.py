@@ -16,26 +16,16 @@ import httpx
 import pytest
 from harness import Server, free_port, running
 
-from docker_image import docker_client, ensure_test_image
+from docker_image import CONTAINER_SERVER_ENV, docker_client
 
 USER, PASSWORD = "skiff", "registry-pw-0123"
 
 
 @pytest.fixture(scope="module")
-def image() -> str:
-    docker_client()
-    return ensure_test_image()
-
-
-@pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Server]:
-    env: dict[str, str | None] = {
-        "SKIFF_PROVIDER": "docker",
-        # The container reaches the server through the bridge's gateway.
-        "SKIFF_HOST": "0.0.0.0",
-        "SKIFF_WORKER_START_TIMEOUT_SECONDS": "60",
-    }
-    with running(tmp_path_factory.mktemp("containers") / "data", env=env) as server:
+    with running(
+        tmp_path_factory.mktemp("containers") / "data", env=CONTAINER_SERVER_ENV
+    ) as server:
         yield server
 
 
