@@ -184,6 +184,7 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
         "/v1/containerregistryauth", json={"name": "hostile", "username": "u", "password": "p"}
     ).json()
     job = http.post(f"/v2/{parked_endpoint}/run", json={"input": {}}).json()
+    volume = http.post("/v1/networkvolumes", json={"name": "hostile", "size": 1}).json()
     printed = subprocess.run(
         [
             sys.executable,
@@ -212,12 +213,13 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
         "endpoint": parked_endpoint,
         "job": job["id"],
         "token": token,
+        "volume": volume["id"],
     }
 
 
 #: Body routes with a body the route accepts, each value as JSON text.
 def _body_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
-    endpoint, template = ids["endpoint"], ids["template"]
+    endpoint, template, volume = ids["endpoint"], ids["template"], ids["volume"]
     t = f'"{template}"'
     return [
         ("POST", "/v1/templates", {"name": '"h-t"', "imageName": '"x"', "env": "{}"}),
@@ -226,6 +228,10 @@ def _body_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("POST", "/v1/endpoints", {"templateId": t, "computeType": '"CPU"', "workersMax": "0"}),
         ("PATCH", f"/v1/endpoints/{endpoint}", {"workersMax": "0", "scalerValue": "4"}),
         ("POST", f"/v1/endpoints/{endpoint}/update", {"name": '"h"', "gpuTypeIds": "[]"}),
+        ("PATCH", f"/v1/endpoints/{endpoint}", {"networkVolumeId": "null"}),
+        ("POST", "/v1/networkvolumes", {"name": '"h-v"', "size": "1", "dataCenterId": '"d"'}),
+        ("PATCH", f"/v1/networkvolumes/{volume}", {"name": '"h-v"', "size": "1"}),
+        ("POST", f"/v1/networkvolumes/{volume}/update", {"name": '"h-v"', "size": "1"}),
         ("POST", "/v1/containerregistryauth", {"name": '"h-r"', "username": '"u"'}),
         ("POST", f"/v2/{endpoint}/run", {"input": "{}", "webhook": '"https://example.com/"'}),
         ("POST", f"/v2/{endpoint}/runsync?wait=1000", {"input": "{}", "policy": "{}"}),
