@@ -6,7 +6,9 @@ from with the right password, a wrong one, and for an image it does not have."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,14 +67,7 @@ auth:
         address = f"127.0.0.1:{port}"
         client = docker_client()
         client.images.get(image).tag(f"{address}/skiff/worker", "v1")
-        for event in client.api.push(
-            f"{address}/skiff/worker",
-            tag="v1",
-            stream=True,
-            decode=True,
-            auth_config={"username": USER, "password": PASSWORD},
-        ):
-            assert "error" not in event, event
+        push(client, f"{address}/skiff/worker", "v1")
         yield address
     finally:
         proc.terminate()
@@ -81,6 +76,18 @@ auth:
         # The registry's copy of the image is gone with the registry: so is its local tag.
         with contextlib.suppress(Exception):
             docker_client().images.remove(f"{address}/skiff/worker:v1", force=True)
+
+
+def push(client: Any, repository: str, tag: str) -> None:
+    """Push a local image to the test registry, with its password."""
+    for event in client.api.push(
+        repository,
+        tag=tag,
+        stream=True,
+        decode=True,
+        auth_config={"username": USER, "password": PASSWORD},
+    ):
+        assert "error" not in event, event
 
 
 def endpoint(server: Server, image: str, auth_id: str | None = None, **fields: Any) -> str:
@@ -192,3 +199,121 @@ def test_two_container_endpoints_share_a_network_volume(server: Server, image: s
     assert (server.data_dir / "volumes" / volume / "note.txt").read_text() == "from a container"
     for eid in (writer, reader):
         server.http.delete(f"/v1/endpoints/{eid}")
+
+
+class ThrottledProxy:
+    """A TCP proxy in front of the registry that passes the registry's answers on at
+    ``bytes_per_second``: a pull through it takes as long as a large one from afar, for real
+    (the daemon reads a real registry, just slowly)."""
+
+    def __init__(self, target: str, bytes_per_second: int) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._rate = bytes_per_second
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self._target)
+            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(
+                target=self._pipe, args=(upstream, client, self._rate), daemon=True
+            ).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, rate: int | None) -> None:
+        chunk = 16 * 1024
+        with contextlib.suppress(OSError):
+            while data := source.recv(chunk):
+                sink.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+
+
+@pytest.fixture(scope="module")
+def large_image(registry: str, image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """skiff/large:v1 in the registry (not on this host): the test image and 12 MiB of
+    incompressible bytes in a layer of its own, so that a pull has a layer to download."""
+    context = tmp_path_factory.mktemp("large")
+    (context / "Dockerfile").write_text(
+        f"FROM {image}\nRUN head -c 12582912 /dev/urandom > /opt/ballast\n"
+    )
+    client = docker_client()
+    built = f"{registry}/skiff/large:v1"
+    client.images.build(path=str(context), tag=built, rm=True)
+    push(client, f"{registry}/skiff/large", "v1")
+    client.images.remove(built, force=True)
+    return "skiff/large:v1"
+
+
+def containers_of(eid: str) -> list[Any]:
+    return list(
+        docker_client().containers.list(
+            all=True, ignore_removed=True, filters={"label": f"dev.skiff.endpoint-id={eid}"}
+        )
+    )
+
+
+def log_text(server: Server, eid: str) -> str:
+    response = server.http.get(f"/v1/endpoints/{eid}/logs")
+    assert response.status_code == 200, response.text
+    return "\n".join(line["line"] for line in response.json()["lines"])
+
+
+def test_a_slow_pull_shows_its_progress_and_holds_up_no_other_endpoint(
+    server: Server, registry: str, large_image: str, image: str
+) -> None:
+    proxy = ThrottledProxy(registry, bytes_per_second=768 * 1024)
+    slow_image = f"{proxy.address}/{large_image}"
+    try:
+        auth = registry_auth(server, PASSWORD)
+        slow = endpoint(server, slow_image, auth, workersMax=1)
+        given_up = endpoint(server, slow_image, auth, workersMax=1)
+        queued = server.http.post(f"/v2/{slow}/run", json={"input": {}}).json()["id"]
+        server.http.post(f"/v2/{given_up}/run", json={"input": {}})
+        server.wait_for(
+            lambda: "downloading" in log_text(server, slow), what="the pull's progress in the log"
+        )
+        # An endpoint whose image is here runs its job while the pull goes on: the scaler
+        # did not wait for the pull.
+        quick = endpoint(server, image, workersMax=1)
+        assert runsync(server, quick, {})["status"] == "COMPLETED"
+        workers = server.http.get(f"/v1/endpoints/{slow}?includeWorkers=true").json()["workers"]
+        assert [w["state"] for w in workers] == ["initializing"], workers
+        assert containers_of(slow) == []
+        # An endpoint deleted while its worker pulls: the start is given up, and no container
+        # of it ever runs.
+        assert server.http.delete(f"/v1/endpoints/{given_up}").status_code == 204
+
+        done = server.wait_for(
+            lambda: (
+                (s := server.http.get(f"/v2/{slow}/status/{queued}").json())["status"]
+                == "COMPLETED"
+                and s
+            ),
+            timeout=120,
+            what="the job of the pulled image",
+        )
+        assert done["output"]["marker"] == "inside the skiff test image"
+        assert containers_of(given_up) == []
+        text = log_text(server, slow)
+        assert f"pulling {slow_image}" in text
+        assert "downloading 100%" in text or "Download complete" in text, text
+        for eid in (slow, quick):
+            server.http.delete(f"/v1/endpoints/{eid}")
+    finally:
+        proxy.close()
+        with contextlib.suppress(Exception):
+            docker_client().images.remove(slow_image, force=True)

@@ -108,6 +108,11 @@ class WorkerProvider(Protocol):
     #: runs, with the image's own).
     runs_images: bool
 
+    #: Whether a start may take minutes (pulling an image): the fleet then starts its workers
+    #: in the background, so that one slow pull holds up no other endpoint, and counts the
+    #: start-up deadline from when ``start`` returned.
+    slow_starts: bool
+
     async def volume_mount_problem(self) -> str | None:
         """None when this provider can mount a network volume (``Launch.volume``) at
         ``VOLUME_MOUNT_PATH`` in its workers; otherwise why not, in words for the user who asked

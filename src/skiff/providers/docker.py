@@ -2,8 +2,8 @@
 
 The ``docker`` package talks to the daemon ``DOCKER_HOST`` names (the local socket by default;
 Podman's compatible socket works the same way); nothing shells out to the ``docker`` command.
-Its calls block, so each runs in a thread (``asyncio.to_thread``): the server's loop never
-waits on the daemon.
+Its calls block, so each runs in a thread (``asyncio.to_thread``; a start, which may pull for
+minutes, in a daemon thread of its own): the server's loop never waits on the daemon.
 
 A worker's container:
 
@@ -36,9 +36,9 @@ import hashlib
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import docker  # type: ignore[import-untyped]
@@ -57,6 +57,7 @@ from skiff.providers.base import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Every container skiff starts carries this label; nothing without it is ever touched.
 MARKER = "dev.skiff.worker"
@@ -189,6 +190,7 @@ class DockerProvider:
     ``DOCKER_HOST`` included, by default)."""
 
     runs_images = True
+    slow_starts = True
 
     def __init__(
         self,
@@ -232,7 +234,9 @@ class DockerProvider:
         sink = self._logs(launch.endpoint_id, launch.worker_id)
         handover = _Handover()
         try:
-            container = await asyncio.to_thread(self._bring_up, launch, spec, sink, handover)
+            container = await _in_daemon_thread(
+                lambda: self._bring_up(launch, spec, sink, handover)
+            )
         except asyncio.CancelledError:
             # The daemon goes on with what it was asked after the server stops waiting (a
             # shutdown cancels the scaler mid-start): the container is removed once it exists,
@@ -257,7 +261,7 @@ class DockerProvider:
     ) -> Any:
         """Pull, create and start the container (blocking, in a thread); handed over to the
         caller unless it gave up meanwhile, in which case it is removed here."""
-        self._pull_if_needed(spec, sink)
+        self._pull_if_needed(spec, sink, handover)
         if handover.abandoned:
             raise WorkerStartError("the start was given up")
         container = self._create(launch, spec, sink)
@@ -299,7 +303,7 @@ class DockerProvider:
         except DockerException as exc:
             raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
 
-    def _pull_if_needed(self, spec: ContainerSpec, sink: LogSink) -> None:
+    def _pull_if_needed(self, spec: ContainerSpec, sink: LogSink, handover: _Handover) -> None:
         if spec.credentials is None:
             try:
                 self.client.images.get(spec.image)
@@ -322,6 +326,10 @@ class DockerProvider:
             ):
                 if "error" in event:
                     raise WorkerStartError(pull_failure(spec.image, str(event["error"])))
+                if handover.abandoned:
+                    # Given up (the worker was stopped, the server shuts down): this thread
+                    # stops reading; the daemon may finish the pull for a later start.
+                    raise WorkerStartError("the start was given up during the pull")
                 line = progress.line(event)
                 if line:
                     sink.feed(line.encode())
@@ -455,6 +463,34 @@ class _Handover:
         remover = threading.Thread(target=_remove_quietly, args=(container,))
         remover.start()
         return remover
+
+
+async def _in_daemon_thread(work: Callable[[], T]) -> T:
+    """``work()`` in a thread of its own that does not hold up the process's exit, unlike
+    ``asyncio.to_thread``'s: a pull from a registry that stopped answering can block for as
+    long as the connection stays open, and a server shutting down must not wait for it (the
+    start was given up; ``_Handover`` removes whatever it still makes)."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if outcome.done():  # the waiter was cancelled meanwhile
+            return
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="skiff-container-start", daemon=True).start()
+    return await outcome
 
 
 def _remove_quietly(container: Any) -> None:

@@ -214,6 +214,7 @@ class LocalProvider:
 
     #: A process runs the template's command on the host; its ``imageName`` is not used.
     runs_images = False
+    slow_starts = False
 
     def worker_url(self, base_url: str) -> str:
         return base_url

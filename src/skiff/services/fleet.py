@@ -111,6 +111,9 @@ class Fleet:
         self._ending: set[str] = set()
         #: endpoint id -> the cause last logged for holding its workers back (logged once).
         self._said: dict[str, str] = {}
+        #: worker id -> the start under way in the background, for a provider whose starts may
+        #: take minutes (an image pull): the scaler's pass never waits for one.
+        self._starting: dict[str, asyncio.Task[None]] = {}
         self._gpus = gpus
         self._logs = logs
         self._volumes = volumes
@@ -276,27 +279,76 @@ class Fleet:
         worker.state = WorkerState.STANDBY if standby else WorkerState.INITIALIZING
         self._launched[worker.id] = endpoint.id
         await self._workers.add(worker)
+        if self.provider.slow_starts:
+            task = asyncio.create_task(self._start_in_background(endpoint, worker, launch))
+            self._starting[worker.id] = task
+            return worker
+        return worker if await self._start(endpoint, worker, launch) else None
+
+    async def _start(self, endpoint: Endpoint, worker: Worker, launch: Launch) -> bool:
+        """Have the provider start the worker's process; False when it could not."""
         try:
             pid = await self.provider.start(launch)
         except OSError as exc:
-            self._gpus.release(worker.id)
-            self._launched.pop(worker.id, None)
+            self._start_failed(worker.id)
             await self._workers.remove(worker.id)
             await self._fail(endpoint.id, f"the worker command could not start: {exc}")
-            return None
+            return False
         except WorkerStartError as exc:
             # Kept as unhealthy (no process), like a worker that exits right after its start:
             # the scaler replaces it after the back-off; its log holds what the start said.
-            self._gpus.release(worker.id)
-            self._launched.pop(worker.id, None)
+            self._start_failed(worker.id)
             worker.state = WorkerState.UNHEALTHY
             worker.gpu = worker.gpu_ids = None
             await self._workers.add(worker)
             await self._fail(endpoint.id, str(exc), worker.id)
-            return None
-        await self._workers.update(worker, pid=pid)
+            return False
+        finally:
+            # Past this point a stop goes to the process, not to the start.
+            self._starting.pop(worker.id, None)
+        fields: dict[str, object] = {"pid": pid}
+        if self.provider.slow_starts:
+            # The start-up deadline and a quick exit count from when the process began, not
+            # from before a pull of many minutes.
+            fields["started_at"] = self._clock.now()
+        await self._workers.update(worker, **fields)
         self._said.pop(endpoint.id, None)
-        return worker
+        return True
+
+    def _start_failed(self, worker_id: str) -> None:
+        self._gpus.release(worker_id)
+        self._launched.pop(worker_id, None)
+
+    async def _start_in_background(
+        self, endpoint: Endpoint, worker: Worker, launch: Launch
+    ) -> None:
+        try:
+            await self._start(endpoint, worker, launch)
+        except asyncio.CancelledError:
+            # The start was given up (``_halt``): the provider removes a process that appears
+            # after all, and the worker ended as far as everything else is concerned. Not
+            # raised on: the cancel was this start's answer, not the task's.
+            self._starting.pop(worker.id, None)
+            await self.on_exit(worker.id, -1)
+        except Exception:
+            log.exception("starting worker %s failed", worker.id)
+            self._start_failed(worker.id)
+            await self._workers.remove(worker.id)
+
+    def starting(self, worker_id: str) -> bool:
+        """Whether the worker's start is still under way (its image being pulled)."""
+        return worker_id in self._starting
+
+    async def _halt(self, worker_id: str) -> None:
+        """End a worker's process: SIGTERM, the grace, SIGKILL; or, while its start is still
+        under way, give the start up (its exit is reported as for any ended worker)."""
+        task = self._starting.get(worker_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})
+            if worker_id not in self.provider.running():
+                return
+        await self.provider.stop(worker_id, self._settings.worker_stop_grace_seconds)
 
     async def _blocked(
         self, endpoint: Endpoint, worker: Worker, standby: bool, blocker: Blocker
@@ -325,6 +377,7 @@ class Fleet:
         if (
             not self._owns(worker)
             or worker.id in self._reaping
+            or worker.id in self._starting  # the deadline counts from the start's end
             or worker.state is WorkerState.STOPPING
         ):
             return
@@ -361,7 +414,7 @@ class Fleet:
         if worker.kind is WorkerKind.EXTERNAL:
             await self._dispatch.worker_lost(worker, "the worker was stopped")
         elif self._owns(worker):
-            await self.provider.stop(worker.id, self._settings.worker_stop_grace_seconds)
+            await self._halt(worker.id)
         # A local worker of another replica: that replica stops it (it is stopping all of its
         # workers, having lost the lead), or, if it died, the leader's sweep forgets it.
 
@@ -504,7 +557,7 @@ class Fleet:
 
     async def _reap(self, worker_id: str, forgotten: bool) -> None:
         try:
-            await self.provider.stop(worker_id, self._settings.worker_stop_grace_seconds)
+            await self._halt(worker_id)
             endpoint_id = self._launched.get(worker_id)
             gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
             if forgotten and gone and endpoint_id is not None:
@@ -521,9 +574,7 @@ class Fleet:
         try:
             for worker in own:
                 await self._workers.set_state(worker, WorkerState.STOPPING)
-            await asyncio.gather(
-                *(self.provider.stop(w.id, self._settings.worker_stop_grace_seconds) for w in own)
-            )
+            await asyncio.gather(*(self._halt(w.id) for w in own))
         finally:
             self._reaping.difference_update(w.id for w in own)
         for worker in workers:
@@ -538,7 +589,9 @@ class Fleet:
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""
-        self._ending.update(self.provider.running())
+        starting = list(self._starting)
+        self._ending.update(self.provider.running(), starting)
+        await asyncio.gather(*(self._halt(w) for w in starting))
         await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
 
     async def abandon(self) -> None:
