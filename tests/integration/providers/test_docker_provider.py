@@ -218,3 +218,26 @@ def test_a_cpu_worker_gets_its_cpu_and_memory_limits(
         assert host["NanoCpus"] == 2_000_000_000 and host["Memory"] == 4 * 1024**3
     finally:
         container.remove(force=True)
+
+
+async def test_container_disk_is_a_size_limit_where_the_driver_has_one_and_said_where_not(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    """``containerDiskInGb``: overlay2 on ext4 (this machine, and most) cannot limit a
+    container's disk; the worker starts anyway and its log says the limit is not applied.
+    Where the driver can (overlay2 on XFS with pquota, btrfs, zfs), Docker records the size."""
+    harness = Harness(client)
+    script = "echo started; while true; do sleep 0.1; done"
+    await harness.provider.start(
+        launch(tmp_path, "w-disk", image, ["/bin/sh", "-c", script], disk_gb=5)
+    )
+    (container,) = client.containers.list(
+        ignore_removed=True, filters={"label": "dev.skiff.worker-id=w-disk"}
+    )
+    limited = container.attrs["HostConfig"].get("StorageOpt") or {}
+    if limited:
+        assert limited == {"size": "5G"}
+    else:
+        assert b"containerDiskInGb is not applied" in harness.sinks["w-disk"].data
+    await harness.provider.stop("w-disk", grace=1)
+    await asyncio.wait_for(harness.exited.wait(), 60)
