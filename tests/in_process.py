@@ -38,7 +38,8 @@ class InProcess:
     anonymous: httpx.AsyncClient
     transport: httpx.ASGITransport
 
-    async def create_endpoint(self, **fields: Any) -> dict[str, Any]:
+    async def create_template(self) -> str:
+        """A new template of a local worker; its id."""
         template = await self.http.post(
             "/v1/templates",
             json={
@@ -48,7 +49,10 @@ class InProcess:
             },
         )
         assert template.status_code == 200, template.text
-        body = {"templateId": template.json()["id"], "computeType": "CPU", **fields}
+        return str(template.json()["id"])
+
+    async def create_endpoint(self, **fields: Any) -> dict[str, Any]:
+        body = {"templateId": await self.create_template(), "computeType": "CPU", **fields}
         endpoint = await self.http.post("/v1/endpoints", json=body)
         assert endpoint.status_code == 200, endpoint.text
         return dict(endpoint.json())

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skiff.domain.containers import GIB, cpu_limits, parse_instance_id, visible_devices_inside
+from skiff.domain.containers import (
+    GIB,
+    cpu_limits,
+    parse_instance_id,
+    shown_instance_ids,
+    visible_devices_inside,
+)
 from skiff.domain.endpoints import ComputeType, CpuFlavor, EndpointSpec
 from skiff.providers.base import ContainerSpec, Launch, RegistryCredentials
 from skiff.providers.docker import (
@@ -38,6 +44,20 @@ def test_a_cpu_endpoint_gets_vcpu_count_with_its_flavors_memory() -> None:
         spec(computeType=ComputeType.CPU, vcpuCount=4, cpuFlavorIds=[CpuFlavor.cpu5g])
     )
     assert general is not None and (general.vcpus, general.memory_bytes) == (4, 16 * GIB)
+
+
+def test_the_first_instance_id_decides_the_limits_memory_included() -> None:
+    # cpu3c-2-8 is not a flavor's usual ratio: the id's own memory counts, not 2 GB per vCPU.
+    limits = cpu_limits(spec(computeType=ComputeType.CPU, instanceIds=["cpu3c-2-8", "cpu5g-4-16"]))
+    assert limits is not None and (limits.vcpus, limits.memory_bytes) == (2, 8 * GIB)
+
+
+def test_a_cpu_endpoint_shows_the_instance_id_its_settings_amount_to() -> None:
+    assert shown_instance_ids(spec(computeType=ComputeType.CPU)) == ["cpu3c-2-4"]
+    given = spec(computeType=ComputeType.CPU, instanceIds=["cpu5c-8-16"])
+    assert shown_instance_ids(given) == ["cpu5c-8-16"]
+    assert (given.vcpuCount, given.cpuFlavorIds) == (8, [CpuFlavor.cpu5c])
+    assert shown_instance_ids(spec(computeType=ComputeType.GPU)) == []
 
 
 def test_a_gpu_endpoint_gets_no_cpu_quota() -> None:

@@ -17,6 +17,7 @@ from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.body_gate import BodyGate
 from skiff.domain import times
+from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.placement import BlockerCause
@@ -308,6 +309,7 @@ def build(services: Services) -> FastAPI:
             version=endpoint.version,
             createdAt=times.iso(endpoint.createdAt),
         )
+        out.instanceIds = shown_instance_ids(endpoint.spec)
         if include_template:
             out.template = await services.templates.get(user, endpoint.spec.templateId)
         failure = await services.fleet.failure(endpoint.id)

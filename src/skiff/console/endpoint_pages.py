@@ -43,6 +43,7 @@ ROLLING_LABELS = {
     "gpuCount": "GPU count",
     "cpuFlavorIds": "CPU flavors",
     "vcpuCount": "vCPU count",
+    "instanceIds": "CPU instance ids",
     "env": "environment",
     "networkVolumeId": "network volume",
 }

@@ -7,9 +7,9 @@ Pure mapping; the container provider (``providers/docker.py``) turns it into Doc
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from skiff.domain import instance_ids
 from skiff.domain.endpoints import ComputeType, CpuFlavor, EndpointSpec
 
 GIB = 1024**3
@@ -25,8 +25,6 @@ MEMORY_GB_PER_VCPU = {
 #: The flavor assumed when an endpoint names none (the hosted platform's first choice).
 DEFAULT_FLAVOR = CpuFlavor.cpu3c
 
-_INSTANCE_ID = re.compile(r"^(cpu[35][cg])-([1-9][0-9]*)-([1-9][0-9]*)$")
-
 
 @dataclass(frozen=True, slots=True)
 class CpuLimits:
@@ -41,21 +39,38 @@ class CpuLimits:
 
 def parse_instance_id(instance_id: str) -> CpuLimits | None:
     """``cpu3c-2-4`` (flavor-vCPUs-GB of RAM) as limits; None when it is not one."""
-    match = _INSTANCE_ID.match(instance_id)
-    if match is None:
+    parsed = instance_ids.parse(instance_id)
+    if parsed is None:
         return None
-    return CpuLimits(vcpus=int(match[2]), memory_bytes=int(match[3]) * GIB)
+    return CpuLimits(vcpus=parsed.vcpus, memory_bytes=parsed.memory_gb * GIB)
 
 
 def cpu_limits(spec: EndpointSpec) -> CpuLimits | None:
-    """The limits of a CPU endpoint's worker: ``vcpuCount`` vCPUs with the memory its first
-    flavor gives each; None for a GPU endpoint (it gets its GPUs, not a CPU quota)."""
+    """The limits of a CPU endpoint's worker: its first instance id's vCPUs and memory, else
+    ``vcpuCount`` vCPUs with the memory its first flavor gives each; None for a GPU endpoint
+    (it gets its GPUs, not a CPU quota)."""
     if spec.computeType is not ComputeType.CPU:
         return None
+    for given in spec.instanceIds[:1]:
+        limits = parse_instance_id(given)
+        if limits is not None:
+            return limits
     flavor = spec.cpuFlavorIds[0] if spec.cpuFlavorIds else DEFAULT_FLAVOR
     return CpuLimits(
         vcpus=spec.vcpuCount, memory_bytes=spec.vcpuCount * MEMORY_GB_PER_VCPU[flavor] * GIB
     )
+
+
+def shown_instance_ids(spec: EndpointSpec) -> list[str]:
+    """An endpoint's ``instanceIds`` as the API shows them: those given, else the one a CPU
+    endpoint's ``vcpuCount`` and flavor amount to (``cpu3c-2-4``); none for a GPU endpoint."""
+    if spec.computeType is not ComputeType.CPU:
+        return []
+    if spec.instanceIds:
+        return list(spec.instanceIds)
+    flavor = spec.cpuFlavorIds[0] if spec.cpuFlavorIds else DEFAULT_FLAVOR
+    memory_gb = spec.vcpuCount * MEMORY_GB_PER_VCPU[flavor]
+    return [str(instance_ids.InstanceId(flavor.value, spec.vcpuCount, memory_gb))]
 
 
 def visible_devices_inside(count: int) -> str:

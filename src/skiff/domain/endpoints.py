@@ -14,6 +14,7 @@ from pydantic import (
     model_validator,
 )
 
+from skiff.domain import instance_ids
 from skiff.domain.input_types import Bool, Int, StrictInput, Text
 from skiff.domain.jobs import EXECUTION_TIMEOUT_MIN_MS, SEVEN_DAYS_MS
 
@@ -26,6 +27,9 @@ MAX_ENV_VARS = 1000
 Name = Annotated[Text, StringConstraints(max_length=191)]
 EnvName = Annotated[Text, StringConstraints(max_length=1024)]
 EnvValue = Annotated[Text, StringConstraints(max_length=32768)]
+#: A CPU instance id, ``cpu3c-2-4`` (``domain/instance_ids``).
+InstanceIdText = Annotated[Text, StringConstraints(pattern=instance_ids.PATTERN)]
+MAX_INSTANCE_IDS = 8
 
 
 class ComputeType(enum.StrEnum):
@@ -72,6 +76,12 @@ class _EndpointSettings(StrictInput):
     gpuCount: Int | None = Field(default=None, ge=1, le=16)
     cpuFlavorIds: list[CpuFlavor] | None = Field(default=None, max_length=len(CpuFlavor))
     vcpuCount: Int | None = Field(default=None, ge=1, le=512)
+    instanceIds: list[InstanceIdText] | None = Field(
+        default=None,
+        max_length=MAX_INSTANCE_IDS,
+        description="CPU endpoints: instance ids such as cpu3c-2-4 (flavor-vCPUs-GB of memory), "
+        "in priority order; the first sets the workers' vCPUs, memory and flavor",
+    )
     dataCenterIds: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     allowedCudaVersions: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     executionTimeoutMs: Int | None = Field(
@@ -95,6 +105,11 @@ class _EndpointSettings(StrictInput):
     @classmethod
     def _gpu_types(cls, value: list[str] | None) -> list[str] | None:
         return _unique_names(value, "gpuTypeIds")
+
+    @field_validator("instanceIds")
+    @classmethod
+    def _instance_ids(cls, value: list[str] | None) -> list[str] | None:
+        return _unique_names(value, "instanceIds")
 
     @model_validator(mode="after")
     def _min_not_above_max(self) -> Self:
@@ -128,6 +143,11 @@ class EndpointSpec(BaseModel):
     gpuCount: int = 1
     cpuFlavorIds: list[CpuFlavor] = Field(default_factory=list)
     vcpuCount: int = 2
+    instanceIds: list[str] = Field(
+        default_factory=list,
+        description="CPU endpoints: instance ids (cpu3c-2-4: flavor-vCPUs-GB), the first sizing "
+        "the workers; shown as the one vcpuCount and the flavor amount to when none were given",
+    )
     dataCenterIds: list[str] = Field(default_factory=list)
     allowedCudaVersions: list[str] = Field(default_factory=list)
     executionTimeoutMs: int = 600_000
@@ -144,6 +164,17 @@ class EndpointSpec(BaseModel):
     def _min_not_above_max(self) -> Self:
         if self.workersMin > self.workersMax:
             raise ValueError("workersMin must not be greater than workersMax")
+        return self
+
+    @model_validator(mode="after")
+    def _instance_decides_cpus(self) -> Self:
+        """The first instance id sets vCPUs and flavor, so that the settings never claim 2
+        vCPUs for a ``cpu3c-8-16`` endpoint."""
+        if self.instanceIds:
+            first = instance_ids.parse(self.instanceIds[0])
+            if first is not None:
+                self.vcpuCount = first.vcpus
+                self.cpuFlavorIds = [CpuFlavor(first.flavor)]
         return self
 
 
@@ -163,7 +194,18 @@ def apply_endpoint_update(current: EndpointSpec, update: EndpointUpdate) -> Endp
         for k, v in update.model_dump(exclude_unset=True).items()
         if v is not None or k in NULLABLE_FIELDS
     }
-    return EndpointSpec.model_validate(current.model_dump() | changes)
+    merged = current.model_dump() | changes
+    resized = any(
+        k in changes and changes[k] != before
+        for k, before in (
+            ("vcpuCount", current.vcpuCount),
+            ("cpuFlavorIds", current.cpuFlavorIds),
+        )
+    )
+    if resized and "instanceIds" not in changes:
+        # Sized by vCPUs now: the instance ids kept would size the workers over again.
+        merged["instanceIds"] = []
+    return EndpointSpec.model_validate(merged)
 
 
 #: Settings an update may clear with ``null``.
@@ -181,6 +223,7 @@ FIELDS_THAT_ROLL_WORKERS = frozenset(
         "computeType",
         "cpuFlavorIds",
         "vcpuCount",
+        "instanceIds",
         "networkVolumeId",
     }
 )

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import (
+    ComputeType,
     Endpoint,
     EndpointCreate,
     EndpointUpdate,
@@ -64,7 +65,17 @@ class Endpoints:
                 field="networkVolumeId",
             )
 
+    @staticmethod
+    def _check_instance_ids(compute_type: ComputeType, given: list[str] | None) -> None:
+        if given and compute_type is not ComputeType.CPU:
+            raise Invalid(
+                "instanceIds: instance ids size CPU endpoints; a GPU endpoint takes gpuTypeIds "
+                "and gpuCount",
+                field="instanceIds",
+            )
+
     async def create(self, user: User, data: EndpointCreate) -> Endpoint:
+        self._check_instance_ids(data.computeType, data.instanceIds)
         await self._check_template(user, data.templateId)
         await self._check_volume(user, data.networkVolumeId)
         endpoint_id = short_id()
@@ -115,6 +126,7 @@ class Endpoints:
 
     async def update(self, user: User, endpoint_id: str, data: EndpointUpdate) -> Endpoint:
         current = await self.get(user, endpoint_id)
+        self._check_instance_ids(current.spec.computeType, data.instanceIds)
         if data.templateId is not None:
             await self._check_template(user, data.templateId)
         # Checked when it changes only: settings sent back unchanged are not refused for it.
