@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,17 @@ CONTAINER_SERVER_ENV: dict[str, str | None] = {
     "SKIFF_HOST": "0.0.0.0",
     "SKIFF_WORKER_START_TIMEOUT_SECONDS": "60",
 }
+
+
+def containers_of(endpoint_id: str) -> list[Any]:
+    """Every container of the endpoint, running or not, by skiff's label."""
+    return list(
+        docker_client().containers.list(
+            all=True,
+            ignore_removed=True,
+            filters={"label": f"dev.skiff.endpoint-id={endpoint_id}"},
+        )
+    )
 
 
 def ensure_test_image() -> str:

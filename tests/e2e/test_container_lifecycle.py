@@ -16,6 +16,7 @@ from docker_image import (
     CONTAINER_SERVER_ENV,
     PYTHON_IN_IMAGE,
     SLEEPING_HANDLER,
+    containers_of,
     docker_client,
 )
 
@@ -47,14 +48,6 @@ def sleeping_endpoint(server: Server, image: str, **fields: Any) -> str:
 def workers(server: Server, eid: str) -> list[dict[str, Any]]:
     found = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"}).json()
     return list(found["workers"])
-
-
-def containers_of(eid: str) -> list[Any]:
-    return list(
-        docker_client().containers.list(
-            all=True, ignore_removed=True, filters={"label": f"dev.skiff.endpoint-id={eid}"}
-        )
-    )
 
 
 def status(server: Server, eid: str, job_id: str) -> dict[str, Any]:
@@ -116,3 +109,50 @@ def test_a_flashboot_endpoint_keeps_a_standby_container_that_takes_the_first_job
     server.wait_for(lambda: workers(server, eid) == [], timeout=30, what="no standby")
     server.wait_for(lambda: containers_of(eid) == [], what="the standby container to go")
     server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_an_image_change_rolls_every_container_to_the_new_image_and_loses_no_job(
+    server: Server, image: str
+) -> None:
+    """A rolling release on containers: two replicas of the worker on the image, the template
+    moved to another image, a job running meanwhile finishes on its old container, and every
+    container ends up on the new image."""
+    repository = image.rsplit(":", 1)[0]
+    rolled = f"{repository}:rolled"
+    docker_client().images.get(image).tag(repository, "rolled")
+    eid = sleeping_endpoint(server, image, workersMin=2, workersMax=2)
+    try:
+
+        def images() -> list[str]:
+            return sorted(c.attrs["Config"]["Image"] for c in containers_of(eid))
+
+        server.wait_for(
+            lambda: [w["state"] for w in workers(server, eid)] == ["idle", "idle"],
+            what="two idle containers",
+        )
+        assert images() == [image, image]
+        busy = server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 4, "i": 1}}).json()
+        server.wait_for(lambda: status(server, eid, busy["id"])["status"] == "IN_PROGRESS")
+        endpoint = server.http.get(f"/v1/endpoints/{eid}").json()
+        moved = server.http.patch(
+            f"/v1/templates/{endpoint['templateId']}", json={"imageName": rolled}
+        )
+        assert moved.status_code == 200, moved.text
+        assert server.http.get(f"/v1/endpoints/{eid}").json()["version"] == endpoint["version"] + 1
+        queued = server.http.post(f"/v2/{eid}/run", json={"input": {"i": 2}}).json()
+
+        server.wait_for(
+            lambda: images() == [rolled, rolled], timeout=120, what="both containers rolled"
+        )
+        done = server.wait_for(
+            lambda: (s := status(server, eid, busy["id"]))["status"] == "COMPLETED" and s,
+            what="the job that ran through the change",
+        )
+        # Finished where it started: cut short and retried, it would have a retry count.
+        assert done["output"] == {"i": 1} and not done.get("retries"), done
+        server.wait_for(lambda: status(server, eid, queued["id"])["status"] == "COMPLETED")
+        after = server.http.post(f"/v2/{eid}/runsync", json={"input": {"i": 3}}, timeout=60)
+        assert after.json()["output"] == {"i": 3}
+    finally:
+        server.http.delete(f"/v1/endpoints/{eid}")
+        docker_client().images.remove(rolled)

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from harness import Server, free_port, running
 
-from docker_image import CONTAINER_SERVER_ENV, docker_client
+from docker_image import CONTAINER_SERVER_ENV, containers_of, docker_client
 
 USER, PASSWORD = "skiff", "registry-pw-0123"
 
@@ -256,14 +256,6 @@ def large_image(registry: str, image: str, tmp_path_factory: pytest.TempPathFact
     push(client, f"{registry}/skiff/large", "v1")
     client.images.remove(built, force=True)
     return "skiff/large:v1"
-
-
-def containers_of(eid: str) -> list[Any]:
-    return list(
-        docker_client().containers.list(
-            all=True, ignore_removed=True, filters={"label": f"dev.skiff.endpoint-id={eid}"}
-        )
-    )
 
 
 def log_text(server: Server, eid: str) -> str:
