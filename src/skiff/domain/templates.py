@@ -29,14 +29,14 @@ class TemplateCategory(enum.StrEnum):
     CPU = "CPU"
 
 
-def _check_env(value: dict[str, str]) -> dict[str, str]:
+def check_env(value: dict[str, str]) -> dict[str, str]:
     for key in value:
         if not key or "=" in key or "\0" in key:
             raise ValueError(f"invalid environment variable name: {key!r}")
     return value
 
 
-def _check_image(value: str | None) -> str | None:
+def check_image(value: str | None) -> str | None:
     problem = None if value is None else image_reference_problem(value)
     if problem is not None:
         raise ValueError(f"{value!r} is not a valid image reference: it {problem}")
@@ -61,8 +61,8 @@ class TemplateUpdate(StrictInput):
     readme: Text | None = Field(default=None, max_length=MAX_README_LENGTH)
     containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
-    _env = field_validator("env")(lambda v: v if v is None else _check_env(v))
-    _image = field_validator("imageName")(_check_image)
+    _env = field_validator("env")(lambda v: v if v is None else check_env(v))
+    _image = field_validator("imageName")(check_image)
 
 
 class TemplateCreate(StrictInput):
@@ -81,8 +81,8 @@ class TemplateCreate(StrictInput):
     readme: Text = Field(default="", max_length=MAX_README_LENGTH)
     containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
 
-    _env = field_validator("env")(_check_env)
-    _image = field_validator("imageName")(_check_image)
+    _env = field_validator("env")(check_env)
+    _image = field_validator("imageName")(check_image)
 
 
 class Template(TemplateCreate):

@@ -14,6 +14,7 @@ from typing import Protocol
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
+from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
 from skiff.domain.users import User as User
@@ -142,6 +143,31 @@ class Store(Protocol):
         """Ids of the owner's endpoints whose ``networkVolumeId`` names the volume, oldest
         first."""
         ...
+
+    # -- pods -----------------------------------------------------------------------
+    async def create_pod(self, pod: Pod) -> Pod: ...
+
+    async def list_pods(self, user_id: str | None) -> list[Pod]:
+        """One owner's pods, oldest first, or everyone's with ``None`` (the pod runner)."""
+        ...
+
+    async def get_pod(self, user_id: str, pod_id: str) -> Pod | None:
+        """None for an unknown id, and for another owner's."""
+        ...
+
+    async def update_pod_settings(self, pod: Pod) -> Pod | None:
+        """Write the pod's name, settings, desired status, version and status change time
+        (never its placement, which is the runner's); None when the owner has no such pod."""
+        ...
+
+    async def set_pod_placement(
+        self, pod_id: str, placement: PodPlacement, last_started_at: float | None
+    ) -> Pod | None:
+        """The runner's record of where the pod runs now (nothing else of it changes); None
+        when the pod is gone."""
+        ...
+
+    async def delete_pod(self, user_id: str, pod_id: str) -> bool: ...
 
     # -- endpoints ------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint: ...

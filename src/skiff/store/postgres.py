@@ -19,6 +19,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
@@ -46,6 +47,9 @@ from skiff.store.rows import (
     job_params,
     network_volume_from_row,
     network_volume_params,
+    pod_from_row,
+    pod_params,
+    pod_settings_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -419,6 +423,39 @@ class PostgresStore:
             "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id
         )
         return [r["id"] for r in rows]
+
+    # -- pods -----------------------------------------------------------------------------
+    async def create_pod(self, pod: Pod) -> Pod:
+        await self._execute_named("create_pod", **pod_params(pod))
+        return pod
+
+    async def list_pods(self, user_id: str | None) -> list[Pod]:
+        if user_id is None:
+            return [pod_from_row(r) for r in await self._fetch_named("list_all_pods")]
+        rows = await self._fetch_named("list_pods_of_user", user_id=user_id)
+        return [pod_from_row(r) for r in rows]
+
+    async def get_pod(self, user_id: str, pod_id: str) -> Pod | None:
+        row = await self._fetchrow_named("get_pod", user_id=user_id, id=pod_id)
+        return pod_from_row(row) if row else None
+
+    async def update_pod_settings(self, pod: Pod) -> Pod | None:
+        row = await self._fetchrow_named("update_pod_settings", **pod_settings_params(pod))
+        return pod_from_row(row) if row else None
+
+    async def set_pod_placement(
+        self, pod_id: str, placement: PodPlacement, last_started_at: float | None
+    ) -> Pod | None:
+        row = await self._fetchrow_named(
+            "set_pod_placement",
+            id=pod_id,
+            placement=placement.model_dump_json(),
+            last_started_at=last_started_at,
+        )
+        return pod_from_row(row) if row else None
+
+    async def delete_pod(self, user_id: str, pod_id: str) -> bool:
+        return await self._execute_named("delete_pod", user_id=user_id, id=pod_id) > 0
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:

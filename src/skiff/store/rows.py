@@ -14,6 +14,7 @@ import orjson
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
+from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -404,4 +405,39 @@ def network_volume_params(user_id: str, volume: NetworkVolume) -> dict[str, Any]
         "size_gb": volume.size,
         "data_center_id": volume.dataCenterId,
         "created_at": volume.createdAt,
+    }
+
+
+def pod_from_row(row: Any) -> Pod:
+    return Pod(
+        id=row["id"],
+        userId=row["user_id"],
+        spec=PodSpec.model_validate_json(row["spec"]),
+        desiredStatus=DesiredStatus(row["desired_status"]),
+        version=row["version"],
+        createdAt=row["created_at"],
+        lastStatusChange=row["last_status_change"],
+        lastStartedAt=row["last_started_at"],
+        placement=PodPlacement.model_validate_json(row["placement"]),
+    )
+
+
+def pod_settings_params(pod: Pod) -> dict[str, Any]:
+    """The columns the pods service writes (``update_pod_settings``)."""
+    return {
+        "id": pod.id,
+        "user_id": pod.userId,
+        "name": pod.spec.name,
+        "spec": pod.spec.model_dump_json(),
+        "desired_status": pod.desiredStatus.value,
+        "version": pod.version,
+        "last_status_change": pod.lastStatusChange,
+    }
+
+
+def pod_params(pod: Pod) -> dict[str, Any]:
+    return pod_settings_params(pod) | {
+        "created_at": pod.createdAt,
+        "last_started_at": pod.lastStartedAt,
+        "placement": pod.placement.model_dump_json(),
     }

@@ -26,6 +26,7 @@ import orjson
 from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
@@ -54,6 +55,9 @@ from skiff.store.rows import (
     job_params,
     network_volume_from_row,
     network_volume_params,
+    pod_from_row,
+    pod_params,
+    pod_settings_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -630,6 +634,45 @@ class SQLiteStore:
     async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:
         rows = self._query("endpoints_using_network_volume", user_id=user_id, volume_id=volume_id)
         return [r["id"] for r in rows]
+
+    # -- pods -----------------------------------------------------------------------------
+    async def create_pod(self, pod: Pod) -> Pod:
+        await self._write_run("create_pod", **pod_params(pod))
+        return pod
+
+    async def list_pods(self, user_id: str | None) -> list[Pod]:
+        if user_id is None:
+            return [pod_from_row(r) for r in self._query("list_all_pods")]
+        return [pod_from_row(r) for r in self._query("list_pods_of_user", user_id=user_id)]
+
+    async def get_pod(self, user_id: str, pod_id: str) -> Pod | None:
+        rows = self._query("get_pod", user_id=user_id, id=pod_id)
+        return pod_from_row(rows[0]) if rows else None
+
+    async def update_pod_settings(self, pod: Pod) -> Pod | None:
+        def op(c: sqlite3.Connection) -> Pod | None:
+            row = _row(c, "update_pod_settings", **pod_settings_params(pod))
+            return pod_from_row(row) if row else None
+
+        return await self._write(op)
+
+    async def set_pod_placement(
+        self, pod_id: str, placement: PodPlacement, last_started_at: float | None
+    ) -> Pod | None:
+        def op(c: sqlite3.Connection) -> Pod | None:
+            row = _row(
+                c,
+                "set_pod_placement",
+                id=pod_id,
+                placement=placement.model_dump_json(),
+                last_started_at=last_started_at,
+            )
+            return pod_from_row(row) if row else None
+
+        return await self._write(op)
+
+    async def delete_pod(self, user_id: str, pod_id: str) -> bool:
+        return await self._write_run("delete_pod", user_id=user_id, id=pod_id) > 0
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:

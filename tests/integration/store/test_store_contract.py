@@ -822,6 +822,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0005_job_counts.sql",
         "0006_lineups.sql",
         "0007_network_volumes.sql",
+        "0008_pods.sql",
     ]
     assert {
         "jobs",
@@ -879,7 +880,7 @@ def test_both_migration_sets_are_numbered_alike() -> None:
 #: What a database migrated by the version before the renumbering records.
 EARLIER_RECORD = ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
 #: Migrations written after the renumbering: never recorded under another name.
-AFTER_RENUMBERING = ["0006_lineups.sql", "0007_network_volumes.sql"]
+AFTER_RENUMBERING = ["0006_lineups.sql", "0007_network_volumes.sql", "0008_pods.sql"]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
     [
@@ -892,6 +893,7 @@ BOTH_RECORDS = sorted(
         "0005_job_counts.sql",
         "0006_lineups.sql",
         "0007_network_volumes.sql",
+        "0008_pods.sql",
     ]
 )
 

@@ -1,0 +1,297 @@
+"""Pods: long-running instances of an image, or of a template, that hold their GPUs until they
+are stopped (PodCreateInput of the v1 reference): a notebook, a training run, an inference
+server reached on its ports.
+
+A pod's settings (``PodSpec``) are resolved once, at creation: what the create input gives,
+else what its template gives, else the reference's defaults. Its ``desiredStatus`` says what
+the user asked for (RUNNING, EXITED after a stop, TERMINATED while it is being deleted); where
+and how it runs now (``PodPlacement``) is the runner's to record.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+from dataclasses import dataclass
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from skiff.domain.endpoints import (
+    MAX_ENV_VARS,
+    MAX_ID_LENGTH,
+    MAX_LIST_ITEMS,
+    ComputeType,
+    CpuFlavor,
+    EnvName,
+    EnvValue,
+    Name,
+)
+from skiff.domain.input_types import Bool, Int, StrictInput, Text
+from skiff.domain.templates import (
+    MAX_PATH_LENGTH,
+    MAX_PORTS,
+    MAX_WORDS,
+    Port,
+    Template,
+    Word,
+    check_env,
+    check_image,
+)
+
+#: The reference's defaults.
+DEFAULT_NAME = "my pod"
+DEFAULT_CONTAINER_DISK_GB = 50
+DEFAULT_VOLUME_GB = 20
+DEFAULT_MOUNT_PATH = "/workspace"
+MAX_DISK_GB = 4000
+#: Where a mount may not go: it would hide what the image needs to run at all.
+RESERVED_MOUNT_PATHS = frozenset(
+    {"/", "/bin", "/dev", "/etc", "/lib", "/proc", "/sbin", "/sys", "/usr"}
+)
+
+
+class DesiredStatus(enum.StrEnum):
+    RUNNING = "RUNNING"
+    #: Stopped: its instance ended and its GPUs are free; its volume is kept.
+    EXITED = "EXITED"
+    #: Being deleted: nothing of it is kept once its instance has ended.
+    TERMINATED = "TERMINATED"
+
+
+class PortProtocol(enum.StrEnum):
+    http = "http"
+    tcp = "tcp"
+
+
+@dataclass(frozen=True, slots=True)
+class PortSpec:
+    """``8888/http``: a port the pod's instance listens on, and how it is reached."""
+
+    number: int
+    protocol: PortProtocol
+
+    def __str__(self) -> str:
+        return f"{self.number}/{self.protocol.value}"
+
+
+def parse_port(text: str) -> PortSpec:
+    """``N/http`` or ``N/tcp`` with N in 1..65535; ``ValueError`` saying what is wrong."""
+    number, slash, protocol = text.partition("/")
+    if not slash or not number.isdigit() or number.startswith("0"):
+        raise ValueError(
+            f"port {text!r} is not of the form N/http or N/tcp (for example 8888/http)"
+        )
+    if protocol not in PortProtocol.__members__:
+        raise ValueError(f"port {text!r}: the protocol must be http or tcp")
+    if not 1 <= int(number) <= 65535:
+        raise ValueError(f"port {text!r}: the port number must be between 1 and 65535")
+    return PortSpec(int(number), PortProtocol(protocol))
+
+
+def _check_ports(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    seen: set[int] = set()
+    for text in value:
+        port = parse_port(text)
+        if port.number in seen:
+            raise ValueError(f"port {port.number} is listed twice")
+        seen.add(port.number)
+    return value
+
+
+def _check_mount_path(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} is not an absolute path (it must start with /)")
+    normal = posixpath.normpath(value)
+    if ".." in value.split("/") or normal in RESERVED_MOUNT_PATHS:
+        raise ValueError(f"{value!r} cannot hold the pod's volume: it would hide the system")
+    return value
+
+
+Ports = Annotated[list[Port], Field(max_length=MAX_PORTS)]
+Words = Annotated[list[Word], Field(max_length=MAX_WORDS)]
+Env = Annotated[dict[EnvName, EnvValue], Field(max_length=MAX_ENV_VARS)]
+MountPath = Annotated[Text, StringConstraints(min_length=1, max_length=MAX_PATH_LENGTH)]
+
+
+class _Changeable(StrictInput):
+    """What both create and update may set; a field left out (or null) is taken from
+    elsewhere: the template on create, the pod as it is on update."""
+
+    name: Text | None = Field(default=None, min_length=1, max_length=191)
+    imageName: Text | None = Field(default=None, min_length=1, max_length=1024)
+    dockerEntrypoint: Words | None = None
+    dockerStartCmd: Words | None = None
+    env: Env | None = None
+    ports: Ports | None = Field(default=None, description="N/http or N/tcp, e.g. 8888/http")
+    containerDiskInGb: Int | None = Field(default=None, ge=0, le=MAX_DISK_GB)
+    volumeInGb: Int | None = Field(
+        default=None, ge=0, le=MAX_DISK_GB, description="The pod volume, in GB; it never shrinks"
+    )
+    volumeMountPath: MountPath | None = Field(
+        default=None, description="Where the pod volume (or the network volume) is mounted"
+    )
+    containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    locked: Bool | None = Field(
+        default=None, description="A locked pod refuses stop, restart, reset and delete"
+    )
+
+    _env = field_validator("env")(lambda v: v if v is None else check_env(v))
+    _image = field_validator("imageName")(check_image)
+    _ports = field_validator("ports")(_check_ports)
+    _mount = field_validator("volumeMountPath")(_check_mount_path)
+
+
+class PodCreate(_Changeable):
+    """PodCreateInput: ``imageName`` or ``templateId`` (or both: the image overrides the
+    template's)."""
+
+    templateId: Text | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
+    computeType: ComputeType = ComputeType.GPU
+    gpuTypeIds: list[Name] | None = Field(
+        default=None, max_length=MAX_LIST_ITEMS, description="GPU types in priority order"
+    )
+    gpuCount: Int = Field(default=1, ge=1, le=16)
+    cpuFlavorIds: list[CpuFlavor] | None = Field(default=None, max_length=len(CpuFlavor))
+    vcpuCount: Int = Field(default=2, ge=1, le=512)
+    networkVolumeId: Text | None = Field(
+        default=None,
+        max_length=MAX_ID_LENGTH,
+        description="Mounted at volumeMountPath instead of a pod volume",
+    )
+    dataCenterIds: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
+    interruptible: Bool = False
+
+    @model_validator(mode="after")
+    def _image_or_template(self) -> Self:
+        if self.imageName is None and self.templateId is None:
+            raise ValueError("give imageName or templateId: a pod needs an image to run")
+        return self
+
+
+class PodUpdate(_Changeable):
+    """The create input's changeable fields; a change to what runs restarts the pod."""
+
+
+class PodSpec(BaseModel):
+    """A pod's settings, every one resolved."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    imageName: str
+    templateId: str | None = None
+    computeType: ComputeType = ComputeType.GPU
+    gpuTypeIds: list[str] = Field(default_factory=list)
+    gpuCount: int = 1
+    cpuFlavorIds: list[CpuFlavor] = Field(default_factory=list)
+    vcpuCount: int = 2
+    env: dict[str, str] = Field(default_factory=dict)
+    dockerEntrypoint: list[str] = Field(default_factory=list)
+    dockerStartCmd: list[str] = Field(default_factory=list)
+    ports: list[str] = Field(default_factory=list)
+    containerDiskInGb: int = DEFAULT_CONTAINER_DISK_GB
+    volumeInGb: int = DEFAULT_VOLUME_GB
+    volumeMountPath: str = DEFAULT_MOUNT_PATH
+    networkVolumeId: str | None = None
+    containerRegistryAuthId: str | None = None
+    dataCenterIds: list[str] = Field(default_factory=list)
+    interruptible: bool = False
+    locked: bool = False
+
+    def port_specs(self) -> list[PortSpec]:
+        return [parse_port(p) for p in self.ports]
+
+
+def spec_from_create(data: PodCreate, template: Template | None) -> PodSpec:
+    """The create input over the template over the defaults. Environment variables merge,
+    the input's winning, so a pod can add one without repeating the template's."""
+    given: dict[str, Any] = data.model_dump(exclude_none=True)
+    fields: dict[str, Any] = {}
+    if template is not None:
+        fields = {
+            "imageName": template.imageName,
+            "dockerEntrypoint": template.dockerEntrypoint,
+            "dockerStartCmd": template.dockerStartCmd,
+            "env": dict(template.env),
+            "ports": template.ports,
+            "containerDiskInGb": template.containerDiskInGb,
+            "volumeInGb": template.volumeInGb,
+            "volumeMountPath": template.volumeMountPath,
+            "containerRegistryAuthId": template.containerRegistryAuthId,
+        }
+    env = fields.get("env", {}) | given.pop("env", {})
+    fields |= given
+    fields["env"] = env
+    fields.setdefault("name", DEFAULT_NAME)
+    return PodSpec.model_validate(fields)
+
+
+#: Settings whose change needs the pod's instance started again to take effect.
+FIELDS_THAT_RESTART = frozenset(
+    {
+        "imageName",
+        "dockerEntrypoint",
+        "dockerStartCmd",
+        "env",
+        "ports",
+        "containerDiskInGb",
+        "volumeInGb",
+        "volumeMountPath",
+        "containerRegistryAuthId",
+    }
+)
+
+
+def apply_pod_update(current: PodSpec, update: PodUpdate) -> tuple[PodSpec, list[str]]:
+    """The settings after ``update``, and the changed ones that need a restart (sorted).
+    ``ValueError`` for a volume asked to shrink."""
+    changes = update.model_dump(exclude_none=True)
+    if changes.get("volumeInGb", current.volumeInGb) < current.volumeInGb:
+        raise ValueError(
+            f"volumeInGb: a pod volume never shrinks (it is {current.volumeInGb} GB; "
+            f"{changes['volumeInGb']} GB was asked)"
+        )
+    updated = PodSpec.model_validate(current.model_dump() | changes)
+    restart = sorted(f for f in FIELDS_THAT_RESTART if getattr(current, f) != getattr(updated, f))
+    return updated, restart
+
+
+class PodPlacement(BaseModel):
+    """Where a pod's instance runs now: which replica runs it, on which GPUs, reached on which
+    host ports. Empty while it does not run."""
+
+    owner: str | None = None
+    gpuName: str | None = None
+    gpuIds: list[int] = Field(default_factory=list)
+    #: ``"8888/http"`` -> the host port it is published on.
+    portMappings: dict[str, int] = Field(default_factory=dict)
+    #: Why it is not running although it should (no GPU free, a failed pull), else None.
+    problem: str | None = None
+
+
+class Pod(BaseModel):
+    """A pod as the store keeps it."""
+
+    id: str
+    userId: str
+    spec: PodSpec
+    desiredStatus: DesiredStatus
+    createdAt: float
+    lastStatusChange: float
+    lastStartedAt: float | None = None
+    #: Bumped by every change that restarts the instance (update, reset): a runner compares
+    #: it with the one its instance started with.
+    version: int = 1
+    placement: PodPlacement = Field(default_factory=PodPlacement)
