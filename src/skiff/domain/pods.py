@@ -291,7 +291,9 @@ class Pod(BaseModel):
     createdAt: float
     lastStatusChange: float
     lastStartedAt: float | None = None
-    #: Bumped by every change that restarts the instance (update, reset): a runner compares
-    #: it with the one its instance started with.
+    #: Bumped by every change that needs a fresh instance (an update of what runs, a reset):
+    #: the runner compares it with the one its instance started with.
     version: int = 1
+    #: Bumped by each ``restart`` (in place: the instance keeps its disk).
+    restarts: int = 0
     placement: PodPlacement = Field(default_factory=PodPlacement)

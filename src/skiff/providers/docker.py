@@ -53,6 +53,7 @@ from skiff.providers.base import (
     Launch,
     LogSink,
     LogSinks,
+    RegistryCredentials,
     WorkerStartError,
 )
 
@@ -184,6 +185,72 @@ def create_options(launch: Launch, spec: ContainerSpec, owner: str, server: str)
     return options
 
 
+def ensure_image(
+    client: Any,
+    image: str,
+    credentials: RegistryCredentials | None,
+    sink: LogSink,
+    given_up: Callable[[], bool],
+) -> None:
+    """Pull ``image`` when it is not here, or always when it comes with credentials (so they
+    are checked, and a private image is never served from a copy another user pulled); its
+    progress goes into ``sink``. ``WorkerStartError`` saying why a pull failed, or that
+    ``given_up()`` turned true meanwhile (checked at each of the pull's events)."""
+    if credentials is None:
+        try:
+            client.images.get(image)
+            return
+        except ImageNotFound:
+            pass
+        except DockerException as exc:
+            raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
+    repo, tag = split_reference(image)
+    auth = (
+        {"username": credentials.username, "password": credentials.password}
+        if credentials
+        else None
+    )
+    sink.feed(f"[skiff] pulling {image}\n".encode())
+    progress = PullProgress()
+    try:
+        for event in client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+            if "error" in event:
+                raise WorkerStartError(pull_failure(image, str(event["error"])))
+            if given_up():
+                # Given up (the worker was stopped, the server shuts down): this thread
+                # stops reading; the daemon may finish the pull for a later start.
+                raise WorkerStartError("the start was given up during the pull")
+            line = progress.line(event)
+            if line:
+                sink.feed(line.encode())
+    except DockerException as exc:
+        raise WorkerStartError(pull_failure(image, _explain(exc))) from exc
+
+
+def create_container(
+    client: Any, options: dict[str, Any], image: str, disk_gb: int | None, sink: LogSink | None
+) -> Any:
+    """``containers.create(**options)``, with ``disk_gb`` as a ``size`` storage option where
+    the storage driver has one (else without it, and ``sink`` is told so)."""
+    if disk_gb:
+        try:
+            return client.containers.create(**options, storage_opt={"size": f"{disk_gb}G"})
+        except APIError as exc:
+            if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
+                raise WorkerStartError(_explain(exc)) from exc
+            if sink is not None:
+                sink.feed(
+                    b"[skiff] containerDiskInGb is not applied: this Docker storage driver"
+                    b" cannot limit a container's disk\n"
+                )
+    try:
+        return client.containers.create(**options)
+    except ImageNotFound as exc:
+        raise WorkerStartError(pull_failure(image, _explain(exc))) from exc
+    except DockerException as exc:
+        raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
+
+
 class DockerProvider:
     """``owner`` (this replica's id) and ``server`` (``server_identity``) are written on every
     container it starts; ``client`` is a ``docker.DockerClient`` (from the environment,
@@ -261,7 +328,7 @@ class DockerProvider:
     ) -> Any:
         """Pull, create and start the container (blocking, in a thread); handed over to the
         caller unless it gave up meanwhile, in which case it is removed here."""
-        self._pull_if_needed(spec, sink, handover)
+        ensure_image(self.client, spec.image, spec.credentials, sink, lambda: handover.abandoned)
         if handover.abandoned:
             raise WorkerStartError("the start was given up")
         container = self._create(launch, spec, sink)
@@ -283,58 +350,7 @@ class DockerProvider:
 
     def _create(self, launch: Launch, spec: ContainerSpec, sink: LogSink | None) -> Any:
         options = create_options(launch, spec, self._owner, self._server)
-        if spec.disk_gb:
-            try:
-                return self.client.containers.create(
-                    **options, storage_opt={"size": f"{spec.disk_gb}G"}
-                )
-            except APIError as exc:
-                if "storage-opt" not in str(exc) and "storage opt" not in str(exc).lower():
-                    raise WorkerStartError(_explain(exc)) from exc
-                if sink is not None:
-                    sink.feed(
-                        b"[skiff] containerDiskInGb is not applied: this Docker storage driver"
-                        b" cannot limit a container's disk\n"
-                    )
-        try:
-            return self.client.containers.create(**options)
-        except ImageNotFound as exc:
-            raise WorkerStartError(pull_failure(spec.image, _explain(exc))) from exc
-        except DockerException as exc:
-            raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
-
-    def _pull_if_needed(self, spec: ContainerSpec, sink: LogSink, handover: _Handover) -> None:
-        if spec.credentials is None:
-            try:
-                self.client.images.get(spec.image)
-                return
-            except ImageNotFound:
-                pass
-            except DockerException as exc:
-                raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
-        repo, tag = split_reference(spec.image)
-        auth = (
-            {"username": spec.credentials.username, "password": spec.credentials.password}
-            if spec.credentials
-            else None
-        )
-        sink.feed(f"[skiff] pulling {spec.image}\n".encode())
-        progress = PullProgress()
-        try:
-            for event in self.client.api.pull(
-                repo, tag=tag, stream=True, decode=True, auth_config=auth
-            ):
-                if "error" in event:
-                    raise WorkerStartError(pull_failure(spec.image, str(event["error"])))
-                if handover.abandoned:
-                    # Given up (the worker was stopped, the server shuts down): this thread
-                    # stops reading; the daemon may finish the pull for a later start.
-                    raise WorkerStartError("the start was given up during the pull")
-                line = progress.line(event)
-                if line:
-                    sink.feed(line.encode())
-        except DockerException as exc:
-            raise WorkerStartError(pull_failure(spec.image, _explain(exc))) from exc
+        return create_container(self.client, options, spec.image, spec.disk_gb, sink)
 
     async def _pump(self, worker_id: str, container: Any, sink: LogSink) -> None:
         try:

@@ -415,6 +415,7 @@ def pod_from_row(row: Any) -> Pod:
         spec=PodSpec.model_validate_json(row["spec"]),
         desiredStatus=DesiredStatus(row["desired_status"]),
         version=row["version"],
+        restarts=row["restarts"],
         createdAt=row["created_at"],
         lastStatusChange=row["last_status_change"],
         lastStartedAt=row["last_started_at"],
@@ -431,6 +432,7 @@ def pod_settings_params(pod: Pod) -> dict[str, Any]:
         "spec": pod.spec.model_dump_json(),
         "desired_status": pod.desiredStatus.value,
         "version": pod.version,
+        "restarts": pod.restarts,
         "last_status_change": pod.lastStatusChange,
     }
 

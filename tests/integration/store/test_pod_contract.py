@@ -43,7 +43,7 @@ def pod(pod_id: str = "pod-1", created: float = T0, **changes: Any) -> Pod:
 
 
 async def test_a_created_pod_is_read_back_with_every_field(store: Store) -> None:
-    made = pod(lastStartedAt=T0 + 1, version=3)
+    made = pod(lastStartedAt=T0 + 1, version=3, restarts=2)
     assert await store.create_pod(made) == made
     assert await store.get_pod(OWNER, "pod-1") == made
     assert await store.list_pods(OWNER) == [made]
@@ -81,6 +81,7 @@ async def test_settings_and_placement_are_written_apart(store: Store) -> None:
             "desiredStatus": DesiredStatus.EXITED,
             "lastStatusChange": T0 + 3,
             "version": 2,
+            "restarts": 1,
             "spec": made.spec.model_copy(update={"name": "renamed"}),
         }
     )
@@ -88,7 +89,7 @@ async def test_settings_and_placement_are_written_apart(store: Store) -> None:
     assert written is not None
     assert written.placement == placed and written.lastStartedAt == T0 + 2
     assert written.desiredStatus is DesiredStatus.EXITED and written.spec.name == "renamed"
-    assert written.version == 2 and written.lastStatusChange == T0 + 3
+    assert (written.version, written.restarts, written.lastStatusChange) == (2, 1, T0 + 3)
     assert await store.get_pod(OWNER, "pod-1") == written
 
 

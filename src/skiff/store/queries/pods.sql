@@ -3,9 +3,9 @@
 -- disjoint columns, so neither undoes the other.
 
 -- name: create_pod
-INSERT INTO pods (id, user_id, name, spec, desired_status, version, created_at,
+INSERT INTO pods (id, user_id, name, spec, desired_status, version, restarts, created_at,
                   last_status_change, last_started_at, placement)
-VALUES (:id, :user_id, :name, :spec, :desired_status, :version, :created_at,
+VALUES (:id, :user_id, :name, :spec, :desired_status, :version, :restarts, :created_at,
         :last_status_change, :last_started_at, :placement);
 
 -- name: list_pods_of_user
@@ -19,7 +19,8 @@ SELECT * FROM pods WHERE user_id = :user_id AND id = :id;
 
 -- name: update_pod_settings
 UPDATE pods SET name = :name, spec = :spec, desired_status = :desired_status,
-                version = :version, last_status_change = :last_status_change
+                version = :version, restarts = :restarts,
+                last_status_change = :last_status_change
 WHERE user_id = :user_id AND id = :id
 RETURNING *;
 

@@ -8,6 +8,7 @@ CREATE TABLE pods (
     spec TEXT NOT NULL,
     desired_status TEXT NOT NULL,
     version INTEGER NOT NULL,
+    restarts INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     last_status_change REAL NOT NULL,
     last_started_at REAL,
