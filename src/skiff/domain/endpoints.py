@@ -79,8 +79,9 @@ class _EndpointSettings(StrictInput):
     instanceIds: list[InstanceIdText] | None = Field(
         default=None,
         max_length=MAX_INSTANCE_IDS,
-        description="CPU endpoints: instance ids such as cpu3c-2-4 (flavor-vCPUs-GB of memory), "
-        "in priority order; the first sets the workers' vCPUs, memory and flavor",
+        description="CPU endpoints: instance ids such as cpu3c-2-4 (flavor-vCPUs-GB of memory; "
+        f"at most {instance_ids.MAX_VCPUS} vCPUs and {instance_ids.MAX_MEMORY_GB} GB), in "
+        "priority order; the first sets the workers' vCPUs, memory and flavor",
     )
     dataCenterIds: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
     allowedCudaVersions: list[Name] | None = Field(default=None, max_length=MAX_LIST_ITEMS)
@@ -109,6 +110,13 @@ class _EndpointSettings(StrictInput):
     @field_validator("instanceIds")
     @classmethod
     def _instance_ids(cls, value: list[str] | None) -> list[str] | None:
+        # The pattern has checked each one's shape; its numbers are checked here so that the
+        # refusal says which bound was passed rather than repeating the pattern.
+        for given in value or []:
+            parsed = instance_ids.shape(given)
+            too_big = instance_ids.out_of_bounds(parsed) if parsed is not None else None
+            if too_big is not None:
+                raise ValueError(too_big)
         return _unique_names(value, "instanceIds")
 
     @model_validator(mode="after")

@@ -52,7 +52,17 @@ async def test_a_gpu_endpoint_shows_none_and_is_refused_any(in_process: InProces
 
 @pytest.mark.parametrize(
     "bad",
-    [["cpu3c-0-4"], ["cpu9c-2-4"], ["cpu3c-2"], ["CPU3C-2-4"], ["cpu3c-2-4", "cpu3c-2-4"], [""]],
+    [
+        ["cpu3c-0-4"],
+        ["cpu9c-2-4"],
+        ["cpu3c-2"],
+        ["CPU3C-2-4"],
+        ["cpu3c-2-4", "cpu3c-2-4"],
+        [""],
+        ["cpu3c-513-8"],
+        ["cpu3c-8-4097"],
+        [f"cpu3c-{n}-{2 * n}" for n in range(1, 10)],
+    ],
 )
 async def test_a_malformed_or_repeated_instance_id_is_refused_naming_the_field(
     in_process: InProcess, bad: list[str]
@@ -74,3 +84,9 @@ async def test_changing_instance_ids_rolls_the_workers_and_resizing_by_vcpus_dro
     assert grown["version"] == endpoint["version"] + 1 and grown["vcpuCount"] == 4
     resized = (await in_process.http.patch(url, json={"vcpuCount": 6})).json()
     assert resized["instanceIds"] == ["cpu5c-6-12"] and resized["vcpuCount"] == 6
+
+
+async def test_an_instance_id_past_a_bound_is_refused_saying_which(in_process: InProcess) -> None:
+    refused = await create(in_process, instanceIds=["cpu3c-513-64"])
+    assert refused.status_code == 400
+    assert "513 vCPUs; at most 512" in refused.json()["message"], refused.json()

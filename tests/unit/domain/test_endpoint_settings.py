@@ -208,6 +208,7 @@ def test_invalid_update_is_rejected_naming_the_field(body: dict[str, Any], field
         ({"vcpuCount": 4}, True),
         ({"cpuFlavorIds": ["cpu5c"]}, True),
         ({"networkVolumeId": "vol-1"}, True),
+        ({"instanceIds": ["cpu3c-4-8"]}, True),
         ({"workersMax": 10}, False),
         ({"idleTimeout": 120}, False),
         ({"name": "renamed"}, False),
@@ -223,6 +224,7 @@ def test_invalid_update_is_rejected_naming_the_field(body: dict[str, Any], field
         "vcpu-count",
         "cpu-flavors",
         "network-volume",
+        "instance-ids",
         "workers-max",
         "idle-timeout",
         "name",
@@ -235,3 +237,89 @@ def test_rolls_workers_only_for_fields_the_workers_see(update: dict[str, Any], r
     before = _spec(env={"A": "1"}, gpuTypeIds=["NVIDIA A100"])
     after = apply_endpoint_update(before, EndpointUpdate.model_validate(update))
     assert rolls_workers(before, after) is rolls
+
+
+def test_the_first_instance_id_sets_vcpu_count_and_flavor_on_create() -> None:
+    spec = _spec(computeType="CPU", instanceIds=["cpu5g-8-32", "cpu3c-2-4"])
+    assert spec.instanceIds == ["cpu5g-8-32", "cpu3c-2-4"]
+    assert (spec.vcpuCount, spec.cpuFlavorIds) == (8, [CpuFlavor.cpu5g])
+
+
+def test_a_create_without_instance_ids_keeps_none() -> None:
+    # None given stays none stored: what the API shows then is derived (domain/containers).
+    assert _spec(computeType="CPU").instanceIds == []
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["cpu3c-0-4"],
+        ["cpu3c-2-0"],
+        ["cpu7c-2-4"],
+        ["cpu3x-2-4"],
+        ["cpu3c-02-4"],
+        ["cpu3c-2"],
+        ["CPU3C-2-4"],
+        [" cpu3c-2-4"],
+        [""],
+        ["cpu3c-513-1024"],
+        ["cpu3c-2-4097"],
+        ["cpu3c-2-4", "cpu3c-2-4"],
+        [f"cpu3c-{n}-{2 * n}" for n in range(1, 10)],
+    ],
+    ids=[
+        "no-vcpus",
+        "no-memory",
+        "unknown-generation",
+        "unknown-class",
+        "leading-zero",
+        "no-memory-part",
+        "upper-case",
+        "padded",
+        "empty",
+        "vcpus-past-512",
+        "memory-past-4096",
+        "repeated",
+        "more-than-8",
+    ],
+)
+def test_a_bad_instance_id_list_is_rejected_naming_the_field(given: list[str]) -> None:
+    for model in (EndpointCreate, EndpointUpdate):
+        with pytest.raises(ValidationError) as info:
+            model.model_validate({"templateId": "tpl-1", "instanceIds": given})
+        assert any(where.startswith("instanceIds") for where in _error_locations(info.value))
+
+
+def test_an_instance_id_past_a_bound_is_refused_saying_which() -> None:
+    with pytest.raises(ValidationError, match="513 vCPUs; at most 512"):
+        EndpointCreate.model_validate({"templateId": "tpl-1", "instanceIds": ["cpu3c-513-8"]})
+    with pytest.raises(ValidationError, match="5000 GB of memory; at most 4096"):
+        EndpointCreate.model_validate({"templateId": "tpl-1", "instanceIds": ["cpu3c-8-5000"]})
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    spec = _spec(computeType="CPU", instanceIds=["cpu3c-512-4096", "cpu5c-1-1"])
+    assert spec.vcpuCount == 512
+
+
+def test_updating_instance_ids_resizes_the_endpoint() -> None:
+    before = _spec(computeType="CPU", vcpuCount=2)
+    after = apply_endpoint_update(before, EndpointUpdate(instanceIds=["cpu3g-4-16"]))
+    assert (after.instanceIds, after.vcpuCount, after.cpuFlavorIds) == (
+        ["cpu3g-4-16"],
+        4,
+        [CpuFlavor.cpu3g],
+    )
+
+
+def test_resizing_by_vcpu_count_drops_the_instance_ids_given_before() -> None:
+    # Kept, the old first id would size the workers over again and undo the change.
+    before = _spec(computeType="CPU", instanceIds=["cpu3c-8-16"])
+    after = apply_endpoint_update(before, EndpointUpdate(vcpuCount=4))
+    assert (after.instanceIds, after.vcpuCount) == ([], 4)
+
+
+def test_sending_back_the_same_vcpu_count_keeps_the_instance_ids() -> None:
+    before = _spec(computeType="CPU", instanceIds=["cpu3c-8-16"])
+    after = apply_endpoint_update(before, EndpointUpdate(vcpuCount=8, cpuFlavorIds=["cpu3c"]))
+    assert after.instanceIds == ["cpu3c-8-16"] and not rolls_workers(before, after)
