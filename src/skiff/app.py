@@ -33,16 +33,19 @@ from skiff.config import Settings
 from skiff.console import mount as console_mount
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
-from skiff.providers.base import WorkerProvider
+from skiff.providers.base import LogSinks, PodExitCallback, PodProvider, WorkerProvider
 from skiff.providers.capacity import host_worker_limit
 from skiff.providers.docker import DockerProvider, server_identity
+from skiff.providers.docker_pods import DockerPodProvider
 from skiff.providers.gpus import inventory
 from skiff.providers.local import LocalProvider
+from skiff.providers.local_pods import LocalPodProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
 from skiff.services.leadership import Leadership
 from skiff.services.logs import WorkerLogs
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from skiff.services.pod_runner import PodProviders
 from skiff.services.worker_exits import WorkerExits
 from skiff.store import open_store as store_for
 from skiff.store.base import Store
@@ -78,6 +81,22 @@ def open_provider(
     return LocalProvider(exits.report, logs=worker_logs.sink)
 
 
+def open_pod_provider(settings: Settings) -> PodProviders:
+    """Pods run where workers do: processes on this host, or containers of their images."""
+    if settings.provider == "docker":
+        server = server_identity(socket.gethostname(), settings.data_dir)
+
+        def containers(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
+            return DockerPodProvider(on_exit, logs=logs, server=server)
+
+        return containers
+
+    def processes(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
+        return LocalPodProvider(on_exit, logs=logs)
+
+    return processes
+
+
 def build_services(settings: Settings, store: Store, clock: Clock, cluster: Cluster) -> Services:
     """Every service, with what this machine provides: its worker processes (which report
     their exits to the fleet through ``WorkerExits`` and write their output where the logs
@@ -95,6 +114,7 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
         worker_logs=worker_logs,
         gpus=inventory(settings.gpus),
         worker_limit=settings.max_workers or host_worker_limit(),
+        pod_provider=open_pod_provider(settings),
     )
 
 
@@ -119,6 +139,10 @@ def create_app(
         )
         await services.fleet.forget_stale_own(leading=True)
 
+    async def lose_lead() -> None:
+        await services.fleet.abandon()
+        await services.pod_runner.abandon()
+
     async def follow() -> None:
         await services.fleet.forget_stale_own(leading=False)
 
@@ -128,9 +152,10 @@ def create_app(
             "scaler": services.scaler.run,
             "reaper": services.reaper.run,
             "webhooks": services.webhooks.run,
+            "pods": services.pod_runner.run,
         },
         on_gain=take_up_lead,
-        on_loss=services.fleet.abandon,
+        on_loss=lose_lead,
         interval=settings.leader_check_seconds,
         on_follow=follow,
     )
@@ -172,6 +197,7 @@ def create_app(
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()
             await services.fleet.shutdown()
+            await services.pod_runner.shutdown()
             await cluster.close()
             await store.close()
 

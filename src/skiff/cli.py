@@ -24,6 +24,7 @@ from skiff.clock import SystemClock
 from skiff.config import Settings
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir, make_private_dirs
+from skiff.domain.gpu_holders import gpu_holders
 from skiff.listen import CannotListen, listen
 from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
 from skiff.services.auth import Auth, IssuedKey
@@ -318,6 +319,7 @@ def _api_error(response: httpx.Response) -> click.ClickException:
 @click.argument("endpoint_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until Ctrl-C.")
 @click.option("--worker", default=None, help="Only this worker's lines.")
+@click.option("--pod", is_flag=True, help="The id is a pod's: print the pod's output.")
 @click.option(
     "--since", default=None, help="Only lines from this time on (ISO-8601 or epoch seconds)."
 )
@@ -335,21 +337,26 @@ def logs(
     endpoint_id: str,
     follow: bool,
     worker: str | None,
+    pod: bool,
     since: str | None,
     tail: int,
     url: str | None,
     key: str | None,
 ) -> None:
-    """Print the output of ENDPOINT_ID's workers: TIME WORKER LINE, oldest first."""
+    """Print the output of ENDPOINT_ID's workers (or, with --pod, of a pod): TIME WORKER LINE,
+    oldest first."""
     if not key:
         raise click.ClickException("no API key: pass --key or set SKIFF_API_KEY")
+    if pod and worker is not None:
+        raise click.UsageError("--worker names an endpoint's worker: a pod has no workers")
     params: dict[str, str | int] = {"tail": tail}
     if worker is not None:
         params["worker"] = worker
     if since is not None:
         params["since"] = since
     url = url or _settings().base_url()
-    path = f"{url.rstrip('/')}/v1/endpoints/{quote(endpoint_id, safe='')}/logs"
+    resource = "pods" if pod else "endpoints"
+    path = f"{url.rstrip('/')}/v1/{resource}/{quote(endpoint_id, safe='')}/logs"
     headers = {"Authorization": f"Bearer {key}"}
     try:
         if not follow:
@@ -380,7 +387,7 @@ def logs(
 @main.command()
 @_data_dir_option
 def gpus(data_dir: Path | None, database_url: str | None) -> None:
-    """List this host's GPUs (NVML, or SKIFF_GPUS) and the worker holding each."""
+    """List this host's GPUs (NVML, or SKIFF_GPUS) and the worker or pod holding each."""
     from skiff.providers.gpus import inventory
 
     settings = _settings(data_dir=data_dir, database_url=database_url)
@@ -391,12 +398,11 @@ def gpus(data_dir: Path | None, database_url: str | None) -> None:
     if not fleet:
         click.echo("no GPUs: NVML found none and SKIFF_GPUS is not set")
         return
-    workers = _with_store(settings, lambda store: store.list_workers(None))
-    holder: dict[int, str] = {}
-    for worker in workers:
-        if worker.gpu_ids and worker.state.value != "throttled":
-            for index in worker.gpu_ids.split(","):
-                holder[int(index)] = f"{worker.endpoint_id}/{worker.id} ({worker.state.value})"
+
+    async def holders(store: Store) -> dict[int, str]:
+        return gpu_holders(await store.list_workers(None), await store.list_pods(None))
+
+    holder = _with_store(settings, holders)
     click.echo(f"{'GPU':<4} {'TYPE':<32} HELD BY")
     for gpu in fleet:
         click.echo(f"{gpu.index:<4} {gpu.name:<32} {holder.get(gpu.index, '-')}")

@@ -1,34 +1,37 @@
 """``/v1``: the management REST interface (registry auths, templates, endpoints, network
 volumes, the webhook signing secret)."""
 
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from skiff.api import credentials, errors
+from skiff.api import credentials, errors, pods
+from skiff.api.log_lines import (
+    FOLLOWED,
+    LogsOut,
+    Since,
+    Tail,
+    log_line,
+    ndjson_stream,
+    parse_since,
+)
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY, json_response
 from skiff.body_gate import BodyGate
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
-from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.placement import BlockerCause
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.domain.workers import WorkerReport
-from skiff.errors import Invalid
 from skiff.services.hub import Services
-from skiff.services.logs import Batches, Relayed
 from skiff.services.peer_logs import LOCAL_HEADER
 
 
@@ -75,19 +78,6 @@ class PlacementOut(BaseModel):
     reason: str = Field(description="Why its workers are not running, in words")
 
 
-class LogLineOut(BaseModel):
-    worker: str = Field(description="The worker id")
-    time: str | None = Field(
-        description="When skiff read the line from the worker (ISO-8601, UTC, milliseconds); "
-        "null for lines written before skiff stamped them"
-    )
-    line: str = Field(description="The line as the worker printed it, without its newline")
-
-
-class LogsOut(BaseModel):
-    lines: list[LogLineOut] = Field(description="Oldest first")
-
-
 class NetworkVolumeOut(BaseModel):
     id: str
     name: str
@@ -116,25 +106,6 @@ def _volume_out(report: VolumeReport) -> NetworkVolumeOut:
 BODY_LIMIT = 1024 * 1024
 #: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
 USER = "skiff.user"
-
-
-def _log_line(line: LogLine) -> dict[str, Any]:
-    return {
-        "worker": line.worker,
-        "time": iso(line.time) if line.time is not None else None,
-        "line": line.line,
-    }
-
-
-def _ndjson(lines: list[LogLine]) -> bytes:
-    return b"".join(orjson.dumps(_log_line(line)) + b"\n" for line in lines)
-
-
-async def _stream(batches: Batches) -> AsyncIterator[bytes]:
-    # An empty batch is a keep-alive: an empty line, which clients skip.
-    async with contextlib.aclosing(batches):
-        async for lines in batches:
-            yield _ndjson(lines) if lines else b"\n"
 
 
 class EndpointOut(EndpointSpec):
@@ -399,17 +370,7 @@ def build(services: Services) -> FastAPI:
     @endpoints.get(
         "/{endpoint_id}/logs",
         response_model=LogsOut,
-        responses={
-            **BAD,
-            **NOT_FOUND,
-            200: {
-                "description": "The lines (with `follow`: a stream of them, one JSON object "
-                "per line)",
-                "content": {
-                    "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/LogLineOut"}}
-                },
-            },
-        },
+        responses={**BAD, **NOT_FOUND, **FOLLOWED},
     )
     async def endpoint_logs(
         request: Request,
@@ -418,16 +379,8 @@ def build(services: Services) -> FastAPI:
         worker: Annotated[
             str | None, Query(description="Only this worker's lines (its id)")
         ] = None,
-        since: Annotated[
-            str | None,
-            Query(
-                description="Only lines from this time on: ISO-8601 (UTC if it names no zone) "
-                "or epoch seconds"
-            ),
-        ] = None,
-        tail: Annotated[
-            int, Query(ge=1, le=10000, description="At most this many last lines")
-        ] = 1000,
+        since: Since = None,
+        tail: Tail = 1000,
         follow: Annotated[
             bool,
             Query(
@@ -444,27 +397,18 @@ def build(services: Services) -> FastAPI:
         replicas, any of them answers with every replica's lines; a followed log comes from the
         leader, which runs the workers."""
         await services.endpoints.get(user, endpoint_id)
-        try:
-            since_ts = parse_time(since) if since is not None else None
-        except ValueError:
-            raise Invalid(
-                "since: expected an ISO-8601 time or epoch seconds", field="since"
-            ) from None
+        since_ts = parse_since(since)
         local_only = request.headers.get(LOCAL_HEADER) == "1"
         auth = request.headers.get("authorization")
         if not follow:
             lines = await services.logs.lines(
                 endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
             )
-            return json_response({"lines": [_log_line(line) for line in lines]})
+            return json_response({"lines": [log_line(line) for line in lines]})
         followed = await services.logs.follow(
             endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
         )
-        return StreamingResponse(
-            followed.chunks if isinstance(followed, Relayed) else _stream(followed),
-            media_type="application/x-ndjson",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return ndjson_stream(followed)
 
     # -- network volumes ----------------------------------------------------------------
     volumes = APIRouter(prefix="/networkvolumes", tags=["network volumes"])
@@ -540,4 +484,5 @@ def build(services: Services) -> FastAPI:
 
     for router in (auths, templates, endpoints, volumes, webhooks):
         app.include_router(router)
+    app.include_router(pods.router(services, current_user))
     return app

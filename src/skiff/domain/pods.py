@@ -279,6 +279,8 @@ class PodPlacement(BaseModel):
     portMappings: dict[str, int] = Field(default_factory=dict)
     #: Why it is not running although it should (no GPU free, a failed pull), else None.
     problem: str | None = None
+    #: Being restarted in place: its ports may come back on other host ports.
+    restarting: bool = False
 
 
 class Pod(BaseModel):
@@ -297,3 +299,15 @@ class Pod(BaseModel):
     #: Bumped by each ``restart`` (in place: the instance keeps its disk).
     restarts: int = 0
     placement: PodPlacement = Field(default_factory=PodPlacement)
+
+
+def runtime_status(pod: Pod) -> str:
+    """What runs now, in a word (the API's ``status``, the console's): running, restarting,
+    starting, waiting (see ``placement.problem``), stopping, stopped, terminating."""
+    if pod.desiredStatus is DesiredStatus.TERMINATED:
+        return "terminating"
+    if pod.desiredStatus is DesiredStatus.EXITED:
+        return "stopping" if pod.placement.owner else "stopped"
+    if pod.placement.owner:
+        return "restarting" if pod.placement.restarting else "running"
+    return "waiting" if pod.placement.problem else "starting"

@@ -25,6 +25,11 @@ class Launch:
     #: The directory of the endpoint's network volume, to be mounted read-write at
     #: ``VOLUME_MOUNT_PATH`` inside the worker; None when it has none.
     volume: Path | None = None
+    #: Where ``volume`` shows inside: ``VOLUME_MOUNT_PATH`` for a worker, the mount path of a
+    #: pod run as a process (``local_pods.py``).
+    volume_mount: str = VOLUME_MOUNT_PATH
+    #: The process's working directory (a process pod's home); None: the provider's own.
+    cwd: Path | None = None
     #: What a container provider runs (``providers/docker.py``); a process provider ignores it.
     container: ContainerSpec | None = None
 
@@ -121,4 +126,79 @@ class WorkerProvider(Protocol):
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """End a worker left running by an earlier server process, if it is still there."""
+        ...
+
+
+# -- pods -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodLaunch:
+    """A pod's instance to start: its image and command, what it is given of the machine,
+    and its volume. ``version`` and ``restarts`` are the pod's, written on the instance so a
+    restarted server can tell whether one it finds is still the one wanted."""
+
+    pod_id: str
+    version: int
+    image: str
+    entrypoint: list[str]
+    command: list[str]
+    env: dict[str, str]
+    #: ``"8888/http"``, ``"22/tcp"``: published on host ports the start reports.
+    ports: tuple[str, ...]
+    #: The host directory mounted read-write at ``mount_path`` (the pod volume, or the network
+    #: volume that replaces it); None: nothing is mounted.
+    volume: Path | None
+    mount_path: str
+    #: The pod's own scratch directory on the host (a process pod's home and working
+    #: directory); wiped when the instance starts fresh.
+    home: Path
+    gpu_indices: tuple[int, ...] = ()
+    vcpus: int | None = None
+    memory_bytes: int | None = None
+    disk_gb: int | None = None
+    credentials: RegistryCredentials | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodInstance:
+    """A running instance of a pod: which version of it, and the host port of each of its
+    ports."""
+
+    pod_id: str
+    version: int
+    port_mappings: dict[str, int]
+
+
+#: Called with (pod id, exit code) when a pod's instance ends by itself (not when stopped).
+PodExitCallback = Callable[[str, int], Awaitable[None]]
+
+
+class PodProvider(Protocol):
+    """Runs pods' instances. A stop ends the instance and drops its disk (as on the hosted
+    platform, only the volume outlives a stop); ``restart`` keeps it."""
+
+    async def start(self, launch: PodLaunch) -> PodInstance:
+        """A fresh instance; ``WorkerStartError`` (or ``OSError``) saying why it could not."""
+        ...
+
+    async def restart(self, pod_id: str, grace: float) -> PodInstance | None:
+        """Stop and start the instance in place (its disk kept); None when none runs."""
+        ...
+
+    async def stop(self, pod_id: str, grace: float) -> None:
+        """SIGTERM, ``grace`` seconds, SIGKILL; then the instance is removed."""
+        ...
+
+    def running(self) -> list[PodInstance]: ...
+
+    async def adopt(self) -> list[PodInstance]:
+        """Instances an earlier run of this server left running, taken over (their output
+        followed again, their exit watched); a provider whose instances die with the server
+        finds none."""
+        ...
+
+    async def close(self) -> None:
+        """The server stops: pods that outlive it (containers) are left running, to be
+        adopted by the next run; those that cannot (processes) are stopped."""
         ...

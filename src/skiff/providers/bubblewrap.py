@@ -37,9 +37,19 @@ from skiff.providers.base import VOLUME_MOUNT_PATH
 
 #: Debian's package that provides it, for the messages that ask for it.
 PACKAGE = "bubblewrap"
-#: The top-level entry the volume replaces (it is made, empty, in bwrap's root).
-_MOUNT_ENTRY = VOLUME_MOUNT_PATH.strip("/")
-assert "/" not in _MOUNT_ENTRY, "the volume's mount point must be a top-level directory"
+
+
+def mount_problem(mount: str) -> str | None:
+    """Why ``mount`` cannot hold a volume here, or None: only a top-level directory can (see
+    the module's docstring: a deeper one would be made on the host's own file system)."""
+    entry = mount.strip("/")
+    if not entry or "/" in entry:
+        return (
+            f"{mount!r} is not a top-level directory (such as /workspace): a process pod's "
+            "volume is mounted at the top of its file system"
+        )
+    return None
+
 
 #: Run inside the namespace: SIGTERM back to its default, then become the worker.
 _RESTORE_TERM = (
@@ -55,21 +65,32 @@ def executable() -> str | None:
     return shutil.which("bwrap")
 
 
-def command(bwrap: str, argv: list[str], volume: Path, root: Path = Path("/")) -> list[str]:
-    """``argv`` run by ``bwrap`` with ``volume`` at ``VOLUME_MOUNT_PATH``. The caller starts it
-    with SIGTERM ignored (see the module's docstring)."""
+def command(
+    bwrap: str,
+    argv: list[str],
+    volume: Path,
+    root: Path = Path("/"),
+    mount: str = VOLUME_MOUNT_PATH,
+) -> list[str]:
+    """``argv`` run by ``bwrap`` with ``volume`` at ``mount`` (a top-level directory:
+    ``mount_problem``). The caller starts it with SIGTERM ignored (see the module's
+    docstring)."""
+    problem = mount_problem(mount)
+    if problem is not None:
+        raise ValueError(problem)
+    entry_name = mount.strip("/")
     args = [bwrap, "--die-with-parent"]
     with os.scandir(root) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name == _MOUNT_ENTRY:
-                continue  # a host's own /runpod-volume is hidden under the volume
+            if entry.name == entry_name:
+                continue  # a host's own directory of that name is hidden under the volume
             path = f"/{entry.name}"
             if entry.is_symlink():
                 args += ["--symlink", os.readlink(entry.path), path]
             else:
                 # -try: an entry removed since it was listed is skipped, not fatal.
                 args += ["--dev-bind-try", path, path]
-    args += ["--dir", VOLUME_MOUNT_PATH, "--bind", str(volume), VOLUME_MOUNT_PATH]
+    args += ["--dir", f"/{entry_name}", "--bind", str(volume), f"/{entry_name}"]
     return [*args, "--", sys.executable, "-S", "-I", "-c", _RESTORE_TERM, *argv]
 
 

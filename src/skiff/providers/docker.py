@@ -36,7 +36,7 @@ import hashlib
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -154,34 +154,52 @@ def container_environment(launch: Launch, spec: ContainerSpec) -> dict[str, str]
 
 def create_options(launch: Launch, spec: ContainerSpec, owner: str, server: str) -> dict[str, Any]:
     """The arguments of ``containers.create`` for a worker (pure, so tests can read them)."""
-    options: dict[str, Any] = {
+    options = run_options(
+        spec.entrypoint, spec.command, spec.gpu_indices, spec.vcpus, spec.memory_bytes
+    )
+    options |= {
         "image": spec.image,
         "environment": container_environment(launch, spec),
         "labels": labels(launch.worker_id, launch.endpoint_id, owner, server),
         "name": f"skiff-{launch.worker_id}",
+    }
+    if launch.volume is not None:
+        options["volumes"] = {str(launch.volume): {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
+    return options
+
+
+def run_options(
+    entrypoint: list[str],
+    command: list[str],
+    gpu_indices: Sequence[int],
+    vcpus: int | None,
+    memory_bytes: int | None,
+) -> dict[str, Any]:
+    """What a worker's container and a pod's share of ``containers.create``'s arguments: a
+    detached container that reaches the host, runs ``entrypoint``/``command`` (the image's own
+    where empty), and gets exactly its GPUs and its CPU and memory limits."""
+    options: dict[str, Any] = {
         "extra_hosts": {HOST_GATEWAY: "host-gateway"},
         "detach": True,
         "stdin_open": False,
         "tty": False,
     }
-    if spec.entrypoint:
-        options["entrypoint"] = spec.entrypoint
-    if spec.command:
-        options["command"] = spec.command
-    if spec.gpu_indices:
+    if entrypoint:
+        options["entrypoint"] = entrypoint
+    if command:
+        options["command"] = command
+    if gpu_indices:
         options["device_requests"] = [
             DeviceRequest(
                 driver="nvidia",
-                device_ids=[str(i) for i in spec.gpu_indices],
+                device_ids=[str(i) for i in gpu_indices],
                 capabilities=[["gpu"]],
             )
         ]
-    if spec.vcpus is not None:
-        options["nano_cpus"] = spec.vcpus * 1_000_000_000
-    if spec.memory_bytes is not None:
-        options["mem_limit"] = spec.memory_bytes
-    if launch.volume is not None:
-        options["volumes"] = {str(launch.volume): {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
+    if vcpus is not None:
+        options["nano_cpus"] = vcpus * 1_000_000_000
+    if memory_bytes is not None:
+        options["mem_limit"] = memory_bytes
     return options
 
 
@@ -299,23 +317,9 @@ class DockerProvider:
         if spec is None:
             raise WorkerStartError("the container provider was given no image to run")
         sink = self._logs(launch.endpoint_id, launch.worker_id)
-        handover = _Handover()
-        try:
-            container = await _in_daemon_thread(
-                lambda: self._bring_up(launch, spec, sink, handover)
-            )
-        except asyncio.CancelledError:
-            # The daemon goes on with what it was asked after the server stops waiting (a
-            # shutdown cancels the scaler mid-start): the container is removed once it exists,
-            # so none outlives a start that was given up.
-            handover.abandon()
-            sink.close()
-            raise
-        except BaseException as exc:
-            if isinstance(exc, WorkerStartError):
-                sink.feed(f"[skiff] {exc}\n".encode())
-            sink.close()
-            raise
+        container = await bring_up_in_daemon(
+            lambda handover: self._bring_up(launch, spec, sink, handover), sink
+        )
         self._running[launch.worker_id] = container
         pump = asyncio.create_task(self._pump(launch.worker_id, container, sink))
         task = asyncio.create_task(self._watch(launch.worker_id, container, pump))
@@ -479,6 +483,26 @@ class _Handover:
         remover = threading.Thread(target=_remove_quietly, args=(container,))
         remover.start()
         return remover
+
+
+async def bring_up_in_daemon(work: Callable[[_Handover], T], sink: LogSink) -> T:
+    """A container's pull, create and start (``work``, given the start's ``_Handover``) in a
+    daemon thread. Given up (the caller cancelled), the container is removed once it exists:
+    the daemon goes on with what it was asked after the server stops waiting (a shutdown
+    cancels a start midway), so none outlives a start that was given up. Why a start failed
+    goes into the log; the log is closed either way it fails."""
+    handover = _Handover()
+    try:
+        return await _in_daemon_thread(lambda: work(handover))
+    except asyncio.CancelledError:
+        handover.abandon()
+        sink.close()
+        raise
+    except BaseException as exc:
+        if isinstance(exc, WorkerStartError):
+            sink.feed(f"[skiff] {exc}\n".encode())
+        sink.close()
+        raise
 
 
 async def _in_daemon_thread(work: Callable[[], T]) -> T:

@@ -71,7 +71,8 @@ def _command(launch: Launch) -> list[str]:
             f"bubblewrap (bwrap) is not installed (Debian's {bubblewrap.PACKAGE} package); it "
             "mounts the endpoint's network volume",
         )
-    return _shimmed(bubblewrap.command(bwrap, launch.argv, launch.volume), _SHIELDED_SHIM)
+    command = bubblewrap.command(bwrap, launch.argv, launch.volume, mount=launch.volume_mount)
+    return _shimmed(command, _SHIELDED_SHIM)
 
 
 #: After a worker's process group is gone its pipe reaches EOF at once; this long is only
@@ -136,7 +137,7 @@ class LocalProvider:
             proc = await asyncio.create_subprocess_exec(
                 *_command(launch),
                 env=launch.env,
-                cwd=self._cwd,
+                cwd=launch.cwd or self._cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=subprocess.STDOUT,

@@ -14,15 +14,18 @@ from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
+from skiff.services.gpu_report import GpuReport
 from skiff.services.gpus import GpuPool
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.lineup import Lineup
-from skiff.services.logs import EndpointLogs, WorkerLogs
+from skiff.services.logs import EndpointLogs, PodLogs, WorkerLogs
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
 from skiff.services.placement import Placement
+from skiff.services.pod_runner import PodProviders, PodRunner, public_host
+from skiff.services.pods import Pods
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -66,6 +69,10 @@ class Services:
     logs: EndpointLogs
     placement: Placement
     volumes: Volumes
+    pods: Pods
+    pod_runner: PodRunner
+    gpu_report: GpuReport
+    pod_logs: PodLogs
 
     @classmethod
     def build(
@@ -80,6 +87,7 @@ class Services:
         gpus: list[Gpu],
         worker_limit: int,
         worker_logs: WorkerLogs,
+        pod_provider: PodProviders,
     ) -> Services:
         """Each service once, after what it needs. What the deployment and the machine decide
         comes from the composition root: ``cluster`` (this replica alone, or one of several on
@@ -143,6 +151,27 @@ class Services:
             storage=settings.rate_limit_storage,
         )
         peer_logs = PeerLogs(cluster)
+        pod_log_files = WorkerLogs(
+            settings.data_dir, settings.log_max_bytes, settings.log_backups, folder="pod-logs"
+        )
+
+        async def pod_exited(pod_id: str, code: int) -> None:
+            await pod_runner.on_exit(pod_id, code)
+
+        pod_runner = PodRunner(
+            store,
+            clock,
+            wakeups,
+            gpu_pool,
+            pod_provider(pod_exited, pod_log_files.sink),
+            pod_log_files,
+            VolumeDirs(settings.data_dir / "pod-volumes"),
+            settings.data_dir / "pods",
+            volumes,
+            cluster.replica_id,
+            stop_grace=settings.worker_stop_grace_seconds,
+            public_host=public_host(settings.base_url()),
+        )
         return cls(
             settings=settings,
             clock=clock,
@@ -189,4 +218,8 @@ class Services:
             placement=placement,
             webhooks=webhooks,
             volumes=volumes,
+            pods=Pods(store, clock, wakeups, pod_runner),
+            pod_runner=pod_runner,
+            gpu_report=GpuReport(store, gpus),
+            pod_logs=PodLogs(pod_log_files, store, wakeups),
         )

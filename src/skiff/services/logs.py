@@ -8,6 +8,7 @@ workers of every provider log into the same place, the same format and the same 
 ``WorkerLogs`` is this host's files (blocking: callers on the loop run it in a thread).
 ``EndpointLogs`` is an endpoint's logs as a client asks for them: which lines, from which
 replicas, and how a follow goes on (``/v1/endpoints/{id}/logs`` parses and renders only).
+``PodLogs`` is the same for pods' logs, kept under ``DATA_DIR/pod-logs/POD/POD.log``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from skiff.services.peer_logs import PeerLogs
 from skiff.services.wakeups import Wakeups
 from skiff.store.base import Store
 
-__all__ = ["EndpointLogs", "LogFollower", "LogLine", "Relayed", "WorkerLogs"]
+__all__ = ["EndpointLogs", "LogFollower", "LogLine", "PodLogs", "Relayed", "WorkerLogs"]
 
 #: How often a followed log is read for new lines.
 FOLLOW_POLL_SECONDS = 0.5
@@ -49,8 +50,11 @@ class WorkerLogs:
         data_dir: Path,
         max_bytes: int = DEFAULT_LOG_MAX_BYTES,
         backups: int = DEFAULT_LOG_BACKUPS,
+        folder: str = "logs",
     ) -> None:
-        self._root = data_dir / "logs"
+        """``folder`` (under ``data_dir``): ``logs`` for workers, ``pod-logs`` for pods, whose
+        logs are kept the same way, one "endpoint" per pod."""
+        self._root = data_dir / folder
         self._max_bytes = max_bytes
         self._backups = backups
 
@@ -198,28 +202,64 @@ class EndpointLogs:
     async def _batches(
         self, follower: LogFollower, endpoint_id: str, since: float | None, tail: int
     ) -> Batches:
-        # Closed by the caller when the client disconnects; the files close either way.
-        with contextlib.closing(follower):
-            # Always a batch at once, if an empty one, so a client sees the stream is open.
-            yield await asyncio.to_thread(follower.backlog, since, tail)
-            last_sent = time.monotonic()
-            polls = 0
-            while not self._wakeups.closing:
-                await asyncio.sleep(FOLLOW_POLL_SECONDS)
-                polls += 1
-                # Read once more after the endpoint is gone: its workers' last lines.
-                gone = (
-                    polls % FOLLOW_EXISTS_EVERY == 0
-                    and await self._store.get_endpoint(endpoint_id) is None
-                )
-                lines = await asyncio.to_thread(follower.poll)
-                if since is not None:
-                    lines = [x for x in lines if x.time is not None and x.time >= since]
-                if lines or time.monotonic() - last_sent >= FOLLOW_KEEPALIVE_SECONDS:
-                    yield lines
-                    last_sent = time.monotonic()
-                if gone:
-                    break
+        async def gone() -> bool:
+            return await self._store.get_endpoint(endpoint_id) is None
+
+        async for batch in followed(follower, self._wakeups, since, tail, gone):
+            yield batch
+
+
+class PodLogs:
+    """Pods' logs (kept like workers', one "endpoint" per pod, under ``pod-logs``): a pod runs
+    on the leader, whose files these are."""
+
+    def __init__(self, files: WorkerLogs, store: Store, wakeups: Wakeups) -> None:
+        self.files = files
+        self._store = store
+        self._wakeups = wakeups
+
+    async def lines(self, pod_id: str, since: float | None, tail: int) -> list[LogLine]:
+        return await asyncio.to_thread(self.files.read, pod_id, pod_id, since, tail)
+
+    async def follow(self, user_id: str, pod_id: str, since: float | None, tail: int) -> Batches:
+        """The last ``tail`` lines, then new ones, until the caller stops reading, the pod is
+        deleted or the server shuts down."""
+
+        async def gone() -> bool:
+            return await self._store.get_pod(user_id, pod_id) is None
+
+        follower = await asyncio.to_thread(self.files.follow, pod_id, pod_id)
+        return followed(follower, self._wakeups, since, tail, gone)
+
+
+async def followed(
+    follower: LogFollower,
+    wakeups: Wakeups,
+    since: float | None,
+    tail: int,
+    gone: Callable[[], Awaitable[bool]],
+) -> Batches:
+    """A follow's batches: the backlog at once, then what is written, until the server shuts
+    down or ``gone`` says what the log belongs to is deleted (after its last lines)."""
+    # Closed by the caller when the client disconnects; the files close either way.
+    with contextlib.closing(follower):
+        # Always a batch at once, if an empty one, so a client sees the stream is open.
+        yield await asyncio.to_thread(follower.backlog, since, tail)
+        last_sent = time.monotonic()
+        polls = 0
+        while not wakeups.closing:
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            polls += 1
+            # Read once more after it is gone: its last lines.
+            ended = polls % FOLLOW_EXISTS_EVERY == 0 and await gone()
+            lines = await asyncio.to_thread(follower.poll)
+            if since is not None:
+                lines = [x for x in lines if x.time is not None and x.time >= since]
+            if lines or time.monotonic() - last_sent >= FOLLOW_KEEPALIVE_SECONDS:
+                yield lines
+                last_sent = time.monotonic()
+            if ended:
+                break
 
 
 def _time(line: LogLine) -> float:

@@ -26,6 +26,8 @@ class Wake:
 
     #: The wanted number of workers may have changed.
     SCALER: Final = WakeKey("scaler")
+    #: A pod's wanted state changed, or one of its instances ended.
+    PODS: Final = WakeKey("pods")
 
     @staticmethod
     def job(job_id: str) -> WakeKey:

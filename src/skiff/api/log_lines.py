@@ -1,0 +1,86 @@
+"""Log lines as the logs routes send them (an endpoint's workers', a pod's): one JSON object a
+line, and a followed log as an ``application/x-ndjson`` stream."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import orjson
+from fastapi import Query
+from pydantic import BaseModel, Field
+from starlette.responses import StreamingResponse
+
+from skiff.domain.logs import LogLine, iso, parse_time
+from skiff.errors import Invalid
+from skiff.services.logs import Batches, Relayed
+
+
+class LogLineOut(BaseModel):
+    worker: str = Field(description="The worker id (a pod's log: the pod's id)")
+    time: str | None = Field(
+        description="When skiff read the line from the worker (ISO-8601, UTC, milliseconds); "
+        "null for lines written before skiff stamped them"
+    )
+    line: str = Field(description="The line as the worker printed it, without its newline")
+
+
+class LogsOut(BaseModel):
+    lines: list[LogLineOut] = Field(description="Oldest first")
+
+
+#: The logs routes' query parameters.
+Since = Annotated[
+    str | None,
+    Query(
+        description="Only lines from this time on: ISO-8601 (UTC if it names no zone) "
+        "or epoch seconds"
+    ),
+]
+Tail = Annotated[int, Query(ge=1, le=10000, description="At most this many last lines")]
+
+#: The logs routes' answer, as OpenAPI says it: JSON, or with ``follow`` a stream of lines.
+FOLLOWED: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The lines (with `follow`: a stream of them, one JSON object per line)",
+        "content": {
+            "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/LogLineOut"}}
+        },
+    }
+}
+
+
+def parse_since(since: str | None) -> float | None:
+    try:
+        return parse_time(since) if since is not None else None
+    except ValueError:
+        raise Invalid("since: expected an ISO-8601 time or epoch seconds", field="since") from None
+
+
+def log_line(line: LogLine) -> dict[str, Any]:
+    return {
+        "worker": line.worker,
+        "time": iso(line.time) if line.time is not None else None,
+        "line": line.line,
+    }
+
+
+def ndjson(lines: list[LogLine]) -> bytes:
+    return b"".join(orjson.dumps(log_line(line)) + b"\n" for line in lines)
+
+
+async def _chunks(batches: Batches) -> AsyncIterator[bytes]:
+    # An empty batch is a keep-alive: an empty line, which clients skip.
+    async with contextlib.aclosing(batches):
+        async for lines in batches:
+            yield ndjson(lines) if lines else b"\n"
+
+
+def ndjson_stream(followed: Batches | Relayed) -> StreamingResponse:
+    """A followed log: batches of lines from here, or what another replica relays."""
+    return StreamingResponse(
+        followed.chunks if isinstance(followed, Relayed) else _chunks(followed),
+        media_type="application/x-ndjson",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

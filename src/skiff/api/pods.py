@@ -1,0 +1,266 @@
+"""``/v1/pods``: the reference's pod operations (create 201, list with filters, get, update by
+PATCH or POST .../update, delete) and actions (start, stop, restart, reset), and a pod's log."""
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from skiff.api.log_lines import (
+    FOLLOWED,
+    LogsOut,
+    Since,
+    Tail,
+    log_line,
+    ndjson_stream,
+    parse_since,
+)
+from skiff.api.responses import json_response
+from skiff.domain import times
+from skiff.domain.containers import DEFAULT_FLAVOR, MEMORY_GB_PER_VCPU
+from skiff.domain.endpoints import ComputeType
+from skiff.domain.pods import DesiredStatus, Pod, PodCreate, PodUpdate, runtime_status
+from skiff.domain.users import User
+from skiff.services.hub import Services
+from skiff.services.pods import PodFilters
+
+
+class PodGpu(BaseModel):
+    id: str = Field(description="The GPU type (NVML's name)")
+    count: int
+    displayName: str
+
+
+class PodOut(BaseModel):
+    """A pod, with the v1 reference's fields and skiff's own where noted."""
+
+    id: str
+    name: str
+    desiredStatus: DesiredStatus
+    image: str
+    dockerEntrypoint: list[str]
+    dockerStartCmd: list[str]
+    env: dict[str, str]
+    templateId: str | None
+    containerRegistryAuthId: str | None
+    gpu: PodGpu | None = Field(description="The GPUs it holds while it runs (null: none)")
+    gpuCount: int
+    vcpuCount: int
+    memoryInGb: float | None = Field(description="CPU pods: the memory it is given")
+    containerDiskInGb: int
+    volumeInGb: int
+    volumeMountPath: str
+    networkVolumeId: str | None
+    ports: list[str]
+    costPerHr: float = Field(description="0 until billing exists")
+    lastStartedAt: str | None
+    lastStatusChange: str = Field(description="When desiredStatus last changed (ISO-8601)")
+    endpointId: str | None = Field(
+        default=None, description="Always null: serverless workers are listed with endpoints"
+    )
+    interruptible: bool
+    locked: bool
+    computeType: ComputeType
+    createdAt: str
+    # skiff's own:
+    status: str = Field(
+        description="What runs now: running, restarting (in place: its ports may move), "
+        "starting (placed, its instance on its way), "
+        "waiting (wanted, not placed: see problem), stopped, terminating"
+    )
+    problem: str | None = Field(description="Why it does not run although it should")
+    publicIp: str
+    portMappings: dict[str, int] = Field(
+        description='Each port ("8888/http") and the host port it is reached on'
+    )
+    urls: dict[str, str] = Field(description="The address of each http port")
+    restartedFor: list[str] | None = Field(
+        default=None,
+        description="On an update's answer: the changed settings that restart the pod fresh",
+    )
+
+
+def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None) -> PodOut:
+    spec, placement = pod.spec, pod.placement
+    gpu = None
+    if placement.gpuName and placement.gpuIds:
+        gpu = PodGpu(
+            id=placement.gpuName, count=len(placement.gpuIds), displayName=placement.gpuName
+        )
+    memory = None
+    if spec.computeType is ComputeType.CPU:
+        flavor = spec.cpuFlavorIds[0] if spec.cpuFlavorIds else DEFAULT_FLAVOR
+        memory = float(spec.vcpuCount * MEMORY_GB_PER_VCPU[flavor])
+    runner = services.pod_runner
+    urls = {
+        port: url
+        for port, host_port in placement.portMappings.items()
+        if (url := runner.port_url(port, host_port)) is not None
+    }
+    return PodOut(
+        id=pod.id,
+        name=spec.name,
+        desiredStatus=pod.desiredStatus,
+        image=spec.imageName,
+        dockerEntrypoint=spec.dockerEntrypoint,
+        dockerStartCmd=spec.dockerStartCmd,
+        env=spec.env,
+        templateId=spec.templateId,
+        containerRegistryAuthId=spec.containerRegistryAuthId,
+        gpu=gpu,
+        gpuCount=spec.gpuCount if spec.computeType is ComputeType.GPU else 0,
+        vcpuCount=spec.vcpuCount,
+        memoryInGb=memory,
+        containerDiskInGb=spec.containerDiskInGb,
+        volumeInGb=spec.volumeInGb,
+        volumeMountPath=spec.volumeMountPath,
+        networkVolumeId=spec.networkVolumeId,
+        ports=spec.ports,
+        costPerHr=0.0,
+        lastStartedAt=times.iso(pod.lastStartedAt) if pod.lastStartedAt else None,
+        lastStatusChange=times.iso(pod.lastStatusChange),
+        interruptible=spec.interruptible,
+        locked=spec.locked,
+        computeType=spec.computeType,
+        createdAt=times.iso(pod.createdAt),
+        status=runtime_status(pod),
+        problem=placement.problem,
+        publicIp=runner.public_host,
+        portMappings=placement.portMappings,
+        urls=urls,
+        restartedFor=restarted_for,
+    )
+
+
+NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Pod not found (or not yours)"}}
+BAD: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A field is invalid; `field` names it"}
+}
+BUSY: dict[int | str, dict[str, Any]] = {
+    409: {"description": "No GPU of the wanted types is free, or the pod is locked"}
+}
+
+
+def router(services: Services, user_dep: Any) -> APIRouter:
+    pods = APIRouter(prefix="/pods", tags=["pods"])
+    UserDep = Annotated[User, Depends(user_dep)]
+
+    def out(pod: Pod, restarted_for: list[str] | None = None) -> PodOut:
+        return pod_out(services, pod, restarted_for)
+
+    @pods.post("", status_code=201, response_model=PodOut, responses={**BAD, **BUSY})
+    async def create_pod(body: PodCreate, user: UserDep) -> PodOut:
+        """Create a pod from `imageName` or `templateId` (the input overrides the template's
+        settings; environment variables merge). It starts at once on GPUs free now, in
+        `gpuTypeIds` priority order, or is refused (409) naming what is missing."""
+        return out(await services.pods.create(user, body))
+
+    @pods.get("", response_model=list[PodOut])
+    async def list_pods(
+        user: UserDep,
+        computeType: ComputeType | None = None,
+        desiredStatus: DesiredStatus | None = None,
+        endpointId: str | None = None,
+        gpuTypeId: Annotated[list[str] | None, Query()] = None,
+        imageName: str | None = None,
+        name: str | None = None,
+        networkVolumeId: str | None = None,
+        templateId: str | None = None,
+        includeMachine: bool = False,
+        includeNetworkVolume: bool = False,
+        includeSavingsPlans: bool = False,
+        includeTemplate: bool = False,
+        includeWorkers: bool = False,
+    ) -> list[PodOut]:
+        """Your pods, oldest first. `endpointId` finds none: serverless workers are listed with
+        their endpoint (`GET /endpoints/{id}?includeWorkers=true`). The `include*` flags are
+        accepted and change nothing."""
+        filters = PodFilters(
+            computeType=computeType,
+            desiredStatus=desiredStatus,
+            endpointId=endpointId,
+            gpuTypeIds=tuple(gpuTypeId or ()),
+            imageName=imageName,
+            name=name,
+            networkVolumeId=networkVolumeId,
+            templateId=templateId,
+        )
+        return [out(p) for p in await services.pods.all(user, filters)]
+
+    @pods.get("/{pod_id}", response_model=PodOut, responses=NOT_FOUND)
+    async def get_pod(pod_id: str, user: UserDep) -> PodOut:
+        return out(await services.pods.get(user, pod_id))
+
+    async def update(pod_id: str, body: PodUpdate, user: User) -> PodOut:
+        pod, restart = await services.pods.update(user, pod_id, body)
+        return out(pod, restart)
+
+    @pods.patch("/{pod_id}", response_model=PodOut, responses={**BAD, **NOT_FOUND})
+    async def update_pod(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
+        """Change its settings. A change to what runs (image, command, env, ports, disk, volume
+        size or path, registry auth) restarts a running pod fresh (its container disk wiped,
+        its volume kept) and is named in `restartedFor`; a name or `locked` restarts nothing.
+        A volume never shrinks (400, `volumeInGb`)."""
+        return await update(pod_id, body, user)
+
+    @pods.post("/{pod_id}/update", response_model=PodOut, responses={**BAD, **NOT_FOUND})
+    async def update_pod_post(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
+        """The same as PATCH."""
+        return await update(pod_id, body, user)
+
+    @pods.delete("/{pod_id}", status_code=204, responses={**NOT_FOUND, **BUSY})
+    async def delete_pod(pod_id: str, user: UserDep) -> Response:
+        """End the pod and remove it with its volume, permanently (a network volume is kept).
+        A locked pod is refused (409)."""
+        await services.pods.delete(user, pod_id)
+        return Response(status_code=204)
+
+    @pods.post("/{pod_id}/start", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    async def start_pod(pod_id: str, user: UserDep) -> PodOut:
+        """Start a stopped pod on GPUs free now (409 naming what is missing). Its volume is as
+        it was; its container disk starts empty."""
+        return out(await services.pods.start(user, pod_id))
+
+    @pods.post("/{pod_id}/stop", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    async def stop_pod(pod_id: str, user: UserDep) -> PodOut:
+        """End its instance and free its GPUs; its volume is kept."""
+        return out(await services.pods.stop(user, pod_id))
+
+    @pods.post("/{pod_id}/restart", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    async def restart_pod(pod_id: str, user: UserDep) -> PodOut:
+        """Restart its instance in place: the same GPUs, its container disk kept."""
+        return out(await services.pods.restart(user, pod_id))
+
+    @pods.post("/{pod_id}/reset", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    async def reset_pod(pod_id: str, user: UserDep) -> PodOut:
+        """Start it fresh from its image: the container disk is wiped, the volume kept."""
+        return out(await services.pods.reset(user, pod_id))
+
+    @pods.get("/{pod_id}/logs", response_model=LogsOut, responses={**BAD, **NOT_FOUND, **FOLLOWED})
+    async def pod_logs(
+        pod_id: str,
+        user: UserDep,
+        since: Since = None,
+        tail: Tail = 1000,
+        follow: Annotated[
+            bool,
+            Query(
+                description="Keep the response open and send new lines as they are written, as "
+                "`application/x-ndjson` (as an endpoint's log does); it ends when the client "
+                "disconnects or the pod is deleted"
+            ),
+        ] = False,
+    ) -> Response:
+        """The pod's output (stdout and stderr) across its starts, oldest first:
+        `{"lines": [{"worker", "time", "line"}]}` with `worker` the pod's id. A pod runs on the
+        leader replica, which keeps its log."""
+        await services.pods.get(user, pod_id)
+        since_ts = parse_since(since)
+        if not follow:
+            lines = await services.pod_logs.lines(pod_id, since_ts, tail)
+            return json_response({"lines": [log_line(line) for line in lines]})
+        batches = await services.pod_logs.follow(user.id, pod_id, since_ts, tail)
+        return ndjson_stream(batches)
+
+    return pods

@@ -1,0 +1,314 @@
+"""Pods as containers of their image, through the Docker Engine API (as ``docker.py`` does for
+workers, whose pull and create it shares).
+
+A pod's container publishes each of its ports on a host port Docker picks (an ``http`` port and
+a ``tcp`` one alike: both are TCP to Docker; ``http`` says the pod serves a web page there),
+mounts the pod's volume at its mount path, gets exactly its GPUs through a device request, and
+carries labels naming the pod, its version and the server: a container of a pod outlives the
+server (a pod is long-running), and the next run of the server adopts it (``adopt``) instead of
+starting it again. Containers without skiff's pod marker, or of another server, are never
+touched.
+
+Stopping a pod removes its container: as on the hosted platform, the container disk lasts until
+the pod stops, its volume until it is deleted. ``restart`` restarts the container in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
+
+from skiff.domain.containers import visible_devices_inside
+from skiff.domain.pods import parse_port
+from skiff.providers.base import (
+    LogSink,
+    LogSinks,
+    PodExitCallback,
+    PodInstance,
+    PodLaunch,
+    WorkerStartError,
+)
+from skiff.providers.docker import (
+    SERVER_LABEL,
+    _explain,
+    _Handover,
+    _in_daemon_thread,
+    bring_up_in_daemon,
+    create_container,
+    ensure_image,
+    run_options,
+)
+
+log = logging.getLogger(__name__)
+
+#: Every pod container carries this label (not the workers' marker: their sweeps never see
+#: a pod, nor this provider a worker).
+POD_MARKER = "dev.skiff.pod"
+POD_LABEL = "dev.skiff.pod-id"
+VERSION_LABEL = "dev.skiff.pod-version"
+#: The pod's ports (``8888/http,22/tcp``): an adopted container says which ports it publishes.
+PORTS_LABEL = "dev.skiff.pod-ports"
+_DRAIN_SECONDS = 2.0
+
+
+def pod_labels(launch: PodLaunch, server: str) -> dict[str, str]:
+    return {
+        POD_MARKER: "1",
+        POD_LABEL: launch.pod_id,
+        VERSION_LABEL: str(launch.version),
+        PORTS_LABEL: ",".join(launch.ports),
+        SERVER_LABEL: server,
+    }
+
+
+def pod_create_options(launch: PodLaunch, server: str) -> dict[str, Any]:
+    """The arguments of ``containers.create`` for a pod (pure, so tests can read them)."""
+    env = dict(launch.env)
+    if launch.gpu_indices:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(launch.gpu_indices))
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
+    options = run_options(
+        launch.entrypoint, launch.command, launch.gpu_indices, launch.vcpus, launch.memory_bytes
+    )
+    options |= {
+        "image": launch.image,
+        "environment": env,
+        "labels": pod_labels(launch, server),
+        "name": f"skiff-pod-{launch.pod_id}",
+        # Every port on a host port of Docker's choosing, on every address of the host.
+        "ports": {f"{parse_port(p).number}/tcp": None for p in launch.ports},
+    }
+    if launch.volume is not None:
+        options["volumes"] = {str(launch.volume): {"bind": launch.mount_path, "mode": "rw"}}
+    return options
+
+
+def port_mappings(container_attrs: dict[str, Any], ports: list[str]) -> dict[str, int]:
+    """``"8888/http"`` -> the host port Docker published it on, from a started container's
+    ``NetworkSettings``; a port not published (yet) is left out."""
+    published = (container_attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    found: dict[str, int] = {}
+    for text in ports:
+        bindings = published.get(f"{parse_port(text).number}/tcp") or []
+        for binding in bindings:
+            host_port = binding.get("HostPort")
+            if host_port:
+                found[text] = int(host_port)
+                break
+    return found
+
+
+def declared_ports(container: Any) -> list[str]:
+    """The pod's ports as its container was made with them (``PORTS_LABEL``)."""
+    declared = container.labels.get(PORTS_LABEL, "")
+    return declared.split(",") if declared else []
+
+
+def _copy_output(
+    loop: asyncio.AbstractEventLoop, container: Any, sink: LogSink, since: int | None
+) -> None:
+    """A daemon thread's work: the container's output into ``sink``, on the loop, until the
+    container stops. A thread of its own because a pod may outlive the server: a pool thread
+    blocked on its output would hold up the server's exit."""
+    try:
+        stream = container.logs(stream=True, follow=True, stdout=True, stderr=True, since=since)
+        for chunk in stream:
+            loop.call_soon_threadsafe(sink.feed, chunk)
+    except Exception as exc:  # the container went, the daemon restarted: the copy ends
+        log.info("the output of %s is no longer followed: %s", container.name, exc)
+    finally:
+        with contextlib.suppress(RuntimeError):  # the loop closed: the server is gone
+            loop.call_soon_threadsafe(sink.close)
+
+
+class DockerPodProvider:
+    """``server`` (``docker.server_identity``) is written on every pod container and is how a
+    later run finds its own; ``client`` is a ``docker.DockerClient`` (from the environment by
+    default)."""
+
+    def __init__(
+        self, on_exit: PodExitCallback, *, logs: LogSinks, server: str, client: Any = None
+    ) -> None:
+        self._on_exit = on_exit
+        self._logs = logs
+        self._server = server
+        self._client_given = client
+        self._running: dict[str, tuple[Any, PodInstance]] = {}
+        #: Pods being stopped or restarted by skiff: their container's end is not an exit.
+        self._quiet: set[str] = set()
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def client(self) -> Any:
+        if self._client_given is None:
+            self._client_given = docker.from_env()
+        return self._client_given
+
+    async def start(self, launch: PodLaunch) -> PodInstance:
+        sink = self._logs(launch.pod_id, launch.pod_id)
+        # Stopped or deleted during the start: the container is removed once it exists.
+        container = await bring_up_in_daemon(
+            lambda handover: self._bring_up(launch, sink, handover), sink
+        )
+        instance = PodInstance(
+            launch.pod_id, launch.version, port_mappings(container.attrs, list(launch.ports))
+        )
+        self._follow(container, instance, sink)
+        return instance
+
+    def _bring_up(self, launch: PodLaunch, sink: LogSink, handover: _Handover) -> Any:
+        # A container of an earlier instance (a stop that failed half way) is in the way of
+        # the name: it is this pod's, so it goes.
+        for old in self._ours(f"{POD_LABEL}={launch.pod_id}"):
+            with contextlib.suppress(DockerException):
+                old.remove(force=True)
+        ensure_image(
+            self.client, launch.image, launch.credentials, sink, lambda: handover.abandoned
+        )
+        options = pod_create_options(launch, self._server)
+        container = create_container(self.client, options, launch.image, launch.disk_gb, sink)
+        try:
+            container.start()
+            container.reload()
+        except DockerException as exc:
+            with contextlib.suppress(DockerException):
+                container.remove(force=True)
+            raise WorkerStartError(f"the container could not start: {_explain(exc)}") from exc
+        handover.give(container)
+        return container
+
+    def _follow(
+        self, container: Any, instance: PodInstance, sink: LogSink, since: int | None = None
+    ) -> None:
+        """Copy the container's output into its log (from ``since``, epoch seconds: an adopted
+        or restarted container's earlier output is in the log already) and watch for its end."""
+        self._running[instance.pod_id] = (container, instance)
+        copier = threading.Thread(
+            target=_copy_output,
+            args=(asyncio.get_running_loop(), container, sink, since),
+            name=f"skiff-pod-output-{instance.pod_id}",
+            daemon=True,
+        )
+        copier.start()
+        self._watchers[instance.pod_id] = asyncio.create_task(
+            self._watch(instance.pod_id, container, copier)
+        )
+
+    async def _watch(self, pod_id: str, container: Any, copier: threading.Thread) -> None:
+        try:
+            result = await _in_daemon_thread(container.wait)
+            code = int(result.get("StatusCode", -1))
+        except DockerException as exc:
+            log.warning("waiting for pod %s failed: %s", pod_id, exc)
+            code = -1
+        await asyncio.to_thread(copier.join, _DRAIN_SECONDS)
+        if pod_id in self._quiet:
+            return  # stopped or restarted by skiff: whoever did it carries on
+        self._running.pop(pod_id, None)
+        self._watchers.pop(pod_id, None)
+        with contextlib.suppress(DockerException):
+            await asyncio.to_thread(container.remove, force=True)
+        try:
+            await self._on_exit(pod_id, code)
+        except Exception:
+            log.exception("handling the exit of pod %s failed", pod_id)
+
+    async def restart(self, pod_id: str, grace: float) -> PodInstance | None:
+        found = self._running.get(pod_id)
+        if found is None:
+            return None
+        container, instance = found
+        self._quiet.add(pod_id)
+        try:
+            await asyncio.to_thread(container.restart, timeout=max(0, round(grace)))
+            watcher = self._watchers.pop(pod_id, None)
+            if watcher is not None:
+                await asyncio.wait({watcher}, timeout=_DRAIN_SECONDS + 5)
+            await asyncio.to_thread(container.reload)
+        except DockerException as exc:
+            raise WorkerStartError(f"the container could not restart: {_explain(exc)}") from exc
+        finally:
+            self._quiet.discard(pod_id)
+        # Docker may publish the ports on other host ports after a restart: read them again.
+        restarted = PodInstance(
+            pod_id, instance.version, port_mappings(container.attrs, declared_ports(container))
+        )
+        self._follow(container, restarted, self._logs(pod_id, pod_id), since=int(time.time()))
+        return restarted
+
+    async def stop(self, pod_id: str, grace: float) -> None:
+        found = self._running.pop(pod_id, None)
+        if found is None:
+            return
+        container, _ = found
+        self._quiet.add(pod_id)
+        try:
+            with contextlib.suppress(NotFound):
+                await asyncio.to_thread(container.stop, timeout=max(0, round(grace)))
+            watcher = self._watchers.pop(pod_id, None)
+            if watcher is not None:
+                await asyncio.wait({watcher}, timeout=_DRAIN_SECONDS + 5)
+            with contextlib.suppress(NotFound):
+                await asyncio.to_thread(container.remove, force=True)
+        except DockerException as exc:
+            log.warning("stopping pod %s failed: %s", pod_id, exc)
+        finally:
+            self._quiet.discard(pod_id)
+
+    def running(self) -> list[PodInstance]:
+        return [instance for _, instance in self._running.values()]
+
+    async def adopt(self) -> list[PodInstance]:
+        found = await asyncio.to_thread(self._ours, f"{SERVER_LABEL}={self._server}")
+        adopted = []
+        for container in found:
+            pod_id = container.labels.get(POD_LABEL, "")
+            if not pod_id or pod_id in self._running:
+                continue
+            if container.status != "running":
+                # Ended while no server watched it: removed, and the runner starts the pod
+                # again if it is still wanted.
+                with contextlib.suppress(DockerException):
+                    await asyncio.to_thread(container.remove, force=True)
+                continue
+            version = int(container.labels.get(VERSION_LABEL, "0") or 0)
+            instance = PodInstance(
+                pod_id, version, port_mappings(container.attrs, declared_ports(container))
+            )
+            # Its output from now on (what it wrote while no server ran is in Docker's log).
+            self._follow(container, instance, self._logs(pod_id, pod_id), since=int(time.time()))
+            adopted.append(instance)
+        return adopted
+
+    async def close(self) -> None:
+        # Pod containers outlive the server: only the watching stops.
+        self._quiet.update(self._running)
+        for watcher in self._watchers.values():
+            watcher.cancel()
+        if self._watchers:
+            await asyncio.wait(set(self._watchers.values()), timeout=5)
+        self._watchers.clear()
+        self._running.clear()
+
+    def _ours(self, label: str) -> list[Any]:
+        try:
+            found = self.client.containers.list(
+                all=True, ignore_removed=True, filters={"label": [f"{POD_MARKER}=1", label]}
+            )
+        except DockerException as exc:
+            log.warning("listing skiff's pod containers failed: %s", exc)
+            return []
+        return [
+            c
+            for c in found
+            if c.labels.get(POD_MARKER) == "1"
+            and c.labels.get(POD_LABEL)
+            and c.labels.get(SERVER_LABEL) == self._server
+        ]

@@ -1,0 +1,123 @@
+"""Pods as process groups on this host (``SKIFF_PROVIDER=local``), through the same process
+machinery as local workers (``local.py``): the pod's ``dockerEntrypoint + dockerStartCmd`` runs
+in its own session, its output goes into its log, and it dies with the server.
+
+Its volume is bound at its mount path through bubblewrap (``bubblewrap.py``), which can only put
+it at a top-level directory (``/workspace``, the default). Its home and working directory is its
+scratch directory, which a fresh start wipes: what a container's disk is to a container pod. Its
+ports are the ports the process opens on this host, reported as given. The image is not used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from skiff.domain.pods import parse_port
+from skiff.providers import bubblewrap
+from skiff.providers.base import (
+    Launch,
+    LogSinks,
+    PodExitCallback,
+    PodInstance,
+    PodLaunch,
+    WorkerStartError,
+)
+from skiff.providers.local import LocalProvider
+
+log = logging.getLogger(__name__)
+
+
+def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
+    """The pod as a process: its command, the server's environment minus its secrets under
+    the pod's variables, its home as ``HOME`` and working directory."""
+    argv = [*launch.entrypoint, *launch.command]
+    if not argv:
+        raise WorkerStartError(
+            "a pod run as a process runs its dockerEntrypoint and dockerStartCmd, and this pod "
+            "has neither (the local provider does not use the image)"
+        )
+    if launch.volume is not None:
+        problem = bubblewrap.mount_problem(launch.mount_path)
+        if problem is not None:
+            raise WorkerStartError(problem)
+    home = launch.home.resolve()
+    env = inherited | launch.env | {"HOME": str(home)}
+    if launch.gpu_indices:
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
+    return Launch(
+        worker_id=launch.pod_id,
+        endpoint_id=launch.pod_id,
+        argv=argv,
+        env=env,
+        home=home,
+        volume=launch.volume,
+        volume_mount=launch.mount_path,
+        cwd=home,
+    )
+
+
+class LocalPodProvider:
+    def __init__(self, on_exit: PodExitCallback, *, logs: LogSinks) -> None:
+        self._on_exit = on_exit
+        self._processes = LocalProvider(self._ended, logs=logs)
+        self._instances: dict[str, tuple[PodInstance, Launch]] = {}
+        #: Pods skiff stops or restarts -> set once their process's end has been handled (it
+        #: comes once their output is drained, after ``LocalProvider.stop`` has returned): not
+        #: an exit to report.
+        self._quiet: dict[str, asyncio.Event] = {}
+
+    async def _ended(self, pod_id: str, code: int) -> None:
+        ended = self._quiet.pop(pod_id, None)
+        if ended is not None:
+            ended.set()
+            return
+        self._instances.pop(pod_id, None)
+        await self._on_exit(pod_id, code)
+
+    async def start(self, launch: PodLaunch) -> PodInstance:
+        process = process_launch(launch, self._processes.host_environment())
+        await self._processes.start(process)
+        ports = {p: parse_port(p).number for p in launch.ports}
+        instance = PodInstance(launch.pod_id, launch.version, ports)
+        self._instances[launch.pod_id] = (instance, process)
+        return instance
+
+    async def restart(self, pod_id: str, grace: float) -> PodInstance | None:
+        found = self._instances.get(pod_id)
+        if found is None:
+            return None
+        instance, process = found
+        await self._end(pod_id, grace)
+        # Started again as it was: its home (the pod's disk) is kept.
+        await self._processes.start(process)
+        return instance
+
+    async def stop(self, pod_id: str, grace: float) -> None:
+        if self._instances.pop(pod_id, None) is None:
+            return
+        await self._end(pod_id, grace)
+
+    async def _end(self, pod_id: str, grace: float) -> None:
+        """Stop the process and wait until its end is handled, so a start under the same id
+        that follows is not mistaken for it."""
+        ended = self._quiet[pod_id] = asyncio.Event()
+        await self._processes.stop(pod_id, grace)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await ended.wait()
+
+    def running(self) -> list[PodInstance]:
+        return [instance for instance, _ in self._instances.values()]
+
+    async def adopt(self) -> list[PodInstance]:
+        # A process dies with the server that started it: nothing to take over.
+        return []
+
+    async def close(self) -> None:
+        for pod_id in self._instances:
+            self._quiet[pod_id] = asyncio.Event()
+        self._instances.clear()
+        await self._processes.stop_all(5.0)

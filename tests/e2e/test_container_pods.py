@@ -1,0 +1,180 @@
+"""Pods as containers (``SKIFF_PROVIDER=docker``) of the container tests' image, in a real
+``skiff serve`` against the real Docker Engine: a pod made from a template serves HTTP on the
+host port Docker published, keeps its volume across stop, start, restart and reset while its
+container disk goes with a stop or a reset, survives its server's SIGKILL (the restarted server
+adopts the running container instead of starting another), mounts a network volume in place of
+its own, and leaves nothing behind once deleted."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import Server
+
+from docker_image import CONTAINER_SERVER_ENV, PYTHON_IN_IMAGE, docker_client
+from pod_programs import SERVER
+
+PORT = "8888/http"
+
+
+@pytest.fixture
+def server(tmp_path: Path, image: str) -> Iterator[Server]:
+    server = Server(tmp_path / "data", env=CONTAINER_SERVER_ENV)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        # A pod's container outlives its server by design: this test's go with it.
+        for container in pod_containers():
+            if str(tmp_path) in str(container.attrs.get("Mounts")):
+                container.remove(force=True)
+
+
+def pod_containers(pod_id: str | None = None) -> list[Any]:
+    label = f"dev.skiff.pod-id={pod_id}" if pod_id else "dev.skiff.pod=1"
+    return list(
+        docker_client().containers.list(all=True, ignore_removed=True, filters={"label": label})
+    )
+
+
+def running_pod(server: Server, pod_id: str) -> dict[str, Any]:
+    def placed() -> dict[str, Any] | None:
+        pod = dict(server.http.get(f"/v1/pods/{pod_id}").json())
+        return pod if pod["status"] == "running" else None
+
+    return dict(server.wait_for(placed, timeout=90, what=f"pod {pod_id} to run"))
+
+
+def state(server: Server, pod: dict[str, Any], wanted: dict[str, Any] | None = None) -> Any:
+    """What the pod serves on its published port, once it answers (as ``wanted``, if given)."""
+    url = pod["urls"][PORT]
+
+    def answer() -> dict[str, Any] | None:
+        try:
+            got = dict(httpx.get(url, timeout=2).json())
+        except (httpx.TransportError, ValueError):
+            return None
+        return got if wanted is None or wanted.items() <= got.items() else None
+
+    return server.wait_for(answer, timeout=60, what=f"{url} to answer {wanted}")
+
+
+def write_disk(pod: dict[str, Any], text: str) -> None:
+    assert httpx.post(pod["urls"][PORT], content=text).json() == {"written": True}
+
+
+def make_pod(server: Server, image: str, **fields: Any) -> dict[str, Any]:
+    template = server.http.post(
+        "/v1/templates",
+        json={
+            "name": f"web-{os.urandom(3).hex()}",
+            "imageName": image,
+            "dockerStartCmd": [PYTHON_IN_IMAGE, "-c", SERVER, "8888"],
+            "ports": [PORT],
+            "volumeInGb": 1,
+            "env": {"GREETING": "from the template"},
+        },
+    )
+    assert template.status_code == 200, template.text
+    made = server.http.post(
+        "/v1/pods",
+        json={"templateId": template.json()["id"], "computeType": "CPU", "name": "web", **fields},
+    )
+    assert made.status_code == 201, made.text
+    return running_pod(server, made.json()["id"])
+
+
+def test_a_pod_serves_its_port_keeps_its_volume_and_loses_its_disk_as_documented(
+    server: Server, image: str
+) -> None:
+    pod = make_pod(server, image)
+    host_port = pod["portMappings"][PORT]
+    assert pod["urls"][PORT] == f"http://127.0.0.1:{host_port}" and pod["publicIp"] == "127.0.0.1"
+    (container,) = pod_containers(pod["id"])
+    assert container.attrs["Mounts"][0]["Destination"] == "/workspace"
+    first = state(server, pod)
+    assert (first["starts"], first["disk"], first["greeting"]) == (1, None, "from the template")
+    write_disk(pod, "on the container disk")
+
+    # Restarted in place: the same container, its disk kept.
+    assert server.http.post(f"/v1/pods/{pod['id']}/restart").status_code == 200
+    pod = running_pod(server, pod["id"])
+    assert state(server, pod, {"starts": 2})["disk"] == "on the container disk"
+    assert [c.id for c in pod_containers(pod["id"])] == [container.id]
+
+    # Reset: a fresh container of the image; the volume kept.
+    assert server.http.post(f"/v1/pods/{pod['id']}/reset").status_code == 200
+    server.wait_for(
+        lambda: [c.id for c in pod_containers(pod["id"])] not in ([], [container.id]),
+        what="a fresh container",
+    )
+    pod = running_pod(server, pod["id"])
+    assert state(server, pod, {"starts": 3})["disk"] is None
+    write_disk(pod, "again")
+
+    # Stopped: no container; started: a fresh one, the volume still counting.
+    assert server.http.post(f"/v1/pods/{pod['id']}/stop").status_code == 200
+    server.wait_for(lambda: pod_containers(pod["id"]) == [], what="the container to go")
+    stopped = server.http.get(f"/v1/pods/{pod['id']}").json()
+    assert stopped["status"] == "stopped" and stopped["portMappings"] == {}
+    assert server.http.post(f"/v1/pods/{pod['id']}/start").status_code == 200
+    pod = running_pod(server, pod["id"])
+    assert state(server, pod, {"starts": 4})["disk"] is None
+
+    logged = server.http.get(f"/v1/pods/{pod['id']}/logs").json()["lines"]
+    assert sum("serving on 8888" in line["line"] for line in logged) >= 3, logged
+
+    # Deleted: the container and the volume go.
+    volume = server.data_dir / "pod-volumes" / pod["id"]
+    assert (volume / "starts").read_text() == "4"
+    assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204
+    server.wait_for(
+        lambda: pod_containers(pod["id"]) == [] and not volume.exists(), what="the pod to go"
+    )
+
+
+def test_a_killed_server_adopts_its_running_pod_container(server: Server, image: str) -> None:
+    pod = make_pod(server, image)
+    before = state(server, pod)
+    (container,) = pod_containers(pod["id"])
+
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+    # A pod outlives its server: it still answers.
+    assert httpx.get(pod["urls"][PORT], timeout=5).json()["pid"] == before["pid"]
+
+    server.start()
+    adopted = running_pod(server, pod["id"])
+    assert adopted["portMappings"] == pod["portMappings"]
+    assert [c.id for c in pod_containers(pod["id"])] == [container.id]
+    after = state(server, adopted)
+    assert (after["starts"], after["pid"]) == (1, before["pid"])
+
+    # The adopted container is this server's to stop.
+    assert server.http.post(f"/v1/pods/{pod['id']}/stop").status_code == 200
+    server.wait_for(lambda: pod_containers(pod["id"]) == [], what="the adopted container to go")
+    server.http.delete(f"/v1/pods/{pod['id']}")
+
+
+def test_a_network_volume_is_mounted_in_place_of_the_pods_own(server: Server, image: str) -> None:
+    made = server.http.post("/v1/networkvolumes", json={"name": "data", "size": 1})
+    assert made.status_code == 200, made.text
+    volume = made.json()
+    pod = make_pod(server, image, networkVolumeId=volume["id"], volumeMountPath="/data")
+    assert state(server, pod)["starts"] == 1
+    assert (server.data_dir / "volumes" / volume["id"] / "starts").read_text() == "1"
+    assert not (server.data_dir / "pod-volumes" / pod["id"]).exists()
+    (container,) = pod_containers(pod["id"])
+    assert container.attrs["Mounts"][0]["Destination"] == "/data"
+    assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204
+    server.wait_for(lambda: pod_containers(pod["id"]) == [], what="the pod to go")
+    # The network volume is the user's: it outlives the pod.
+    assert (server.data_dir / "volumes" / volume["id"] / "starts").exists()
