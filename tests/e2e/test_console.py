@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import WORKERS, Server, running
+from harness import WORKERS, Server, free_port, running
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "console"
@@ -630,3 +630,86 @@ def test_the_endpoint_form_attaches_detaches_and_refuses_a_volume(
     assert server.http.get(f"/v1/endpoints/{endpoint_id}").json().get("networkVolumeId") is None
     assert server.http.delete(f"/v1/networkvolumes/{volume['id']}").status_code == 204
     server.http.delete(f"/v1/endpoints/{endpoint_id}")
+
+
+def test_a_pod_is_created_from_a_template_acted_on_and_deleted_by_name(
+    page: Any, server: Server
+) -> None:
+    port = free_port()
+    template = server.http.post(
+        "/v1/templates",
+        json={
+            "name": "console-web",
+            "imageName": "local/python",
+            # As START_COMMAND: no path of this machine on the screenshots.
+            "dockerStartCmd": shlex.split(
+                f"""sh -c 'exec "$E2E_PYTHON" "$E2E_WORKERS/pod_server.py" {port}'"""
+            ),
+            "ports": [f"{port}/http"],
+            "volumeInGb": 0,
+        },
+    )
+    assert template.status_code == 200, template.text
+    sign_in(page, server)
+    page.get_by_role("link", name="Pods").click()
+    page.get_by_role("heading", name="Pods", exact=True).wait_for()
+    if page.locator("table.pods").count() == 0:
+        shot(page, "pods-empty")
+
+    # A port that is not N/http or N/tcp is refused at its field; what was typed stays.
+    page.get_by_label("Name", exact=True).fill("console-pod")
+    page.get_by_label("Template").select_option(label="console-web (local/python)")
+    page.get_by_label("Compute").select_option("CPU")
+    page.get_by_label("Ports").fill("8888")
+    page.get_by_role("button", name="Create pod").click()
+    expect_text(page.locator("#e-ports"), "N/http or N/tcp")
+    assert page.get_by_label("Name", exact=True).input_value() == "console-pod"
+    page.get_by_label("Ports").fill("")
+    page.get_by_role("button", name="Create pod").click()
+    expect_text(page.locator(".notice"), "console-pod.* created")
+    (pod,) = [p for p in server.http.get("/v1/pods").json() if p["name"] == "console-pod"]
+
+    # Running: its port is a link, its uptime counts, its page shows its log.
+    server.wait_for(
+        lambda: server.http.get(f"/v1/pods/{pod['id']}").json()["status"] == "running",
+        what="the pod to run",
+    )
+    page.reload()
+    row = page.locator('tr[data-pod="console-pod"]')
+    expect_text(row.locator("[data-status]"), "running")
+    link = row.locator("[data-ports] a")
+    assert link.get_attribute("href") == f"http://127.0.0.1:{port}"
+    assert httpx.get(f"http://127.0.0.1:{port}").json()["pod"] == pod["id"]
+    expect_text(row.locator("[data-gpus]"), "CPU, 2 vCPU")
+    shot(page, "pods")
+    row.get_by_role("link", name="Open pod console-pod").click()
+    page.get_by_role("heading", name=re.compile("console-pod")).wait_for()
+    expect_text(page.locator("[data-log]"), f"serving on {port}")
+    shot(page, "pod")
+
+    # Restart in place, then stop (asked first) and start again.
+    page.get_by_role("button", name="Restart").click()
+    expect_text(page.locator(".notice"), "restarted in place")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Stop").click()
+    expect_text(page.locator(".notice"), "Pod stopped")
+    server.wait_for(
+        lambda: server.http.get(f"/v1/pods/{pod['id']}").json()["status"] == "stopped",
+        what="the pod to stop",
+    )
+    page.get_by_role("button", name="Start", exact=True).click()
+    expect_text(page.locator(".notice"), "Pod started")
+    assert server.http.get(f"/v1/pods/{pod['id']}").json()["desiredStatus"] == "RUNNING"
+
+    # Delete: the button stays disabled until the exact name is typed.
+    page.get_by_role("link", name="Delete…").click()
+    button = page.get_by_role("button", name="Delete this pod")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-po")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console-pod")
+    shot(page, "pod-delete")
+    button.click()
+    expect_text(page.locator(".notice"), "console-pod.* deleted")
+    assert page.locator('tr[data-pod="console-pod"]').count() == 0
+    assert server.http.get(f"/v1/pods/{pod['id']}").status_code == 404

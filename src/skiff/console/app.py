@@ -143,6 +143,7 @@ def _section(path: str) -> str:
         ("/templates", "templates"),
         ("/registry-auths", "registry"),
         ("/volumes", "volumes"),
+        ("/pods", "pods"),
     ):
         if path.startswith(prefix):
             return section
@@ -253,6 +254,7 @@ def build(services: Services) -> ASGIApp:
         endpoint_pages,
         job_pages,
         log_pages,
+        pod_pages,
         registry_pages,
         signin,
         template_pages,
@@ -268,6 +270,7 @@ def build(services: Services) -> ASGIApp:
         *log_pages.routes(console),
         *template_pages.routes(console),
         *registry_pages.routes(console),
+        *pod_pages.routes(console),
         *volume_pages.routes(console),
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))

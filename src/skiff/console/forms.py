@@ -53,6 +53,20 @@ TEMPLATE_FIELDS = (
 )
 #: Network volume settings the console's volume forms edit, as the API names them.
 VOLUME_FIELDS = ("name", "size")
+POD_NUMBERS = ("gpuCount", "vcpuCount", "volumeInGb", "containerDiskInGb")
+POD_FIELDS = (
+    "name",
+    "templateId",
+    "imageName",
+    "computeType",
+    "gpuTypeIds",
+    *POD_NUMBERS,
+    "dockerStartCmd",
+    "ports",
+    "env",
+    "volumeMountPath",
+    "networkVolumeId",
+)
 
 
 class FieldError(ValueError):
@@ -199,6 +213,41 @@ def template_data(form: Mapping[str, str], prefix: str = "") -> tuple[dict[str, 
     auth = form.get(prefix + "containerRegistryAuthId", "")
     if auth:
         data["containerRegistryAuthId"] = auth
+    return data, errors
+
+
+def pod_data(form: Mapping[str, str]) -> tuple[dict[str, Any], Errors]:
+    """The new-pod form as the API's input. What is left empty is left out, so that a
+    template's value (or the default) holds; ports are separated by commas or spaces."""
+    data: dict[str, Any] = {"computeType": form.get("computeType", "GPU")}
+    errors: Errors = {}
+    for field in ("name", "templateId", "imageName", "volumeMountPath", "networkVolumeId"):
+        value = form.get(field, "").strip()
+        if value:
+            data[field] = value
+    types = lines(form.get("gpuTypeIds", ""))
+    if types:
+        data["gpuTypeIds"] = types
+    for field in POD_NUMBERS:
+        raw = form.get(field, "").strip()
+        if raw:
+            data[field] = number(raw)
+    ports = form.get("ports", "").replace(",", " ").split()
+    if ports:
+        data["ports"] = ports
+    command = form.get("dockerStartCmd", "")
+    if command.strip():
+        try:
+            data["dockerStartCmd"] = parse_command(command, "dockerStartCmd")
+        except FieldError as exc:
+            errors[exc.field] = exc.message
+    try:
+        env = parse_env(form.get("env", ""))
+    except FieldError as exc:
+        errors[exc.field] = exc.message
+    else:
+        if env:
+            data["env"] = env
     return data, errors
 
 

@@ -18,7 +18,8 @@ TAIL_DEFAULT = 200
 TAIL_CHOICES = (50, 200, 1000, 5000)
 
 
-def _tail(request: Request) -> int:
+def tail_of(request: Request) -> int:
+    """The ``tail`` asked for, if it is one of the choices; else the default."""
     raw = request.query_params.get("tail", "")
     return int(raw) if raw.isdigit() and int(raw) in TAIL_CHOICES else TAIL_DEFAULT
 
@@ -46,7 +47,7 @@ def routes(console: Console) -> list[BaseRoute]:
         visitor = await console.signed_in(request)
         endpoint = await console.endpoint(visitor, request)
         worker = request.query_params.get("worker") or None
-        tail = _tail(request)
+        tail = tail_of(request)
         workers = sorted(
             set(await asyncio.to_thread(worker_logs.workers, endpoint.id))
             | {r.worker.id for r in await services.endpoints.workers_of(endpoint.id)}
@@ -73,7 +74,7 @@ def routes(console: Console) -> list[BaseRoute]:
             since = float(request.query_params.get("since", ""))
         except ValueError:
             since = None
-        found = await read(endpoint, worker, since, _tail(request))
+        found = await read(endpoint, worker, since, tail_of(request))
         return json_answer({"lines": [line_view(x) for x in found]})
 
     return [

@@ -1,0 +1,192 @@
+"""Pods: the list (status, GPUs, ports as links, uptime) with this host's GPUs and who holds
+each, create from an image or a template, a pod's page (its settings, start, stop, restart,
+reset, and its log, followed as it comes), and delete after typing the pod's name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from skiff.console import forms
+from skiff.console.app import Console, Visitor, json_answer
+from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
+from skiff.domain.pods import Pod, PodCreate, runtime_status
+from skiff.errors import Conflict, Invalid, NotFound
+
+#: The actions a pod's page offers, and what each says it did.
+ACTIONS = {
+    "start": "started",
+    "stop": "stopped",
+    "restart": "restarted in place (its disk kept)",
+    "reset": "reset: started fresh from its image (its disk wiped, its volume kept)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A pod as its row and its page show it."""
+
+    pod: Pod
+    status: str
+    #: ``(port, link or None, host port)`` of each port it publishes now.
+    ports: list[tuple[str, str | None, int]]
+    #: Seconds since its instance started, while it runs.
+    uptime: float | None
+
+
+def routes(console: Console) -> list[BaseRoute]:
+    services = console.services
+
+    def view(pod: Pod) -> PodView:
+        runner = services.pod_runner
+        status = runtime_status(pod)
+        ports = [
+            (port, runner.port_url(port, host_port), host_port)
+            for port, host_port in pod.placement.portMappings.items()
+        ]
+        uptime = None
+        if status == "running" and pod.lastStartedAt is not None:
+            uptime = max(0.0, services.clock.now() - pod.lastStartedAt)
+        return PodView(pod, status, ports, uptime)
+
+    async def shown(request: Request, visitor: Visitor) -> Pod:
+        """The pod the path names, if it is the visitor's (else 404)."""
+        return await services.pods.get(visitor.user, request.path_params["pod_id"])
+
+    async def list_page(
+        request: Request,
+        visitor: Visitor,
+        values: dict[str, str] | None = None,
+        errors: forms.Errors | None = None,
+        status: int = 200,
+    ) -> Response:
+        pods = await services.pods.all(visitor.user)
+        gpus = await services.gpu_report.rows(visitor.user)
+        return console.page(
+            request,
+            "pods.html",
+            visitor,
+            status,
+            title="Pods",
+            pods=[view(p) for p in pods],
+            gpus=gpus,
+            gpu_types=sorted({row.gpu.name for row in gpus}),
+            templates=await services.templates.all(visitor.user),
+            volumes=[r.volume for r in await services.volumes.all(visitor.user)],
+            values=values or {"computeType": "GPU" if gpus else "CPU"},
+            errors=errors or {},
+            created=request.query_params.get("created"),
+            deleted=request.query_params.get("deleted"),
+        )
+
+    async def pod_page(
+        request: Request, visitor: Visitor, pod: Pod, error: str | None = None, status: int = 200
+    ) -> Response:
+        tail = tail_of(request)
+        lines = await services.pod_logs.lines(pod.id, None, tail)
+        return console.page(
+            request,
+            "pod.html",
+            visitor,
+            status,
+            title=pod.spec.name,
+            shown=view(pod),
+            done=ACTIONS.get(request.query_params.get("done", "")),
+            error=error,
+            tail=tail,
+            tails=TAIL_CHOICES,
+            lines=[line_view(x) for x in lines],
+        )
+
+    async def pods_page(request: Request) -> Response:
+        return await list_page(request, await console.signed_in(request))
+
+    async def create(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        form = await console.form(request, visitor)
+        data, errors = forms.pod_data(form)
+        model = None
+        if not errors:
+            model, errors = forms.validate(PodCreate, data, forms.POD_FIELDS, "imageName")
+        if model is not None:
+            try:
+                made = await services.pods.create(visitor.user, model)
+            except (Invalid, Conflict) as exc:
+                errors = forms.service_error(exc, "gpuTypeIds")
+            else:
+                return Console.redirect(request, f"/pods?{urlencode({'created': made.spec.name})}")
+        values = {field: form.get(field, "") for field in forms.POD_FIELDS}
+        return await list_page(request, visitor, values, errors, 400)
+
+    async def detail(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        return await pod_page(request, visitor, await shown(request, visitor))
+
+    async def act(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        pod = await shown(request, visitor)
+        action = request.path_params["action"]
+        if action not in ACTIONS:
+            raise NotFound(f"no action {action!r}: {', '.join(ACTIONS)}")
+        await console.form(request, visitor)
+        try:
+            await getattr(services.pods, action)(visitor.user, pod.id)
+        except Conflict as exc:
+            return await pod_page(request, visitor, pod, exc.message, exc.status_code)
+        return Console.redirect(request, f"/pods/{pod.id}?{urlencode({'done': action})}")
+
+    async def log_lines(request: Request) -> Response:
+        """Lines stamped at or after ``since`` (epoch seconds), for the follow."""
+        visitor = await console.signed_in(request)
+        pod = await shown(request, visitor)
+        try:
+            since = float(request.query_params.get("since", ""))
+        except ValueError:
+            since = None
+        found = await services.pod_logs.lines(pod.id, since, tail_of(request))
+        return json_answer({"lines": [line_view(x) for x in found]})
+
+    async def delete_page(
+        request: Request, visitor: Visitor, pod: Pod, error: str | None = None, status: int = 200
+    ) -> Response:
+        return console.page(
+            request,
+            "pod_delete.html",
+            visitor,
+            status,
+            title=f"Delete {pod.spec.name}",
+            pod=pod,
+            error=error,
+        )
+
+    async def delete_form(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        return await delete_page(request, visitor, await shown(request, visitor))
+
+    async def delete(request: Request) -> Response:
+        visitor = await console.signed_in(request)
+        pod = await shown(request, visitor)
+        form = await console.form(request, visitor)
+        if form.get("confirm_name") != pod.spec.name:
+            error = "The name you typed is not this pod's name; nothing was deleted."
+            return await delete_page(request, visitor, pod, error, 400)
+        try:
+            await services.pods.delete(visitor.user, pod.id)
+        except Conflict as exc:
+            return await delete_page(request, visitor, pod, exc.message, exc.status_code)
+        return Console.redirect(request, f"/pods?{urlencode({'deleted': pod.spec.name})}")
+
+    return [
+        Route("/pods", pods_page, methods=["GET"]),
+        Route("/pods", create, methods=["POST"]),
+        Route("/pods/{pod_id}", detail, methods=["GET"]),
+        Route("/pods/{pod_id}/log/lines.json", log_lines, methods=["GET"]),
+        Route("/pods/{pod_id}/delete", delete_form, methods=["GET"]),
+        Route("/pods/{pod_id}/delete", delete, methods=["POST"]),
+        Route("/pods/{pod_id}/{action}", act, methods=["POST"]),
+    ]
+
