@@ -185,6 +185,9 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
     ).json()
     job = http.post(f"/v2/{parked_endpoint}/run", json={"input": {}}).json()
     volume = http.post("/v1/networkvolumes", json={"name": "hostile", "size": 1}).json()
+    # A CPU pod with nothing to run: it never starts (the local provider runs only a command),
+    # so hostile bodies reach the real pod handlers without running anything.
+    pod = http.post("/v1/pods", json={"imageName": "x", "computeType": "CPU"}).json()
     printed = subprocess.run(
         [
             sys.executable,
@@ -214,12 +217,13 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
         "job": job["id"],
         "token": token,
         "volume": volume["id"],
+        "pod": pod["id"],
     }
 
 
 #: Body routes with a body the route accepts, each value as JSON text.
 def _body_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
-    endpoint, template, volume = ids["endpoint"], ids["template"], ids["volume"]
+    endpoint, template, volume, pod = ids["endpoint"], ids["template"], ids["volume"], ids["pod"]
     t = f'"{template}"'
     return [
         ("POST", "/v1/templates", {"name": '"h-t"', "imageName": '"x"', "env": "{}"}),
@@ -233,6 +237,9 @@ def _body_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("PATCH", f"/v1/networkvolumes/{volume}", {"name": '"h-v"', "size": "1"}),
         ("POST", f"/v1/networkvolumes/{volume}/update", {"name": '"h-v"', "size": "1"}),
         ("POST", "/v1/containerregistryauth", {"name": '"h-r"', "username": '"u"'}),
+        ("POST", "/v1/pods", {"imageName": '"x"', "computeType": '"CPU"', "ports": "[]"}),
+        ("PATCH", f"/v1/pods/{pod}", {"name": '"h-p"', "env": "{}", "volumeInGb": "20"}),
+        ("POST", f"/v1/pods/{pod}/update", {"volumeMountPath": '"/w"', "dockerStartCmd": "[]"}),
         ("POST", f"/v2/{endpoint}/run", {"input": "{}", "webhook": '"https://example.com/"'}),
         ("POST", f"/v2/{endpoint}/runsync?wait=1000", {"input": "{}", "policy": "{}"}),
     ]
@@ -319,7 +326,7 @@ def test_hostile_openai_bodies_are_refused_not_failed(
 def test_hostile_path_ids_and_queries_never_get_a_server_error(
     fuzz_server: Server, hostile_ids: dict[str, str]
 ) -> None:
-    endpoint, job = hostile_ids["endpoint"], hostile_ids["job"]
+    endpoint, job, pod = hostile_ids["endpoint"], hostile_ids["job"], hostile_ids["pod"]
     worker = {"Authorization": hostile_ids["token"]}
     shapes = [
         ("GET", "/v1/templates/{x}", None),
@@ -340,6 +347,11 @@ def test_hostile_path_ids_and_queries_never_get_a_server_error(
         ("POST", f"/v2/{endpoint}/job-stream/{{x}}/{job}", worker),
         ("GET", f"/v2/{endpoint}/job-take-batch/{{x}}?batch_size={{x}}", worker),
         ("GET", "/console/endpoints/{x}", None),
+        ("GET", "/v1/pods/{x}", None),
+        ("POST", "/v1/pods/{x}/reset", None),
+        ("GET", f"/v1/pods/{pod}/logs?since={{x}}&tail={{x}}", None),
+        ("GET", "/v1/pods?name={x}&gpuTypeId={x}&computeType={x}", None),
+        ("GET", "/console/pods/{x}", None),
     ]
 
     @HOSTILE
