@@ -132,7 +132,7 @@ def test_a_pod_serves_its_port_keeps_its_volume_and_loses_its_disk_as_documented
     assert sum("serving on 8888" in line["line"] for line in logged) >= 3, logged
 
     # Deleted: the container and the volume go.
-    volume = server.data_dir / "pod-volumes" / pod["id"]
+    volume = server.data_dir / "volumes" / "pods" / pod["id"]
     assert (volume / "starts").read_text() == "4"
     assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204
     server.wait_for(
@@ -171,7 +171,7 @@ def test_a_network_volume_is_mounted_in_place_of_the_pods_own(server: Server, im
     pod = make_pod(server, image, networkVolumeId=volume["id"], volumeMountPath="/data")
     assert state(server, pod)["starts"] == 1
     assert (server.data_dir / "volumes" / volume["id"] / "starts").read_text() == "1"
-    assert not (server.data_dir / "pod-volumes" / pod["id"]).exists()
+    assert not (server.data_dir / "volumes" / "pods" / pod["id"]).exists()
     (container,) = pod_containers(pod["id"])
     assert container.attrs["Mounts"][0]["Destination"] == "/data"
     assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204

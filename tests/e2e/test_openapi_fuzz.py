@@ -187,7 +187,9 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
     volume = http.post("/v1/networkvolumes", json={"name": "hostile", "size": 1}).json()
     # A CPU pod with nothing to run: it never starts (the local provider runs only a command),
     # so hostile bodies reach the real pod handlers without running anything.
-    pod = http.post("/v1/pods", json={"imageName": "x", "computeType": "CPU"}).json()
+    pod = http.post(
+        "/v1/pods", json={"imageName": "x", "computeType": "CPU", "volumeInGb": 0}
+    ).json()
     printed = subprocess.run(
         [
             sys.executable,

@@ -162,7 +162,7 @@ def test_a_server_killed_with_sigkill_starts_its_pods_again_with_their_volume(
         again = running_pod(server, pod["id"])
         after = served(again["urls"][f"{port}/http"], server)
         assert after["starts"] == 2 and after["pid"] != before["pid"]
-        assert (server.data_dir / "pod-volumes" / pod["id"] / "starts").read_text() == "2"
+        assert (server.data_dir / "volumes" / "pods" / pod["id"] / "starts").read_text() == "2"
         # Its log holds both starts' output, as `skiff logs --pod` prints it.
         command = ["logs", pod["id"], "--pod", "--url", server.url, "--key", server.key]
         printed = subprocess.run(

@@ -20,9 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import WORKERS, Server
+from harness import WORKERS, Server, free_port
 
 from pgtest import PG_DSN
+from skiff.providers import bubblewrap
 
 DSN = PG_DSN
 
@@ -242,3 +243,64 @@ def test_killing_the_leader_under_load_loses_no_accepted_job(
     # Every accepted job ran; one cut off by the kill ran again (at least once, never lost).
     runs = Counter(record.read_text().split())
     assert all(runs[j] >= 1 for j in ids)
+
+
+@pytest.mark.skipif(
+    bubblewrap.executable() is None, reason="bubblewrap (bwrap) mounts a process pod's volume"
+)
+def test_the_leader_alone_runs_a_pod_and_the_next_leader_takes_it_over(
+    tmp_path: Path, schema: str, record: Path
+) -> None:
+    # Pods' volumes live with the network volumes, on one file system every replica shares.
+    shared = {"SKIFF_VOLUMES_DIR": str(tmp_path / "shared-volumes")}
+    first = _replica(tmp_path, "a", schema, record, **shared)
+    second = _replica(tmp_path, "b", schema, record, **shared)
+    try:
+        port = free_port()
+        # Asked of the replica that does not lead: the leader places and runs it.
+        made = second.http.post(
+            "/v1/pods",
+            json={
+                "name": "replicated",
+                "imageName": "local/python",
+                "computeType": "CPU",
+                "dockerStartCmd": [sys.executable, str(WORKERS / "pod_server.py"), str(port)],
+                "ports": [f"{port}/http"],
+                "volumeInGb": 1,
+            },
+        )
+        assert made.status_code == 201, made.text
+        pod_id = made.json()["id"]
+        url = f"http://127.0.0.1:{port}"
+        assert _served(first, url)["starts"] == 1
+        assert _pod(second, pod_id)["status"] == "running"
+        assert (first.data_dir / "pod-logs" / pod_id).is_dir()
+        assert not (second.data_dir / "pod-logs" / pod_id).exists()
+
+        assert first.proc is not None
+        first.proc.kill()
+        first.proc.wait()
+        first.proc = None
+        # Its process died with it; the new leader starts the pod again, volume and all.
+        second.wait_for(lambda: _health(second)["leader"], timeout=15, what="the takeover")
+        assert second.wait_for(lambda: _served(second, url)["starts"] == 2, what="the restart")
+        assert _pod(second, pod_id)["status"] == "running"
+        assert (second.data_dir / "pod-logs" / pod_id).is_dir()
+        second.http.delete(f"/v1/pods/{pod_id}")
+    finally:
+        for server in (second, first):
+            server.stop()
+
+
+def _pod(server: Server, pod_id: str) -> dict[str, Any]:
+    return dict(server.http.get(f"/v1/pods/{pod_id}").json())
+
+
+def _served(server: Server, url: str) -> dict[str, Any]:
+    def answer() -> dict[str, Any] | None:
+        try:
+            return dict(httpx.get(url, timeout=2).json())
+        except httpx.TransportError:
+            return None
+
+    return dict(server.wait_for(answer, what=f"{url} to answer"))

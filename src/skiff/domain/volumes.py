@@ -85,13 +85,16 @@ def shrink_refusal(current_gb: int, wanted_gb: int) -> str | None:
     return None
 
 
-def room_refusal(wanted_gb: int, free_bytes: int, used_bytes: int = 0) -> str | None:
+def room_refusal(
+    wanted_gb: int, free_bytes: int, used_bytes: int = 0, field: str = "size"
+) -> str | None:
     """Why a volume of ``wanted_gb`` does not fit, or None when it does: the disk must have
-    room for all of it, counting what the volume holds already (``used_bytes``) as its own."""
+    room for all of it, counting what the volume holds already (``used_bytes``) as its own.
+    ``field`` names the size in the refusal (a pod's volume is its ``volumeInGb``)."""
     available = free_bytes + used_bytes
     if size_bytes(wanted_gb) <= available:
         return None
     return (
-        f"size: {wanted_gb} GB does not fit: the disk that holds the network volumes has "
+        f"{field}: {wanted_gb} GB does not fit: the disk that holds the volumes has "
         f"{available / BYTES_PER_GB:.1f} GB available for it"
     )

@@ -24,7 +24,7 @@ from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
 from skiff.services.placement import Placement
-from skiff.services.pod_runner import PodProviders, PodRunner, public_host
+from skiff.services.pod_runner import POD_VOLUMES, PodProviders, PodRunner, public_host
 from skiff.services.pods import Pods
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
@@ -158,6 +158,8 @@ class Services:
         async def pod_exited(pod_id: str, code: int) -> None:
             await pod_runner.on_exit(pod_id, code)
 
+        # Beside the network volumes, on the disk (shared between replicas) that holds them.
+        pod_dirs = VolumeDirs(settings.volumes_path() / POD_VOLUMES)
         pod_runner = PodRunner(
             store,
             clock,
@@ -165,7 +167,7 @@ class Services:
             gpu_pool,
             pod_provider(pod_exited, pod_log_files.sink),
             pod_log_files,
-            VolumeDirs(settings.data_dir / "pod-volumes"),
+            pod_dirs,
             settings.data_dir / "pods",
             volumes,
             cluster.replica_id,
@@ -218,7 +220,7 @@ class Services:
             placement=placement,
             webhooks=webhooks,
             volumes=volumes,
-            pods=Pods(store, clock, wakeups, pod_runner),
+            pods=Pods(store, clock, wakeups, pod_runner, pod_dirs),
             pod_runner=pod_runner,
             gpu_report=GpuReport(store, gpus),
             pod_logs=PodLogs(pod_log_files, store, wakeups),

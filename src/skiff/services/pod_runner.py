@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 #: Makes the pod provider, given where its instances' exits and output go.
 PodProviders = Callable[[PodExitCallback, LogSinks], PodProvider]
 
+#: The folder of pods' volumes in ``SKIFF_VOLUMES_DIR`` (one directory per pod, named by its id;
+#: a network volume's id is never this short).
+POD_VOLUMES = "pods"
 #: How often a pass runs without being woken (an instance that ended, a GPU that freed up).
 PASS_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 60.0

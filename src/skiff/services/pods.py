@@ -8,6 +8,7 @@ A pod asked to run takes its GPUs at once, or is refused naming what is missing.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from skiff.clock import Clock
@@ -21,11 +22,13 @@ from skiff.domain.pods import (
     spec_from_create,
 )
 from skiff.domain.users import User
+from skiff.domain.volumes import room_refusal
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.pod_runner import PodRunner
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
+from skiff.volume_dirs import VolumeDirs
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +62,16 @@ class PodFilters:
 
 
 class Pods:
-    def __init__(self, store: Store, clock: Clock, wakeups: Wakeups, runner: PodRunner) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, wakeups: Wakeups, runner: PodRunner, dirs: VolumeDirs
+    ) -> None:
+        """``dirs`` keeps the pods' volumes (the runner makes and removes them; their sizes are
+        checked here, against the disk's free space, as a network volume's are)."""
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
         self._runner = runner
+        self._dirs = dirs
 
     async def create(self, user: User, data: PodCreate) -> Pod:
         template = None
@@ -73,6 +81,8 @@ class Pods:
                 raise Invalid(f"templateId: no template {data.templateId}", field="templateId")
         spec = spec_from_create(data, template)
         await self._check_auth(user, spec.containerRegistryAuthId)
+        if spec.volumeInGb and spec.networkVolumeId is None:
+            await self._check_room(spec.volumeInGb, None)
         if spec.networkVolumeId is not None and (
             await self._store.get_network_volume(user.id, spec.networkVolumeId) is None
         ):
@@ -126,6 +136,8 @@ class Pods:
             spec, restart = apply_pod_update(pod.spec, data)
         except ValueError as exc:
             raise Invalid(str(exc), field="volumeInGb") from None
+        if spec.volumeInGb > pod.spec.volumeInGb and spec.networkVolumeId is None:
+            await self._check_room(spec.volumeInGb, pod.id)
         changed = pod.model_copy(
             update={"spec": spec, "version": pod.version + (1 if restart else 0)}
         )
@@ -193,6 +205,15 @@ class Pods:
         if saved is None:
             raise NotFound("Pod not found")
         return saved
+
+    async def _check_room(self, size_gb: int, pod_id: str | None) -> None:
+        """Refused (400, ``volumeInGb``) when the disk has not that much free, what the pod's
+        volume holds already counted as its own."""
+        free = await asyncio.to_thread(self._dirs.free_bytes)
+        used = await asyncio.to_thread(self._dirs.used_bytes, pod_id) if pod_id else 0
+        refusal = room_refusal(size_gb, free, used, field="volumeInGb")
+        if refusal is not None:
+            raise Invalid(refusal, field="volumeInGb")
 
     async def _check_auth(self, user: User, auth_id: str | None) -> None:
         if auth_id is not None and await self._store.get_registry_auth(user.id, auth_id) is None:

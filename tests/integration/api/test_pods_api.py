@@ -184,7 +184,7 @@ async def test_an_update_of_what_runs_restarts_the_pod_and_says_so(
 async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> None:
     pod = (await in_process.http.post("/v1/pods", json=server_pod(free_port()))).json()
     await until(in_process, pod["id"], "running")
-    volume = in_process.services.settings.data_dir / "pod-volumes" / pod["id"]
+    volume = in_process.services.settings.volumes_path() / "pods" / pod["id"]
     assert (volume / "starts").exists()
     assert (await in_process.http.delete(f"/v1/pods/{pod['id']}")).status_code == 204
     assert (await in_process.http.get(f"/v1/pods/{pod['id']}")).status_code == 404
@@ -287,3 +287,22 @@ async def test_another_users_key_sees_none_of_it(in_process: InProcess) -> None:
         assert (await bob.delete(f"/v1/pods/{pod['id']}")).status_code == 404
         assert (await bob.get(f"/v1/pods/{pod['id']}/logs")).status_code == 404
     assert (await pod_of(in_process, pod["id"]))["name"] == "web"
+
+
+async def test_a_volume_the_disk_has_no_room_for_is_refused_naming_the_field(
+    in_process: InProcess,
+) -> None:
+    # 4000 GB is within the field's bounds and past what any test machine's disk has free.
+    answer = await in_process.http.post("/v1/pods", json=server_pod(free_port(), volumeInGb=4000))
+    assert "4000 GB does not fit" in refusal(answer, 400, "volumeInGb")
+    pod = (await in_process.http.post("/v1/pods", json=server_pod(free_port()))).json()
+    grown = await in_process.http.patch(f"/v1/pods/{pod['id']}", json={"volumeInGb": 4000})
+    assert "does not fit" in refusal(grown, 400, "volumeInGb")
+    assert (await pod_of(in_process, pod["id"]))["volumeInGb"] == 1
+    # A network volume in its place needs no room of its own.
+    volume = await in_process.http.post("/v1/networkvolumes", json={"name": "v", "size": 1})
+    made = await in_process.http.post(
+        "/v1/pods",
+        json=server_pod(free_port(), volumeInGb=4000, networkVolumeId=volume.json()["id"]),
+    )
+    assert made.status_code == 201, made.text

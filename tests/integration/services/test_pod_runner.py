@@ -61,6 +61,7 @@ async def running(store: SQLiteStore, clock: ManualClock, tmp_path: Path) -> Asy
         exits.append((pod_id, code))
         await runner.on_exit(pod_id, code)
 
+    pod_dirs = VolumeDirs(tmp_path / "volumes" / "pods")
     runner = PodRunner(
         store,
         clock,
@@ -68,7 +69,7 @@ async def running(store: SQLiteStore, clock: ManualClock, tmp_path: Path) -> Asy
         gpus,
         LocalPodProvider(exited, logs=logs.sink),
         logs,
-        VolumeDirs(tmp_path / "pod-volumes"),
+        pod_dirs,
         tmp_path / "pods",
         Volumes(store, clock, VolumeDirs(tmp_path / "volumes")),
         "replica-1",
@@ -76,7 +77,7 @@ async def running(store: SQLiteStore, clock: ManualClock, tmp_path: Path) -> Asy
         public_host="127.0.0.1",
     )
     runner.leading = True
-    yield Running(runner, Pods(store, clock, wakeups, runner), gpus, store, clock)
+    yield Running(runner, Pods(store, clock, wakeups, runner, pod_dirs), gpus, store, clock)
     await runner.shutdown()
 
 

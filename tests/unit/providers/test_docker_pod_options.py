@@ -26,7 +26,7 @@ def launch(**fields: object) -> PodLaunch:
         "command": ["python", "serve.py"],
         "env": {"A": "1"},
         "ports": ("8888/http", "22/tcp"),
-        "volume": Path("/data/pod-volumes/p1"),
+        "volume": Path("/data/volumes/pods/p1"),
         "mount_path": "/workspace",
         "home": Path("/data/pods/p1"),
         **fields,
@@ -51,7 +51,7 @@ def test_the_labels_name_the_pod_its_version_ports_and_server() -> None:
 
 def test_the_volume_is_bound_read_write_at_the_mount_path() -> None:
     options = pod_create_options(launch(), "s")
-    assert options["volumes"] == {"/data/pod-volumes/p1": {"bind": "/workspace", "mode": "rw"}}
+    assert options["volumes"] == {"/data/volumes/pods/p1": {"bind": "/workspace", "mode": "rw"}}
     assert "volumes" not in pod_create_options(launch(volume=None), "s")
 
 
