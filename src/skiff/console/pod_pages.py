@@ -189,4 +189,3 @@ def routes(console: Console) -> list[BaseRoute]:
         Route("/pods/{pod_id}/delete", delete, methods=["POST"]),
         Route("/pods/{pod_id}/{action}", act, methods=["POST"]),
     ]
-
