@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
@@ -168,6 +169,34 @@ class Store(Protocol):
         ...
 
     async def delete_pod(self, user_id: str, pod_id: str) -> bool: ...
+
+    # -- usage (billing) --------------------------------------------------------------
+    async def open_usage(self, usage: Usage, subject: str, last_seen: float) -> bool:
+        """Record ``usage`` as open under ``subject``; False (nothing written) when one of
+        that subject is open already."""
+        ...
+
+    async def open_usages(self) -> list[tuple[str, Usage, float]]:
+        """Every open usage: (subject, usage, last seen), oldest first."""
+        ...
+
+    async def end_usage(self, subject: str, ended_at: float) -> bool:
+        """End the subject's open usage at ``ended_at`` (not before its start); False when
+        none is open."""
+        ...
+
+    async def touch_usages(self, now: float) -> None:
+        """The meter saw every open usage now."""
+        ...
+
+    async def end_unseen_usages(self, before: float) -> int:
+        """End every open usage last seen before ``before`` where it was last seen (the time
+        no meter ran is not billed); how many."""
+        ...
+
+    async def usages_of(self, user_id: str, since: float, until: float) -> list[Usage]:
+        """The user's usages that overlap ``[since, until)``, open ones included."""
+        ...
 
     # -- endpoints ------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint: ...

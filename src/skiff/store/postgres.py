@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
+from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
@@ -54,6 +55,8 @@ from skiff.store.rows import (
     registry_auth_params,
     stream_chunk_from_row,
     template_params,
+    usage_from_row,
+    usage_params,
     user_from_row,
     user_params,
     webhook_delivery_from_row,
@@ -423,6 +426,28 @@ class PostgresStore:
             "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id
         )
         return [r["id"] for r in rows]
+
+    # -- usage ----------------------------------------------------------------------------
+    async def open_usage(self, usage: Usage, subject: str, last_seen: float) -> bool:
+        params = usage_params(usage, subject, last_seen)
+        return await self._execute_named("open_usage", **params) > 0
+
+    async def open_usages(self) -> list[tuple[str, Usage, float]]:
+        rows = await self._fetch_named("open_usages")
+        return [(r["subject"], usage_from_row(r), r["last_seen"]) for r in rows]
+
+    async def end_usage(self, subject: str, ended_at: float) -> bool:
+        return await self._execute_named("end_usage", subject=subject, ended_at=ended_at) > 0
+
+    async def touch_usages(self, now: float) -> None:
+        await self._execute_named("touch_usages", now=now)
+
+    async def end_unseen_usages(self, before: float) -> int:
+        return await self._execute_named("end_unseen_usages", before=before)
+
+    async def usages_of(self, user_id: str, since: float, until: float) -> list[Usage]:
+        rows = await self._fetch_named("usages_of_user", user_id=user_id, since=since, until=until)
+        return [usage_from_row(r) for r in rows]
 
     # -- pods -----------------------------------------------------------------------------
     async def create_pod(self, pod: Pod) -> Pod:

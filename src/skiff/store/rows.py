@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
@@ -443,3 +444,40 @@ def pod_params(pod: Pod) -> dict[str, Any]:
         "last_started_at": pod.lastStartedAt,
         "placement": pod.placement.model_dump_json(),
     }
+
+
+def usage_params(usage: Usage, subject: str, last_seen: float) -> dict[str, Any]:
+    return {
+        "id": usage.id,
+        "subject": subject,
+        "user_id": usage.user_id,
+        "kind": usage.kind.value,
+        "started_at": usage.started_at,
+        "last_seen": last_seen,
+        "endpoint_id": usage.endpoint_id,
+        "pod_id": usage.pod_id,
+        "instance_id": usage.instance_id,
+        "volume_id": usage.volume_id,
+        "gpu_type": usage.gpu_type,
+        "gpu_count": usage.gpu_count,
+        "vcpus": usage.vcpus,
+        "disk_gb": usage.disk_gb,
+    }
+
+
+def usage_from_row(row: Any) -> Usage:
+    return Usage(
+        id=row["id"],
+        user_id=row["user_id"],
+        kind=UsageKind(row["kind"]),
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        endpoint_id=row["endpoint_id"],
+        pod_id=row["pod_id"],
+        instance_id=row["instance_id"],
+        volume_id=row["volume_id"],
+        gpu_type=row["gpu_type"],
+        gpu_count=row["gpu_count"],
+        vcpus=row["vcpus"],
+        disk_gb=row["disk_gb"],
+    )

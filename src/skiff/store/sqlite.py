@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import orjson
 
 from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
+from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
@@ -62,6 +63,8 @@ from skiff.store.rows import (
     registry_auth_params,
     stream_chunk_from_row,
     template_params,
+    usage_from_row,
+    usage_params,
     user_from_row,
     user_params,
     webhook_delivery_from_row,
@@ -673,6 +676,28 @@ class SQLiteStore:
 
     async def delete_pod(self, user_id: str, pod_id: str) -> bool:
         return await self._write_run("delete_pod", user_id=user_id, id=pod_id) > 0
+
+    # -- usage ----------------------------------------------------------------------------
+    async def open_usage(self, usage: Usage, subject: str, last_seen: float) -> bool:
+        return await self._write_run("open_usage", **usage_params(usage, subject, last_seen)) > 0
+
+    async def open_usages(self) -> list[tuple[str, Usage, float]]:
+        return [
+            (r["subject"], usage_from_row(r), r["last_seen"]) for r in self._query("open_usages")
+        ]
+
+    async def end_usage(self, subject: str, ended_at: float) -> bool:
+        return await self._write_run("end_usage", subject=subject, ended_at=ended_at) > 0
+
+    async def touch_usages(self, now: float) -> None:
+        await self._write_run("touch_usages", now=now)
+
+    async def end_unseen_usages(self, before: float) -> int:
+        return await self._write_run("end_unseen_usages", before=before)
+
+    async def usages_of(self, user_id: str, since: float, until: float) -> list[Usage]:
+        rows = self._query("usages_of_user", user_id=user_id, since=since, until=until)
+        return [usage_from_row(r) for r in rows]
 
     # -- endpoints ------------------------------------------------------------------------
     async def create_endpoint(self, endpoint: Endpoint) -> Endpoint:

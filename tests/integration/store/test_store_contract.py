@@ -823,6 +823,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0006_lineups.sql",
         "0007_network_volumes.sql",
         "0008_pods.sql",
+        "0009_usage.sql",
     ]
     assert {
         "jobs",
@@ -880,7 +881,12 @@ def test_both_migration_sets_are_numbered_alike() -> None:
 #: What a database migrated by the version before the renumbering records.
 EARLIER_RECORD = ["0001_init.sql", "0002_replicas.sql", "0003_job_counts.sql"]
 #: Migrations written after the renumbering: never recorded under another name.
-AFTER_RENUMBERING = ["0006_lineups.sql", "0007_network_volumes.sql", "0008_pods.sql"]
+AFTER_RENUMBERING = [
+    "0006_lineups.sql",
+    "0007_network_volumes.sql",
+    "0008_pods.sql",
+    "0009_usage.sql",
+]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
     [
@@ -894,6 +900,7 @@ BOTH_RECORDS = sorted(
         "0006_lineups.sql",
         "0007_network_volumes.sql",
         "0008_pods.sql",
+        "0009_usage.sql",
     ]
 )
 

@@ -1,0 +1,27 @@
+-- Usage for billing, the same SQL on SQLite and PostgreSQL. The meter (services/metering.py)
+-- opens, touches and ends usages; the billing service reads them.
+
+-- name: open_usage
+INSERT INTO usage (id, subject, user_id, kind, started_at, ended_at, last_seen, endpoint_id,
+                   pod_id, instance_id, volume_id, gpu_type, gpu_count, vcpus, disk_gb)
+VALUES (:id, :subject, :user_id, :kind, :started_at, NULL, :last_seen, :endpoint_id, :pod_id,
+        :instance_id, :volume_id, :gpu_type, :gpu_count, :vcpus, :disk_gb)
+ON CONFLICT (subject) WHERE ended_at IS NULL DO NOTHING;
+
+-- name: open_usages
+SELECT * FROM usage WHERE ended_at IS NULL ORDER BY started_at, id;
+
+-- name: end_usage
+UPDATE usage SET ended_at = CASE WHEN :ended_at > started_at THEN :ended_at ELSE started_at END
+WHERE subject = :subject AND ended_at IS NULL;
+
+-- name: touch_usages
+UPDATE usage SET last_seen = :now WHERE ended_at IS NULL AND last_seen < :now;
+
+-- name: end_unseen_usages
+UPDATE usage SET ended_at = last_seen WHERE ended_at IS NULL AND last_seen < :before;
+
+-- name: usages_of_user
+SELECT * FROM usage
+WHERE user_id = :user_id AND started_at < :until AND (ended_at IS NULL OR ended_at > :since)
+ORDER BY started_at, id;

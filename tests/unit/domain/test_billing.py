@@ -1,0 +1,191 @@
+"""Billing, pure (``domain/billing``): UTC buckets, intervals split exactly at their
+boundaries, prices applied per GPU, per vCPU and per GB-month, and the price table's file."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from skiff.domain.billing import (
+    MAX_BUCKETS,
+    BucketSize,
+    Grouping,
+    Prices,
+    Usage,
+    UsageKind,
+    bucket_count,
+    bucket_start,
+    next_bucket,
+    parse_prices,
+    records,
+)
+
+RTX = "NVIDIA GeForce RTX 4090"
+PRICES = Prices(gpu_hour={RTX: 0.5}, vcpu_hour=0.01, volume_gb_month=0.73)
+
+
+def at(text: str) -> float:
+    return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC).timestamp()
+
+
+def worker(start: float, end: float | None, **fields: object) -> Usage:
+    given: dict[str, object] = {
+        "id": "u1",
+        "user_id": "alice",
+        "kind": UsageKind.WORKER,
+        "started_at": start,
+        "ended_at": end,
+        "endpoint_id": "ep1",
+        "instance_id": "w1",
+        "gpu_type": RTX,
+        "gpu_count": 1,
+        **fields,
+    }
+    return Usage(**given)  # type: ignore[arg-type]
+
+
+def test_ninety_minutes_across_an_hour_boundary_bill_two_hour_buckets_exactly() -> None:
+    start = at("2026-11-20 10:30:00")
+    found = records(
+        [worker(start, start + 90 * 60)],
+        at("2026-11-20 00:00:00"),
+        at("2026-11-21 00:00:00"),
+        BucketSize.HOUR,
+        Grouping.ENDPOINT_ID,
+        PRICES,
+        now=at("2026-11-22 00:00:00"),
+    )
+    assert [(r.time, r.timeBilledMs) for r in found] == [
+        (at("2026-11-20 10:00:00"), 30 * 60 * 1000),
+        (at("2026-11-20 11:00:00"), 60 * 60 * 1000),
+    ]
+    assert [r.amount for r in found] == pytest.approx([0.25, 0.5])
+    assert {r.endpointId for r in found} == {"ep1"}
+
+
+def test_two_gpus_cost_twice_one() -> None:
+    start = at("2026-11-20 10:00:00")
+    window = (start, start + 3600, BucketSize.HOUR, Grouping.ENDPOINT_ID, PRICES)
+    (one,) = records([worker(start, start + 3600)], *window, now=start + 3600)
+    (two,) = records([worker(start, start + 3600, gpu_count=2)], *window, now=start + 3600)
+    assert two.amount == pytest.approx(2 * one.amount) and two.amount == pytest.approx(1.0)
+    assert two.timeBilledMs == one.timeBilledMs == 3_600_000
+
+
+def test_a_cpu_worker_is_priced_per_vcpu() -> None:
+    start = at("2026-11-20 10:00:00")
+    (record,) = records(
+        [worker(start, start + 1800, gpu_type=None, gpu_count=0, vcpus=4)],
+        start,
+        start + 3600,
+        BucketSize.HOUR,
+        Grouping.ENDPOINT_ID,
+        PRICES,
+        now=start + 3600,
+    )
+    assert record.amount == pytest.approx(0.01 * 4 / 2)
+
+
+def test_a_stopped_pod_bills_its_volume_but_no_gpu_time() -> None:
+    start = at("2026-11-20 10:00:00")
+    pod = worker(
+        start, start + 3600, kind=UsageKind.POD, endpoint_id=None, pod_id="p1", instance_id="p1"
+    )
+    volume = Usage("u2", "alice", UsageKind.POD_VOLUME, start, None, pod_id="p1", disk_gb=10)
+    found = records(
+        [pod, volume],
+        start,
+        start + 7200,
+        BucketSize.HOUR,
+        Grouping.POD_ID,
+        PRICES,
+        now=start + 7200,
+    )
+    by_hour = {(r.time, r.diskSpaceBilledGb > 0): r for r in found}
+    stopped_hour = start + 3600
+    assert (stopped_hour, False) not in by_hour  # no compute record while stopped
+    storage = by_hour[(stopped_hour, True)]
+    assert storage.podId == "p1" and storage.diskSpaceBilledGb == 10
+    assert storage.amount == pytest.approx(0.73 * 10 / 730)
+
+
+def test_an_open_usage_counts_up_to_now_and_not_past_the_range() -> None:
+    start = at("2026-11-20 10:00:00")
+    (record,) = records(
+        [worker(start, None)],
+        start,
+        start + 3600,
+        BucketSize.HOUR,
+        Grouping.ENDPOINT_ID,
+        PRICES,
+        now=start + 600,
+    )
+    assert record.timeBilledMs == 600_000
+
+
+@pytest.mark.parametrize(
+    ("size", "inside", "start", "following"),
+    [
+        ("hour", "2026-11-25 13:59:59", "2026-11-25 13:00:00", "2026-11-25 14:00:00"),
+        ("day", "2026-11-25 23:59:59", "2026-11-25 00:00:00", "2026-11-26 00:00:00"),
+        # ISO weeks start on Monday: 2026-11-23 is one.
+        ("week", "2026-11-29 23:00:00", "2026-11-23 00:00:00", "2026-11-30 00:00:00"),
+        ("month", "2026-02-28 12:00:00", "2026-02-01 00:00:00", "2026-03-01 00:00:00"),
+        ("month", "2028-02-29 12:00:00", "2028-02-01 00:00:00", "2028-03-01 00:00:00"),
+        ("year", "2026-12-31 23:59:59", "2026-01-01 00:00:00", "2027-01-01 00:00:00"),
+    ],
+)
+def test_buckets_line_up_with_utc_calendar_boundaries(
+    size: str, inside: str, start: str, following: str
+) -> None:
+    bucket = bucket_start(at(inside), BucketSize(size))
+    assert bucket == at(start)
+    assert next_bucket(bucket, BucketSize(size)) == at(following)
+
+
+def test_a_month_bucket_splits_a_usage_at_midnight_utc_of_the_first() -> None:
+    start, end = at("2026-01-31 23:00:00"), at("2026-02-01 01:00:00")
+    found = records(
+        [worker(start, end)],
+        at("2026-01-01 00:00:00"),
+        at("2026-03-01 00:00:00"),
+        BucketSize.MONTH,
+        Grouping.GPU_TYPE_ID,
+        PRICES,
+        now=end,
+    )
+    assert [(r.time, r.timeBilledMs, r.gpuTypeId) for r in found] == [
+        (at("2026-01-01 00:00:00"), 3_600_000, RTX),
+        (at("2026-02-01 00:00:00"), 3_600_000, RTX),
+    ]
+
+
+def test_bucket_count_stops_past_the_limit() -> None:
+    start = at("2026-01-01 00:00:00")
+    assert bucket_count(start, start + 24 * 3600, BucketSize.HOUR) == 24
+    assert bucket_count(start, start + 10 * 365 * 86400, BucketSize.HOUR) == MAX_BUCKETS + 1
+
+
+def test_a_price_table_reads_gpus_vcpus_and_storage() -> None:
+    prices = parse_prices(
+        f'[gpu_hour]\n"{RTX}" = 0.69\n[cpu]\nvcpu_hour = 0.02\n[storage]\nvolume_gb_month = 0.07\n'
+    )
+    assert prices == Prices(gpu_hour={RTX: 0.69}, vcpu_hour=0.02, volume_gb_month=0.07)
+    assert parse_prices("") == Prices()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[gpu_hour\n", "not TOML"),
+        ("[gpus]\n", "unknown section"),
+        ('[gpu_hour]\n"A" = -1\n', "0 or more"),
+        ('[gpu_hour]\n"A" = "cheap"\n', "expected a number"),
+        ("[cpu]\nper_core = 1\n", "expected only vcpu_hour"),
+        ("[storage]\nvolume_gb_month = nan\n", "finite"),
+    ],
+)
+def test_a_bad_price_table_is_refused_saying_what(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        parse_prices(text)
