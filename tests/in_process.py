@@ -69,13 +69,15 @@ class InProcess:
 
 
 @contextlib.asynccontextmanager
-async def running(data_dir: Path) -> AsyncIterator[InProcess]:
-    """The app on ``data_dir`` with its lifespan running, and its clients."""
+async def running(data_dir: Path, **more: Any) -> AsyncIterator[InProcess]:
+    """The app on ``data_dir`` with its lifespan running, and its clients; ``more`` are further
+    settings."""
     settings = Settings(
         data_dir=data_dir,
         api_key=ADMIN_KEY,
         # Tests that wait on a long-poll should not wait long for an empty answer.
         wait_poll_seconds=1.0,
+        **more,
     )
     app = create_app(settings)
     transport = httpx.ASGITransport(app=app)

@@ -153,6 +153,7 @@ def create_app(
             "reaper": services.reaper.run,
             "webhooks": services.webhooks.run,
             "pods": services.pod_runner.run,
+            "meter": services.meter.run,
         },
         on_gain=take_up_lead,
         on_loss=lose_lead,

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     #: A declared GPU fleet, ``"NVIDIA GeForce RTX 4090:2,NVIDIA H100 80GB HBM3:1"`` (type:count);
     #: when unset the inventory comes from NVML (none on hosts without NVIDIA GPUs).
     gpus: str | None = None
+    #: The price table (TOML, ``domain/billing.py``); unset: every amount is 0, time still
+    #: counted.
+    prices: Path | None = None
     #: How long an API key lookup is cached; a revoked key stops working within this time.
     key_cache_seconds: float = Field(default=5.0, ge=0)
     #: Per-user, per-endpoint, per-operation request and concurrency limits on the job interface.

@@ -53,7 +53,10 @@ class PodOut(BaseModel):
     volumeMountPath: str
     networkVolumeId: str | None
     ports: list[str]
-    costPerHr: float = Field(description="0 until billing exists")
+    costPerHr: float = Field(
+        description="USD per hour at the operator's price table (SKIFF_PRICES): its GPUs or "
+        "vCPUs and its volume"
+    )
     lastStartedAt: str | None
     lastStatusChange: str = Field(description="When desiredStatus last changed (ISO-8601)")
     endpointId: str | None = Field(
@@ -117,7 +120,7 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
         volumeMountPath=spec.volumeMountPath,
         networkVolumeId=spec.networkVolumeId,
         ports=spec.ports,
-        costPerHr=0.0,
+        costPerHr=round(services.billing.pod_cost_per_hour(pod), 6),
         lastStartedAt=times.iso(pod.lastStartedAt) if pod.lastStartedAt else None,
         lastStatusChange=times.iso(pod.lastStatusChange),
         interruptible=spec.interruptible,

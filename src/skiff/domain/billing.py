@@ -263,9 +263,11 @@ def records(
     prices: Prices,
     now: float,
 ) -> list[BillingRecord]:
-    """Each bucket of ``[start, end)`` and group that has any use, oldest first: the
-    milliseconds billed, the amount at ``prices``, and for storage the GB billed (the largest
-    size the group had in the bucket). An open usage counts up to ``now``."""
+    """Each bucket of ``[start, end)`` and group that has any use, oldest first: the amount at
+    ``prices``, the milliseconds of compute billed (of storage, for network volumes' records),
+    and the GB of storage billed (the largest size the group had in the bucket). A pod's record
+    holds its instance's time and its volume's storage together. An open usage counts up to
+    ``now``."""
     found: dict[tuple[float, tuple[str | None, ...]], BillingRecord] = {}
     for usage in usages:
         begin = max(usage.started_at, start)
@@ -288,8 +290,124 @@ def records(
                     gpuTypeId=gpu,
                     networkVolumeId=volume,
                 )
-            record.timeBilledMs += ms
             record.amount += hourly * ms / MS_PER_HOUR
+            if usage.kind in COMPUTE_KINDS or grouping is Grouping.NETWORK_VOLUME_ID:
+                record.timeBilledMs += ms
             if usage.kind not in COMPUTE_KINDS:
                 record.diskSpaceBilledGb = max(record.diskSpaceBilledGb, usage.disk_gb)
     return [found[k] for k in sorted(found, key=lambda k: (k[0], tuple(x or "" for x in k[1])))]
+
+
+# -- queries ------------------------------------------------------------------------------
+
+
+class Resource(enum.StrEnum):
+    """What a billing route reports on: which usages, grouped how by default, and which
+    groupings it takes."""
+
+    ENDPOINTS = "endpoints"
+    PODS = "pods"
+    NETWORK_VOLUMES = "networkvolumes"
+
+
+KINDS: dict[Resource, tuple[UsageKind, ...]] = {
+    Resource.ENDPOINTS: (UsageKind.WORKER,),
+    Resource.PODS: (UsageKind.POD, UsageKind.POD_VOLUME),
+    Resource.NETWORK_VOLUMES: (UsageKind.NETWORK_VOLUME,),
+}
+GROUPINGS: dict[Resource, tuple[Grouping, ...]] = {
+    Resource.ENDPOINTS: (Grouping.ENDPOINT_ID, Grouping.POD_ID, Grouping.GPU_TYPE_ID),
+    Resource.PODS: (Grouping.POD_ID, Grouping.GPU_TYPE_ID),
+    Resource.NETWORK_VOLUMES: (Grouping.NETWORK_VOLUME_ID,),
+}
+#: Without ``startTime``: this long before the end.
+DEFAULT_RANGE_SECONDS = 30 * 86400
+
+
+class BadQuery(ValueError):
+    """A query parameter that cannot be answered; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class BillingQuery:
+    resource: Resource
+    start: float
+    end: float
+    size: BucketSize
+    grouping: Grouping
+    endpoint_id: str | None = None
+    pod_id: str | None = None
+    gpu_type_id: str | None = None
+    network_volume_id: str | None = None
+
+    def keeps(self, usage: Usage) -> bool:
+        """Whether ``usage`` is one this query reports (its kinds and id filters)."""
+        pod = usage.instance_id if usage.kind is UsageKind.WORKER else usage.pod_id
+        return (
+            usage.kind in KINDS[self.resource]
+            and self.endpoint_id in (None, usage.endpoint_id)
+            and self.pod_id in (None, pod)
+            and self.gpu_type_id in (None, usage.gpu_type)
+            and self.network_volume_id in (None, usage.volume_id)
+        )
+
+
+def _time(value: str, field: str) -> float:
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise BadQuery(field, f"{value!r} is not an RFC 3339 time (2026-11-01T00:00:00Z)") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()
+
+
+def parse_query(
+    resource: Resource,
+    now: float,
+    bucket_size: str | None = None,
+    start_time: str | None = None,
+    end_time: str | None = None,
+    grouping: str | None = None,
+    **ids: str | None,
+) -> BillingQuery:
+    """The query parameters of a billing route, checked; ``BadQuery`` naming the first that
+    cannot be answered. ``ids``: ``endpointId``, ``podId``, ``gpuTypeId``, ``networkVolumeId``."""
+    sizes = ", ".join(s.value for s in BucketSize)
+    try:
+        size = BucketSize(bucket_size or BucketSize.DAY)
+    except ValueError:
+        raise BadQuery("bucketSize", f"{bucket_size!r} is not one of {sizes}") from None
+    allowed = GROUPINGS[resource]
+    try:
+        group = Grouping(grouping) if grouping else allowed[0]
+    except ValueError:
+        group = None
+    if group not in allowed:
+        names = ", ".join(g.value for g in allowed)
+        raise BadQuery("grouping", f"{grouping!r}: the {resource.value} records group by {names}")
+    end = _time(end_time, "endTime") if end_time else now
+    start = _time(start_time, "startTime") if start_time else end - DEFAULT_RANGE_SECONDS
+    if end <= start:
+        raise BadQuery("endTime", "it must be after startTime")
+    if bucket_count(start, end, size) > MAX_BUCKETS:
+        raise BadQuery(
+            "startTime",
+            f"the range spans more than {MAX_BUCKETS} {size.value} buckets: "
+            "ask for a shorter range or a larger bucketSize",
+        )
+    return BillingQuery(
+        resource,
+        start,
+        end,
+        size,
+        group,
+        endpoint_id=ids.get("endpointId"),
+        pod_id=ids.get("podId"),
+        gpu_type_id=ids.get("gpuTypeId"),
+        network_volume_id=ids.get("networkVolumeId"),
+    )

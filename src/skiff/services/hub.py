@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from skiff.clock import Clock
 from skiff.cluster.base import Cluster
 from skiff.config import Settings
+from skiff.domain.billing import load_prices
 from skiff.domain.gpus import Gpu
 from skiff.providers.base import WorkerProvider
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
+from skiff.services.billing import Billing
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
@@ -20,6 +22,7 @@ from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.lineup import Lineup
 from skiff.services.logs import EndpointLogs, PodLogs, WorkerLogs
+from skiff.services.metering import Meter
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
@@ -72,6 +75,8 @@ class Services:
     pods: Pods
     pod_runner: PodRunner
     gpu_report: GpuReport
+    meter: Meter
+    billing: Billing
     pod_logs: PodLogs
 
     @classmethod
@@ -96,7 +101,8 @@ class Services:
         wakeups = Wakeups(publish=cluster.publish, max_wait=cluster.max_wait)
         events = JobEvents(wakeups)
         auth = Auth(store, clock, settings.key_cache_seconds)
-        workers = Workers(store, clock, cluster.replica_id)
+        meter = Meter(store, clock, wakeups)
+        workers = Workers(store, clock, cluster.replica_id, meter.ended)
 
         async def oldest_queued_at(endpoint_id: str) -> float | None:
             return (await store.job_counts(endpoint_id)).oldest_queued_at
@@ -115,7 +121,7 @@ class Services:
             Lineup(settings.lineup_seconds),
         )
         gpu_pool = GpuPool(gpus)
-        volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()))
+        volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()), meter.ended)
         fleet = Fleet(
             settings,
             store,
@@ -173,6 +179,7 @@ class Services:
             cluster.replica_id,
             stop_grace=settings.worker_stop_grace_seconds,
             public_host=public_host(settings.base_url()),
+            usage_ended=meter.ended,
         )
         return cls(
             settings=settings,
@@ -223,5 +230,7 @@ class Services:
             pods=Pods(store, clock, wakeups, pod_runner, pod_dirs),
             pod_runner=pod_runner,
             gpu_report=GpuReport(store, gpus),
+            meter=meter,
+            billing=Billing(store, clock, load_prices(settings.prices)),
             pod_logs=PodLogs(pod_log_files, store, wakeups),
         )

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from skiff.clock import Clock
+from skiff.domain.billing import UsageKind
 from skiff.domain.containers import DEFAULT_FLAVOR, GIB, MEMORY_GB_PER_VCPU
 from skiff.domain.endpoints import ComputeType
 from skiff.domain.gpus import Gpu, choose
@@ -40,6 +41,7 @@ from skiff.providers.base import (
 )
 from skiff.services.gpus import GpuPool
 from skiff.services.logs import WorkerLogs
+from skiff.services.metering import UsageEnded, not_metered
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
@@ -100,6 +102,7 @@ class PodRunner:
         *,
         stop_grace: float,
         public_host: str,
+        usage_ended: UsageEnded = not_metered,
     ) -> None:
         """``pod_dirs`` keeps each pod's volume, ``homes`` each pod's scratch directory;
         ``public_host`` is the address users reach pods' ports at."""
@@ -115,6 +118,7 @@ class PodRunner:
         self._replica_id = replica_id
         self._stop_grace = stop_grace
         self.public_host = public_host
+        self._usage_ended = usage_ended
         #: pod id -> its start under way.
         self._starting: dict[str, asyncio.Task[None]] = {}
         #: pod id -> the ``restarts`` its instance reflects.
@@ -356,6 +360,7 @@ class PodRunner:
         self._started_at.pop(pod_id, None)
         if pod is not None:
             await self._store.set_pod_placement(pod_id, PodPlacement(), pod.lastStartedAt)
+        await self._usage_ended(UsageKind.POD, pod_id)
 
     async def _remove(self, pod: Pod) -> None:
         await asyncio.to_thread(self._pod_dirs.remove, pod.id)
@@ -363,6 +368,7 @@ class PodRunner:
         self._logs.remove(pod.id)
         self._backoff.pop(pod.id, None)
         await self._store.delete_pod(pod.userId, pod.id)
+        await self._usage_ended(UsageKind.POD_VOLUME, pod.id)
 
     async def on_exit(self, pod_id: str, code: int) -> None:
         """An instance ended by itself: its GPUs are free; it starts again after a back-off."""
@@ -374,6 +380,7 @@ class PodRunner:
         pod = await self._find(pod_id)
         if pod is not None:
             await self._failed(pod, f"the pod's process exited with code {code}")
+        await self._usage_ended(UsageKind.POD, pod_id)
         self._wakeups.notify(Wake.PODS)
 
     async def _failed(self, pod: Pod, problem: str) -> None:

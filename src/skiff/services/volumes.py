@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from skiff.clock import Clock
+from skiff.domain.billing import UsageKind
 from skiff.domain.users import User
 from skiff.domain.volumes import (
     DEFAULT_DATA_CENTER,
@@ -25,6 +26,7 @@ from skiff.domain.volumes import (
 )
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
+from skiff.services.metering import UsageEnded, not_metered
 from skiff.store.base import Store
 from skiff.volume_dirs import VolumeDirs
 
@@ -32,10 +34,18 @@ log = logging.getLogger(__name__)
 
 
 class Volumes:
-    def __init__(self, store: Store, clock: Clock, dirs: VolumeDirs) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        dirs: VolumeDirs,
+        usage_ended: UsageEnded = not_metered,
+    ) -> None:
+        """``usage_ended`` is told when a volume is deleted, which ends its metering then."""
         self._store = store
         self._clock = clock
         self._dirs = dirs
+        self._usage_ended = usage_ended
 
     async def create(self, user: User, data: NetworkVolumeCreate) -> VolumeReport:
         """Its directory first, then its record: a volume that can be read has its directory."""
@@ -98,6 +108,7 @@ class Volumes:
                 f"network volume {volume_id} is attached to endpoint(s) {', '.join(users)}: "
                 "set their networkVolumeId to null (or delete them) first"
             )
+        await self._usage_ended(UsageKind.NETWORK_VOLUME, volume_id)
         await asyncio.to_thread(self._dirs.remove, volume_id)
 
     async def endpoints_using(self, user: User, volume_id: str) -> list[str]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 from cachetools import TTLCache
 
 from skiff.clock import Clock
+from skiff.domain.billing import UsageKind
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
+from skiff.services.metering import UsageEnded, not_metered
 from skiff.store.base import Store
 
 #: How often one replica records that a worker called in (``last_seen``); external workers
@@ -27,9 +29,17 @@ LIVE_COUNTS_MAX = 10_000
 
 
 class Workers:
-    def __init__(self, store: Store, clock: Clock, replica_id: str = "local") -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        replica_id: str = "local",
+        usage_ended: UsageEnded = not_metered,
+    ) -> None:
+        """``usage_ended`` is told when a worker is removed, which ends its metering then."""
         self._store = store
         self._clock = clock
+        self._usage_ended = usage_ended
         #: This replica: the owner recorded on the local workers it starts.
         self.replica_id = replica_id
         self._copies: dict[str, Worker] = {}
@@ -150,6 +160,7 @@ class Workers:
         self._copies.pop(worker_id, None)
         self._touched.pop(worker_id, None)
         await self._store.delete_worker(worker_id)
+        await self._usage_ended(UsageKind.WORKER, worker_id)
 
     def _remember(self, worker_id: str, worker: Worker | None) -> None:
         if worker is None:

@@ -121,6 +121,10 @@ class Store(Protocol):
         """The owner's volumes, oldest first."""
         ...
 
+    async def all_network_volumes(self) -> list[tuple[str, NetworkVolume]]:
+        """Every owner's volumes as (owner, volume), oldest first (the meter)."""
+        ...
+
     async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
         """None for an unknown id, and for another owner's."""
         ...
@@ -172,8 +176,8 @@ class Store(Protocol):
 
     # -- usage (billing) --------------------------------------------------------------
     async def open_usage(self, usage: Usage, subject: str, last_seen: float) -> bool:
-        """Record ``usage`` as open under ``subject``; False (nothing written) when one of
-        that subject is open already."""
+        """Record ``usage`` under ``subject``: open (``ended_at`` None), unless one of that
+        subject is open already (False, nothing written), or ended as it is."""
         ...
 
     async def open_usages(self) -> list[tuple[str, Usage, float]]:

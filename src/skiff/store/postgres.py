@@ -396,6 +396,10 @@ class PostgresStore:
         rows = await self._fetch_named("list_network_volumes", user_id=user_id)
         return [network_volume_from_row(r) for r in rows]
 
+    async def all_network_volumes(self) -> list[tuple[str, NetworkVolume]]:
+        rows = await self._fetch_named("list_all_network_volumes")
+        return [(r["user_id"], network_volume_from_row(r)) for r in rows]
+
     async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
         row = await self._fetchrow_named("get_network_volume", user_id=user_id, id=volume_id)
         return network_volume_from_row(row) if row else None

@@ -453,6 +453,7 @@ def usage_params(usage: Usage, subject: str, last_seen: float) -> dict[str, Any]
         "user_id": usage.user_id,
         "kind": usage.kind.value,
         "started_at": usage.started_at,
+        "ended_at": usage.ended_at,
         "last_seen": last_seen,
         "endpoint_id": usage.endpoint_id,
         "pod_id": usage.pod_id,

@@ -606,6 +606,10 @@ class SQLiteStore:
         rows = self._query("list_network_volumes", user_id=user_id)
         return [network_volume_from_row(r) for r in rows]
 
+    async def all_network_volumes(self) -> list[tuple[str, NetworkVolume]]:
+        rows = self._query("list_all_network_volumes")
+        return [(r["user_id"], network_volume_from_row(r)) for r in rows]
+
     async def get_network_volume(self, user_id: str, volume_id: str) -> NetworkVolume | None:
         rows = self._query("get_network_volume", user_id=user_id, id=volume_id)
         return network_volume_from_row(rows[0]) if rows else None

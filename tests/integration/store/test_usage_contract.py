@@ -12,6 +12,7 @@ from typing import Any
 from integration.store import test_store_contract as contract
 from integration.store.test_store_contract import T0
 from skiff.domain.billing import Usage, UsageKind
+from skiff.domain.volumes import NetworkVolume
 from skiff.store.base import Store
 
 db_path = contract.db_path
@@ -46,6 +47,14 @@ async def test_a_subject_has_at_most_one_open_usage(store: Store) -> None:
     assert [u.id for _, u, _ in await store.open_usages()] == ["u-3"]
 
 
+async def test_an_ended_usage_is_recorded_as_it_is(store: Store) -> None:
+    ended = usage(ended_at=T0 + 60)
+    assert await store.open_usage(ended, "worker:w-1", T0 + 60)
+    assert await store.open_usage(usage("u-2"), "worker:w-1", T0)  # none of it open: opens
+    assert [u.id for u in await store.usages_of("alice", T0, T0 + 100)] == ["u-1", "u-2"]
+    assert [u.id for _, u, _ in await store.open_usages()] == ["u-2"]
+
+
 async def test_an_end_is_never_before_the_start(store: Store) -> None:
     await store.open_usage(usage(started_at=T0 + 5), "worker:w-1", T0 + 5)
     assert await store.end_usage("worker:w-1", T0)
@@ -74,3 +83,15 @@ async def test_a_user_reads_their_own_usages_overlapping_the_range(store: Store)
     assert [u.id for u in await store.usages_of("alice", T0 + 10, T0 + 50)] == []
     assert [u.id for u in await store.usages_of("alice", T0 + 60, T0 + 70)] == ["late"]
     assert [u.id for u in await store.usages_of("bob", T0, T0 + 70)] == ["bobs"]
+
+
+async def test_every_owners_network_volumes_are_listed_for_the_meter(store: Store) -> None:
+    for owner, volume_id, at in (("alice", "v-1", T0), ("bob", "v-2", T0 + 1)):
+        made = NetworkVolume(
+            id=volume_id, name=volume_id, size=5, dataCenterId="local", createdAt=at
+        )
+        await store.create_network_volume(owner, made)
+    assert [(o, v.id, v.size) for o, v in await store.all_network_volumes()] == [
+        ("alice", "v-1", 5),
+        ("bob", "v-2", 5),
+    ]

@@ -102,12 +102,12 @@ def test_a_stopped_pod_bills_its_volume_but_no_gpu_time() -> None:
         PRICES,
         now=start + 7200,
     )
-    by_hour = {(r.time, r.diskSpaceBilledGb > 0): r for r in found}
-    stopped_hour = start + 3600
-    assert (stopped_hour, False) not in by_hour  # no compute record while stopped
-    storage = by_hour[(stopped_hour, True)]
-    assert storage.podId == "p1" and storage.diskSpaceBilledGb == 10
-    assert storage.amount == pytest.approx(0.73 * 10 / 730)
+    running, stopped = found
+    # One record per pod and hour: its instance's time, its volume's storage, both priced.
+    assert (running.time, running.timeBilledMs, running.diskSpaceBilledGb) == (start, 3_600_000, 10)
+    assert running.amount == pytest.approx(0.5 + 0.73 * 10 / 730)
+    assert (stopped.time, stopped.timeBilledMs, stopped.diskSpaceBilledGb) == (start + 3600, 0, 10)
+    assert stopped.podId == "p1" and stopped.amount == pytest.approx(0.73 * 10 / 730)
 
 
 def test_an_open_usage_counts_up_to_now_and_not_past_the_range() -> None:

@@ -9,6 +9,11 @@ VALUES (:id, :user_id, :name, :size_gb, :data_center_id, :created_at);
 SELECT id, name, size_gb, data_center_id, created_at FROM network_volumes
 WHERE user_id = :user_id ORDER BY created_at, id;
 
+-- Every owner's, for the meter (services/metering.py).
+-- name: list_all_network_volumes
+SELECT user_id, id, name, size_gb, data_center_id, created_at FROM network_volumes
+ORDER BY created_at, id;
+
 -- name: get_network_volume
 SELECT id, name, size_gb, data_center_id, created_at FROM network_volumes
 WHERE user_id = :user_id AND id = :id;

@@ -1,10 +1,12 @@
 -- Usage for billing, the same SQL on SQLite and PostgreSQL. The meter (services/metering.py)
 -- opens, touches and ends usages; the billing service reads them.
 
+-- An ended usage (ended_at given) is recorded as it is; an open one only if its subject has
+-- none open.
 -- name: open_usage
 INSERT INTO usage (id, subject, user_id, kind, started_at, ended_at, last_seen, endpoint_id,
                    pod_id, instance_id, volume_id, gpu_type, gpu_count, vcpus, disk_gb)
-VALUES (:id, :subject, :user_id, :kind, :started_at, NULL, :last_seen, :endpoint_id, :pod_id,
+VALUES (:id, :subject, :user_id, :kind, :started_at, :ended_at, :last_seen, :endpoint_id, :pod_id,
         :instance_id, :volume_id, :gpu_type, :gpu_count, :vcpus, :disk_gb)
 ON CONFLICT (subject) WHERE ended_at IS NULL DO NOTHING;
 
