@@ -63,6 +63,9 @@ class Meter:
         self._clock = clock
         self._wakeups = wakeups
         self._interval = interval
+        #: An end is never put more than this after the usage was last seen: what ends long
+        #: after its last pass (a killed server's worker, forgotten on the restart) ended then.
+        self._gap = 2 * interval
         #: When this leader's metering began (its first pass): nothing is billed from before.
         self._resumed_at: float | None = None
         #: Subjects seen not billable (a throttled worker): they count from when they become so.
@@ -81,7 +84,7 @@ class Meter:
     async def ended(self, kind: UsageKind, thing_id: str) -> None:
         """The thing is gone now: its usage ends at this very moment."""
         async with self._lock:
-            await self._store.end_usage(subject(kind, thing_id), self._clock.now())
+            await self._store.end_usage(subject(kind, thing_id), self._clock.now(), self._gap)
 
     async def pass_once(self) -> None:
         async with self._lock:
@@ -96,7 +99,7 @@ class Meter:
             for key, usage in current.items():
                 want = wanted.get(key)
                 if want is None or not _same(usage, want):
-                    await self._store.end_usage(key, now)
+                    await self._store.end_usage(key, now, self._gap)
             for key, want in wanted.items():
                 have = current.get(key)
                 if have is not None and _same(have, want):

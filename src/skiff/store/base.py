@@ -184,9 +184,9 @@ class Store(Protocol):
         """Every open usage: (subject, usage, last seen), oldest first."""
         ...
 
-    async def end_usage(self, subject: str, ended_at: float) -> bool:
-        """End the subject's open usage at ``ended_at`` (not before its start); False when
-        none is open."""
+    async def end_usage(self, subject: str, ended_at: float, gap: float) -> bool:
+        """End the subject's open usage at ``ended_at``, but not before its start nor more than
+        ``gap`` seconds after it was last seen; False when none is open."""
         ...
 
     async def touch_usages(self, now: float) -> None:

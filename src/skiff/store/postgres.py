@@ -440,8 +440,9 @@ class PostgresStore:
         rows = await self._fetch_named("open_usages")
         return [(r["subject"], usage_from_row(r), r["last_seen"]) for r in rows]
 
-    async def end_usage(self, subject: str, ended_at: float) -> bool:
-        return await self._execute_named("end_usage", subject=subject, ended_at=ended_at) > 0
+    async def end_usage(self, subject: str, ended_at: float, gap: float) -> bool:
+        ended = await self._execute_named("end_usage", subject=subject, ended_at=ended_at, gap=gap)
+        return ended > 0
 
     async def touch_usages(self, now: float) -> None:
         await self._execute_named("touch_usages", now=now)

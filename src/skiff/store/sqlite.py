@@ -690,8 +690,9 @@ class SQLiteStore:
             (r["subject"], usage_from_row(r), r["last_seen"]) for r in self._query("open_usages")
         ]
 
-    async def end_usage(self, subject: str, ended_at: float) -> bool:
-        return await self._write_run("end_usage", subject=subject, ended_at=ended_at) > 0
+    async def end_usage(self, subject: str, ended_at: float, gap: float) -> bool:
+        ended = await self._write_run("end_usage", subject=subject, ended_at=ended_at, gap=gap)
+        return ended > 0
 
     async def touch_usages(self, now: float) -> None:
         await self._write_run("touch_usages", now=now)

@@ -60,11 +60,11 @@ async def billed(store: SQLiteStore, size: BucketSize, grouping: Grouping, now: 
 async def test_a_worker_running_ninety_minutes_bills_two_hour_buckets_exactly(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    meter = Meter(store, clock, Wakeups())
+    meter = Meter(store, clock, Wakeups(), interval=120)
     workers = Workers(store, clock, usage_ended=meter.ended)
     await gpu_endpoint(store, gpu_count=2)
     await workers.add(gpu_worker("w1", WorkerState.IDLE, T0, gpu_ids="0,1"))
-    for _ in range(45):  # a pass every 2 minutes
+    for _ in range(45):  # a pass every 2 minutes (each 2 s in a server)
         await meter.pass_once()
         clock.advance(120)
     await workers.remove("w1")  # at T0 + 90 min exactly: the hook ends it there
@@ -79,7 +79,7 @@ async def test_a_worker_running_ninety_minutes_bills_two_hour_buckets_exactly(
 async def test_a_throttled_worker_counts_only_from_when_it_runs(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    meter = Meter(store, clock, Wakeups())
+    meter = Meter(store, clock, Wakeups(), interval=60)
     workers = Workers(store, clock, usage_ended=meter.ended)
     await gpu_endpoint(store)
     worker = await workers.add(gpu_worker("w1", WorkerState.THROTTLED, T0))
@@ -116,6 +116,22 @@ async def test_a_killed_servers_open_usage_ends_where_it_was_last_seen(
     ]
 
 
+async def test_a_worker_forgotten_long_after_its_last_sighting_ends_there(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    # A killed server's worker record, removed by the next server on its start (before its
+    # meter's first pass): the time in between is not billed.
+    meter = Meter(store, clock, Wakeups())
+    workers = Workers(store, clock, usage_ended=meter.ended)
+    await gpu_endpoint(store)
+    await workers.add(gpu_worker("w1", WorkerState.RUNNING, T0))
+    await meter.pass_once()
+    clock.advance(600)
+    await workers.remove("w1")
+    (ended,) = await store.usages_of("alice", T0, T0 + 3600)
+    assert ended.ended_at == T0 + 4  # two passes' time after it was last seen
+
+
 async def test_two_meters_at_once_count_each_second_once(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
@@ -134,7 +150,8 @@ async def test_two_meters_at_once_count_each_second_once(
 async def test_a_stopped_pod_bills_its_volume_and_no_gpu_time(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    meter = Meter(store, clock, Wakeups())
+    # A pass each half hour here; a pass each 2 s in a server.
+    meter = Meter(store, clock, Wakeups(), interval=1800)
     spec = PodSpec(name="p", imageName="x", gpuTypeIds=[RTX], volumeInGb=10)
     pod = Pod(
         id="p1",
@@ -166,7 +183,7 @@ async def test_a_stopped_pod_bills_its_volume_and_no_gpu_time(
 async def test_a_grown_volume_bills_its_new_size_from_then_on(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    meter = Meter(store, clock, Wakeups())
+    meter = Meter(store, clock, Wakeups(), interval=1800)
     volume = NetworkVolume(id="v1", name="v", size=10, dataCenterId="local", createdAt=T0)
     await store.create_network_volume("alice", volume)
     await meter.pass_once()

@@ -15,6 +15,8 @@ from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.volumes import NetworkVolume
 from skiff.store.base import Store
 
+#: The meter's allowance past a usage's last sighting.
+GAP = 60.0
 db_path = contract.db_path
 store = contract.store
 
@@ -42,7 +44,7 @@ async def test_an_open_usage_reads_back_as_written(store: Store) -> None:
 async def test_a_subject_has_at_most_one_open_usage(store: Store) -> None:
     assert await store.open_usage(usage("u-1"), "worker:w-1", T0)
     assert not await store.open_usage(usage("u-2"), "worker:w-1", T0)
-    assert await store.end_usage("worker:w-1", T0 + 10)
+    assert await store.end_usage("worker:w-1", T0 + 10, GAP)
     assert await store.open_usage(usage("u-3", started_at=T0 + 10), "worker:w-1", T0 + 10)
     assert [u.id for _, u, _ in await store.open_usages()] == ["u-3"]
 
@@ -57,17 +59,24 @@ async def test_an_ended_usage_is_recorded_as_it_is(store: Store) -> None:
 
 async def test_an_end_is_never_before_the_start(store: Store) -> None:
     await store.open_usage(usage(started_at=T0 + 5), "worker:w-1", T0 + 5)
-    assert await store.end_usage("worker:w-1", T0)
+    assert await store.end_usage("worker:w-1", T0, GAP)
     (ended,) = await store.usages_of("alice", T0, T0 + 100)
     assert ended.ended_at == T0 + 5
-    assert not await store.end_usage("worker:w-1", T0 + 50)  # none open any more
+    assert not await store.end_usage("worker:w-1", T0 + 50, GAP)  # none open any more
+
+
+async def test_an_end_long_after_the_last_sighting_is_put_a_gap_after_it(store: Store) -> None:
+    await store.open_usage(usage(), "worker:w-1", T0 + 10)
+    assert await store.end_usage("worker:w-1", T0 + 3600, 4.0)
+    (ended,) = await store.usages_of("alice", T0, T0 + 7200)
+    assert ended.ended_at == T0 + 14
 
 
 async def test_a_usage_unseen_since_a_time_ends_where_it_was_last_seen(store: Store) -> None:
     await store.open_usage(usage("u-1"), "worker:w-1", T0)
     await store.open_usage(usage("u-2", instance_id="w-2"), "worker:w-2", T0)
     await store.touch_usages(T0 + 30)
-    await store.end_usage("worker:w-2", T0 + 40)
+    await store.end_usage("worker:w-2", T0 + 40, GAP)
     assert await store.end_unseen_usages(T0 + 100) == 1
     ended = {u.id: u.ended_at for u in await store.usages_of("alice", T0, T0 + 1000)}
     assert ended == {"u-1": T0 + 30, "u-2": T0 + 40}
@@ -76,7 +85,7 @@ async def test_a_usage_unseen_since_a_time_ends_where_it_was_last_seen(store: St
 
 async def test_a_user_reads_their_own_usages_overlapping_the_range(store: Store) -> None:
     await store.open_usage(usage("early"), "worker:a", T0)
-    await store.end_usage("worker:a", T0 + 10)
+    await store.end_usage("worker:a", T0 + 10, GAP)
     await store.open_usage(usage("late", started_at=T0 + 50), "worker:b", T0 + 50)
     await store.open_usage(usage("bobs", user_id="bob", started_at=T0), "worker:c", T0)
     assert [u.id for u in await store.usages_of("alice", T0 + 5, T0 + 60)] == ["early", "late"]

@@ -13,8 +13,15 @@ ON CONFLICT (subject) WHERE ended_at IS NULL DO NOTHING;
 -- name: open_usages
 SELECT * FROM usage WHERE ended_at IS NULL ORDER BY started_at, id;
 
+-- Never before its start, nor more than :gap after it was last seen: a usage of a killed
+-- server that a restarted one ends (its worker forgotten) does not bill the time between.
 -- name: end_usage
-UPDATE usage SET ended_at = CASE WHEN :ended_at > started_at THEN :ended_at ELSE started_at END
+UPDATE usage SET ended_at = CASE
+    WHEN :ended_at > last_seen + :gap THEN
+        CASE WHEN last_seen + :gap > started_at THEN last_seen + :gap ELSE started_at END
+    WHEN :ended_at > started_at THEN :ended_at
+    ELSE started_at
+END
 WHERE subject = :subject AND ended_at IS NULL;
 
 -- name: touch_usages
