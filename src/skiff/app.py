@@ -132,6 +132,9 @@ def create_app(
     ready = False
 
     async def take_up_lead() -> None:
+        # Usages a dead leader left open end where it last saw them, before its workers are
+        # swept and forgotten (which would end them now, billing the time no server ran).
+        await services.meter.resume()
         # Containers outlive the server that started them; they are found by their labels.
         await services.fleet.sweep_dead(
             cluster.alive,
@@ -140,6 +143,7 @@ def create_app(
         await services.fleet.forget_stale_own(leading=True)
 
     async def lose_lead() -> None:
+        services.meter.pause()
         await services.fleet.abandon()
         await services.pod_runner.abandon()
 

@@ -11,9 +11,9 @@ catches what no hook saw.
 
 What the store guarantees: at most one open usage per subject, so two replicas that both think
 they lead for a moment, or a hook and a pass, never count a second twice. A server killed
-outright leaves its usages open; the next leader's first pass ends those not seen for
-``UNSEEN_SECONDS`` where they were last seen, and opens usages again for what still runs from
-that pass on: the time no server metered (a few seconds on a failover) is not billed.
+outright leaves its usages open; the next leader, as it takes the lead, ends those not seen for
+two passes where they were last seen, and opens usages again for what still runs from then on:
+the time no server metered (a few seconds on a failover) is not billed.
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 #: How often a pass runs.
 METER_SECONDS = 2.0
-#: An open usage not seen for this long belongs to a meter that stopped (a killed server).
-UNSEEN_SECONDS = 10.0
 #: Worker states that hold nothing: no process, or none for long.
 UNBILLED_STATES = (WorkerState.THROTTLED, WorkerState.UNHEALTHY)
 
@@ -65,15 +63,35 @@ class Meter:
         self._interval = interval
         #: An end is never put more than this after the usage was last seen: what ends long
         #: after its last pass (a killed server's worker, forgotten on the restart) ended then.
-        self._gap = 2 * interval
+        self._gap = interval
+        #: An open usage not seen for this long at a lead's start belongs to a meter that
+        #: stopped (a killed server); a live one sees each usage once an interval.
+        self._unseen = 2 * interval
         #: When this leader's metering began (its first pass): nothing is billed from before.
         self._resumed_at: float | None = None
         #: Subjects seen not billable (a throttled worker): they count from when they become so.
         self._waiting: set[str] = set()
         self._lock = asyncio.Lock()
 
-    async def run(self) -> None:
+    async def resume(self) -> None:
+        """This replica starts metering (it took the lead): usages left open by a meter that
+        stopped end where they were last seen."""
+        async with self._lock:
+            await self._resume()
+
+    def pause(self) -> None:
+        """This replica stops metering (it lost the lead); the next ``resume`` starts anew."""
         self._resumed_at = None
+
+    async def _resume(self) -> float:
+        now = self._clock.now()
+        ended = await self._store.end_unseen_usages(now - self._unseen)
+        if ended:
+            log.info("metering resumed: %d usage(s) left open ended where last seen", ended)
+        self._resumed_at = now
+        return now
+
+    async def run(self) -> None:
         while not self._wakeups.closing:
             try:
                 await self.pass_once()
@@ -89,11 +107,9 @@ class Meter:
     async def pass_once(self) -> None:
         async with self._lock:
             now = self._clock.now()
-            if self._resumed_at is None:
-                ended = await self._store.end_unseen_usages(now - UNSEEN_SECONDS)
-                if ended:
-                    log.info("metering resumed: %d usage(s) left open ended where last seen", ended)
-                self._resumed_at = now
+            resumed_at = self._resumed_at
+            if resumed_at is None:
+                resumed_at = await self._resume()
             wanted = await self._wanted(now)
             current = {s: u for s, u, _ in await self._store.open_usages()}
             for key, usage in current.items():
@@ -106,7 +122,7 @@ class Meter:
                     continue
                 # A changed one continues from now; a new one from when it started, but never
                 # from before this meter ran nor from before it became billable.
-                start = now if have is not None else max(want.started_at, self._resumed_at)
+                start = now if have is not None else max(want.started_at, resumed_at)
                 await self._store.open_usage(
                     replace(want, id=short_id(), started_at=min(start, now)), key, now
                 )
