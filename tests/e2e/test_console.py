@@ -713,3 +713,37 @@ def test_a_pod_is_created_from_a_template_acted_on_and_deleted_by_name(
     expect_text(page.locator(".notice"), "console-pod.* deleted")
     assert page.locator('tr[data-pod="console-pod"]').count() == 0
     assert server.http.get(f"/v1/pods/{pod['id']}").status_code == 404
+
+
+def test_billing_shows_the_month_a_chart_by_day_and_a_csv(
+    page: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    prices = tmp_path_factory.mktemp("prices") / "prices.toml"
+    prices.write_text("[cpu]\nvcpu_hour = 36.0\n")  # a cent per vCPU-second: visible at once
+    env: dict[str, str | None] = {
+        "E2E_PYTHON": sys.executable,
+        "E2E_WORKERS": str(WORKERS),
+        "SKIFF_PRICES": str(prices),
+    }
+    with running(tmp_path_factory.mktemp("billed") / "data", env=env) as priced:
+        endpoint = echo_endpoint(priced, "console-billed", workersMax=1, idleTimeout=60)
+        done = priced.http.post(
+            f"/v2/{endpoint['id']}/runsync", json={"input": {"n": 1}}, timeout=120
+        )
+        assert done.json()["status"] == "COMPLETED", done.text
+        sign_in(page, priced)
+        page.goto(f"{priced.url}/console/endpoints/{endpoint['id']}")
+        expect_text(page.locator("[data-worker-cost]"), r"\$72\.0000 per worker-hour")
+        page.get_by_role("link", name="Billing", exact=True).click()
+        page.get_by_role("heading", name="Billing").wait_for()
+        row = page.locator(f'tr[data-line="endpoint:{endpoint["id"]}"]')
+        expect_text(row, "console-billed")
+        assert float(row.locator("[data-amount]").inner_text().lstrip("$")) > 0
+        assert page.locator("[data-chart] svg rect").count() >= 2  # a bar and its legend
+        expect_text(page.locator("[data-month-total]"), r"^\$\d+\.\d\d$")
+        shot(page, "billing")
+        csv_answer = page.request.get(f"{priced.url}/console/billing.csv")
+        assert csv_answer.ok and "text/csv" in csv_answer.headers["content-type"]
+        lines = csv_answer.text().splitlines()
+        assert lines[0] == "day,kind,id,name,gpuTypeId,timeBilledMs,diskSpaceBilledGb,amount"
+        assert any(f"endpoint,{endpoint['id']},console-billed" in line for line in lines[1:])

@@ -354,6 +354,9 @@ def test_hostile_path_ids_and_queries_never_get_a_server_error(
         ("GET", f"/v1/pods/{pod}/logs?since={{x}}&tail={{x}}", None),
         ("GET", "/v1/pods?name={x}&gpuTypeId={x}&computeType={x}", None),
         ("GET", "/console/pods/{x}", None),
+        ("GET", "/v1/billing/endpoints?bucketSize={x}&startTime={x}&grouping={x}", None),
+        ("GET", "/v1/billing/pods?endTime={x}&podId={x}&gpuTypeId={x}", None),
+        ("GET", "/v1/billing/networkvolumes?startTime={x}&networkVolumeId={x}", None),
     ]
 
     @HOSTILE

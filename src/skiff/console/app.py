@@ -144,6 +144,7 @@ def _section(path: str) -> str:
         ("/registry-auths", "registry"),
         ("/volumes", "volumes"),
         ("/pods", "pods"),
+        ("/billing", "billing"),
     ):
         if path.startswith(prefix):
             return section
@@ -251,6 +252,7 @@ class ConsoleMount(Mount):
 def build(services: Services) -> ASGIApp:
     # Imported here: each page module imports ``Console`` from this one.
     from skiff.console import (
+        billing_pages,
         endpoint_pages,
         job_pages,
         log_pages,
@@ -271,6 +273,7 @@ def build(services: Services) -> ASGIApp:
         *template_pages.routes(console),
         *registry_pages.routes(console),
         *pod_pages.routes(console),
+        *billing_pages.routes(console),
         *volume_pages.routes(console),
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))

@@ -356,6 +356,7 @@ async def detail_page(
         request_error=request_error,
         states=[s.value for s in JobStatus],
         notice=request.query_params,
+        worker_cost=console.services.billing.worker_cost_per_hour(endpoint),
         **await live_state(console, endpoint),
     )
 

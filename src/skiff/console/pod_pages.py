@@ -95,6 +95,7 @@ def routes(console: Console) -> list[BaseRoute]:
             status,
             title=pod.spec.name,
             shown=view(pod),
+            cost=services.billing.pod_cost_per_hour(pod),
             done=ACTIONS.get(request.query_params.get("done", "")),
             error=error,
             tail=tail,
