@@ -4,6 +4,7 @@ boundaries, prices applied per GPU, per vCPU and per GB-month, and the price tab
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from skiff.domain.billing import (
     UsageKind,
     bucket_count,
     bucket_start,
+    load_prices,
     next_bucket,
     parse_prices,
     records,
@@ -189,3 +191,12 @@ def test_a_price_table_reads_gpus_vcpus_and_storage() -> None:
 def test_a_bad_price_table_is_refused_saying_what(text: str, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         parse_prices(text)
+
+
+def test_the_price_table_file_is_read_or_its_problem_named(tmp_path: Path) -> None:
+    assert load_prices(None) == Prices()
+    table = tmp_path / "prices.toml"
+    table.write_text("[cpu]\nvcpu_hour = 0.5\n")
+    assert load_prices(table) == Prices(vcpu_hour=0.5)
+    with pytest.raises(ValueError, match=r"SKIFF_PRICES .*missing\.toml: cannot read it"):
+        load_prices(tmp_path / "missing.toml")
