@@ -63,6 +63,8 @@ class Usage:
     volume_id: str | None = None
     gpu_type: str | None = None
     gpu_count: int = 0
+    #: A CPU worker's or pod's flavor (cpu3c, …) beside its vCPUs; None for a GPU one.
+    cpu_flavor: str | None = None
     vcpus: int = 0
     disk_gb: int = 0
 

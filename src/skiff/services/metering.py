@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from skiff.clock import Clock
 from skiff.domain.billing import Usage, UsageKind
+from skiff.domain.containers import DEFAULT_FLAVOR
 from skiff.domain.endpoints import ComputeType
 from skiff.domain.pods import DesiredStatus
 from skiff.domain.workers import WorkerKind, WorkerState
@@ -153,6 +154,7 @@ class Meter:
                 instance_id=worker.id,
                 gpu_type=None if cpu else worker.gpu,
                 gpu_count=0 if cpu else gpus,
+                cpu_flavor=_flavor(endpoint.spec.cpuFlavorIds) if cpu else None,
                 vcpus=endpoint.spec.vcpuCount if cpu else 0,
             )
         self._waiting = waiting
@@ -170,6 +172,9 @@ class Meter:
                     instance_id=pod.id,
                     gpu_type=pod.placement.gpuName if gpus else None,
                     gpu_count=gpus,
+                    cpu_flavor=_flavor(spec.cpuFlavorIds)
+                    if spec.computeType is ComputeType.CPU
+                    else None,
                     vcpus=spec.vcpuCount if spec.computeType is ComputeType.CPU else 0,
                 )
             keeps_volume = spec.volumeInGb > 0 and spec.networkVolumeId is None
@@ -192,6 +197,11 @@ class Meter:
                 disk_gb=volume.size,
             )
         return wanted
+
+
+def _flavor(flavors: Sequence[str]) -> str:
+    """The flavor a CPU worker or pod runs as: the first it lists, else the default."""
+    return str(flavors[0]) if flavors else str(DEFAULT_FLAVOR)
 
 
 def _same(have: Usage, want: Usage) -> bool:

@@ -461,6 +461,7 @@ def usage_params(usage: Usage, subject: str, last_seen: float) -> dict[str, Any]
         "volume_id": usage.volume_id,
         "gpu_type": usage.gpu_type,
         "gpu_count": usage.gpu_count,
+        "cpu_flavor": usage.cpu_flavor,
         "vcpus": usage.vcpus,
         "disk_gb": usage.disk_gb,
     }
@@ -479,6 +480,7 @@ def usage_from_row(row: Any) -> Usage:
         volume_id=row["volume_id"],
         gpu_type=row["gpu_type"],
         gpu_count=row["gpu_count"],
+        cpu_flavor=row["cpu_flavor"],
         vcpus=row["vcpus"],
         disk_gb=row["disk_gb"],
     )

@@ -197,3 +197,20 @@ async def test_a_grown_volume_bills_its_new_size_from_then_on(
         (10, 0, T0 + 1800),
         (20, 1800, None),
     ]
+
+
+async def test_a_cpu_worker_is_metered_by_its_flavor_and_vcpus(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    spec = EndpointSpec(
+        name="ep", templateId="t1", computeType=ComputeType.CPU, vcpuCount=8, cpuFlavorIds=["cpu5g"]
+    )
+    await store.create_endpoint(
+        Endpoint(id="ep1", userId="alice", version=1, createdAt=T0, spec=spec)
+    )
+    await Workers(store, clock).add(
+        Worker("w1", "ep1", WorkerKind.LOCAL, WorkerState.IDLE, version=1, started_at=T0)
+    )
+    await Meter(store, clock, Wakeups()).pass_once()
+    ((_, usage, _),) = await store.open_usages()
+    assert (usage.cpu_flavor, usage.vcpus, usage.gpu_count, usage.gpu_type) == ("cpu5g", 8, 0, None)

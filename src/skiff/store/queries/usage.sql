@@ -5,9 +5,10 @@
 -- none open.
 -- name: open_usage
 INSERT INTO usage (id, subject, user_id, kind, started_at, ended_at, last_seen, endpoint_id,
-                   pod_id, instance_id, volume_id, gpu_type, gpu_count, vcpus, disk_gb)
+                   pod_id, instance_id, volume_id, gpu_type, gpu_count, cpu_flavor, vcpus,
+                   disk_gb)
 VALUES (:id, :subject, :user_id, :kind, :started_at, :ended_at, :last_seen, :endpoint_id, :pod_id,
-        :instance_id, :volume_id, :gpu_type, :gpu_count, :vcpus, :disk_gb)
+        :instance_id, :volume_id, :gpu_type, :gpu_count, :cpu_flavor, :vcpus, :disk_gb)
 ON CONFLICT (subject) WHERE ended_at IS NULL DO NOTHING;
 
 -- name: open_usages

@@ -18,6 +18,7 @@ CREATE TABLE usage (
     volume_id TEXT,
     gpu_type TEXT,
     gpu_count INTEGER NOT NULL DEFAULT 0,
+    cpu_flavor TEXT,
     vcpus INTEGER NOT NULL DEFAULT 0,
     disk_gb INTEGER NOT NULL DEFAULT 0
 );
