@@ -196,3 +196,16 @@ def test_a_worker_that_dies_at_start_says_why_in_health_too(tmp_path: Path) -> N
         assert placement["cause"] == "failing-starts"
         assert "exited with code 3 right after it started" in placement["reason"]
         assert endpoint_view(server, eid)["placement"] == placement
+
+
+def test_a_failed_fitness_check_is_the_endpoints_failure_with_its_reason(server: Server) -> None:
+    eid = server.create_endpoint("unfit_worker.py", workersMin=1, workersMax=1)["id"]
+    failure = server.wait_for(
+        lambda: endpoint_view(server, eid).get("lastWorkerFailure"), what="the failure"
+    )
+    assert "fitness check 'model_files_present' failed" in failure["error"], failure
+    assert "model file /models/weights.safetensors not found" in failure["error"], failure
+    # Its exit right after does not replace the reason the worker gave.
+    time.sleep(2)
+    assert "fitness check" in endpoint_view(server, eid)["lastWorkerFailure"]["error"]
+    server.http.delete(f"/v1/endpoints/{eid}")

@@ -126,8 +126,18 @@ def build(services: Services) -> WorkerHandlers:
         return json_response({"ok": True})
 
     async def ping(request: Request, worker_id: str) -> Response:
-        """Renews the leases of the jobs named in `job_id` (comma-separated)."""
+        """Renews the leases of the jobs named in `job_id` (comma-separated). A worker whose
+        start-up check failed says so (`status=unhealthy`, `check`, `reason`) before it exits:
+        that becomes the endpoint's `lastWorkerFailure`."""
         endpoint = await endpoint_of(request)
+        params = request.query_params
+        if params.get("status") == "unhealthy":
+            await services.fleet.unfit(
+                endpoint.id,
+                worker_id,
+                _printable(params.get("check", "")),
+                _printable(params.get("reason", "")),
+            )
         raw = request.query_params.get("job_id", "")
         # No job id holds a NUL (and PostgreSQL text cannot): such a name is simply not held.
         job_ids = [j for j in raw.split(",") if j and "\x00" not in j]
@@ -135,3 +145,8 @@ def build(services: Services) -> WorkerHandlers:
         return json_response({"ok": True})
 
     return WorkerHandlers(job_take, job_take_batch, job_stop, job_done, job_stream, ping)
+
+
+def _printable(text: str, limit: int = 2000) -> str:
+    """A worker's words as a failure shows them: no control characters or NULs, bounded."""
+    return "".join(ch if ch.isprintable() else " " for ch in text[:limit]).strip()

@@ -106,6 +106,8 @@ class Fleet:
         #: Workers ended for not calling in by the start-up deadline: their exit is a failed
         #: start, not the stop it looks like.
         self._failed_starts: set[str] = set()
+        #: Workers whose start-up check failed (``unfit``): their failure is recorded already.
+        self._unfit: set[str] = set()
         #: Workers ended because this replica stops leading or shuts down: their exit is the
         #: stop it asked for, however soon after their start it comes.
         self._ending: set[str] = set()
@@ -444,10 +446,12 @@ class Fleet:
         await self._dispatch.worker_lost(worker, reason)
         if expected:
             return
-        if (quick or failed_start) and await self._store.get_endpoint(
+        unfit = worker_id in self._unfit
+        self._unfit.discard(worker_id)
+        if (quick or failed_start or unfit) and await self._store.get_endpoint(
             worker.endpoint_id
         ) is not None:
-            if not failed_start:
+            if not failed_start and not unfit:
                 await self._fail(
                     worker.endpoint_id,
                     f"worker {worker_id} exited with code {code} right after it started",
@@ -477,6 +481,16 @@ class Fleet:
     def may_start(self, endpoint_id: str) -> bool:
         failures = self._backoff.get(endpoint_id)
         return failures is None or self._clock.now() >= failures[1]
+
+    async def unfit(self, endpoint_id: str, worker_id: str, check: str, reason: str) -> None:
+        """The worker's start-up check failed (``register_fitness_check``): the reason becomes
+        the endpoint's failure now, and its exit that follows does not replace it."""
+        if worker_id in self._unfit:
+            return
+        self._unfit.add(worker_id)
+        what = f"its fitness check {check!r} failed" if check else "its fitness check failed"
+        error = f"worker {worker_id}: {what}: {reason or 'no reason given'}"
+        await self._fail(endpoint_id, error, worker_id)
 
     async def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
         failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
