@@ -6,6 +6,8 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -112,3 +114,70 @@ async def _until(
             assert done(value), value
             return value
         await asyncio.sleep(0.2)
+
+
+# -- with the real openai client ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(server: Server, endpoint_id: str) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(
+        base_url=f"{server.url}/v2/{endpoint_id}/openai/v1", api_key=server.key, timeout=90
+    )
+
+
+def test_the_openai_client_chats_and_completes_with_and_without_streaming(client: Any) -> None:
+    chat = client.chat.completions.create(
+        model="echo-1", messages=[{"role": "user", "content": "hello there"}]
+    )
+    assert chat.choices[0].message.content == "hello there"
+    streamed = client.chat.completions.create(
+        model="echo-1", messages=[{"role": "user", "content": "a b c"}], stream=True
+    )
+    assert [c.choices[0].delta.content for c in streamed] == ["a", "b", "c"]
+    completion = client.completions.create(model="echo-1", prompt="once upon")
+    assert completion.choices[0].text == "once upon"
+    streamed = client.completions.create(model="echo-1", prompt="x y", stream=True)
+    assert [c.choices[0].text for c in streamed] == ["x", "y"]
+
+
+def test_a_worker_error_is_an_openai_error_and_runs_the_request_once(
+    client: Any, tmp_path: Path
+) -> None:
+    import openai
+
+    record = tmp_path / "runs.txt"
+    with pytest.raises(openai.InternalServerError) as raised:
+        client.chat.completions.create(
+            model="fail",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_body={"record": str(record)},
+        )
+    assert "the model ran out of GPU memory" in str(raised.value)
+    assert raised.value.response.headers["x-should-retry"] == "false"
+    assert len(record.read_text().split()) == 1  # the client did not run it again
+
+
+def test_a_two_megabyte_event_is_relayed_whole(client: Any) -> None:
+    streamed = client.chat.completions.create(
+        model="big", messages=[{"role": "user", "content": "big"}], stream=True
+    )
+    (chunk,) = list(streamed)
+    assert chunk.choices[0].delta.content == "x" * 2 * 1024 * 1024
+
+
+def test_embeddings_and_models_answer_as_the_worker_does(client: Any) -> None:
+    embedded = client.embeddings.create(model="echo-1", input=["abc", "de"])
+    assert [e.embedding for e in embedded.data] == [[3.0, 0.5], [2.0, 0.5]]
+    assert [m.id for m in client.models.list()] == ["echo-1"]
+    assert client.models.retrieve("echo-1").id == "echo-1"
+
+
+def test_a_route_no_worker_serves_is_an_openai_404(client: Any) -> None:
+    import openai
+
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.images.generate(prompt="a cat")
+    assert "is not served here" in str(raised.value)

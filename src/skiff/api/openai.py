@@ -7,6 +7,12 @@ it, the chunks the worker yields are relayed as ``text/event-stream`` as they ar
 chunk as it is, since such workers yield ready ``data: ...`` lines; any other value as a
 ``data:`` line of JSON), and the stream ends when the job does. The handlers; their paths,
 methods and OpenAPI descriptions are declared in api/v2.py.
+
+Failures answer in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``),
+so the ``openai`` client shows the worker's words. A job that failed or is still running is
+answered with ``x-should-retry: false``, which OpenAI's clients honour: retrying would run the
+request again. A worker that names a status in its error (``{"status": 429, ...}``) gets it, and
+its client's own retry rules.
 """
 
 import contextlib
@@ -20,14 +26,45 @@ from starlette.responses import Response, StreamingResponse
 from skiff.api import access
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
-from skiff.api.responses import json_response
-from skiff.domain import json_limits
+from skiff.domain import json_limits, streams
 from skiff.domain.endpoints import Endpoint
 from skiff.errors import Invalid
 from skiff.services.hub import Services
 from skiff.services.openai_calls import Ending
 
 BODY_LIMIT = 20 * 1024 * 1024
+
+
+def openai_error(
+    message: str, kind: str, code: str, status: int, retry: bool | None = None
+) -> Response:
+    """An answer in OpenAI's error shape; ``retry`` False adds ``x-should-retry: false``."""
+    body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    headers = {"x-should-retry": "false"} if retry is False else None
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+def worker_failure(error: str | None, job_id: str) -> Response:
+    """A failed job as an OpenAI error: the worker's message (from the runpod SDK's error JSON,
+    or the text as it is), at the status the worker named, else 500 not to be retried."""
+    message, status = error or "the worker failed the request", None
+    try:
+        parsed = orjson.loads(message)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        named = parsed.get("status", parsed.get("status_code", parsed.get("code")))
+        if isinstance(named, int) and not isinstance(named, bool) and 400 <= named <= 599:
+            status = named
+        for key in ("error_message", "message", "error"):
+            if isinstance(parsed.get(key), str) and parsed[key]:
+                message = parsed[key]
+                break
+    reply = openai_error(
+        message, "worker_error", "worker_failed", status or 500, None if status else False
+    )
+    reply.headers["x-skiff-job-id"] = job_id
+    return reply
 
 
 def _sse(output_json: str) -> bytes:
@@ -59,6 +96,9 @@ class OpenAIHandlers(NamedTuple):
     chat_completions: Handler
     completions: Handler
     models: Handler
+    model: Handler
+    embeddings: Handler
+    unknown: Handler
 
 
 def build(services: Services) -> OpenAIHandlers:
@@ -67,11 +107,26 @@ def build(services: Services) -> OpenAIHandlers:
     async def relay(endpoint: Endpoint, job_id: str) -> AsyncIterator[bytes]:
         # Closed with this generator, so a client that went away cancels the job at once.
         async with contextlib.aclosing(calls.events(endpoint, job_id)) as events:
+            held: list[str] = []  # the pieces so far of one event the store split (streams.py)
             async for event in events:
                 if event.output_json is not None:
+                    if streams.is_split_piece(event.output_json):
+                        held.append(orjson.loads(event.output_json))
+                        continue
+                    if held:
+                        held.append(orjson.loads(event.output_json))
+                        whole = orjson.dumps("".join(held)).decode()
+                        held = []
+                        yield _sse(whole)
+                        continue
                     yield _sse(event.output_json)
                 else:
-                    yield b"data: " + orjson.dumps({"error": {"message": event.error}}) + b"\n\n"
+                    error = {
+                        "message": event.error,
+                        "type": "worker_error",
+                        "code": "worker_failed",
+                    }
+                    yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
     async def call(request: Request, route: str, with_body: bool) -> Response:
         async with access.admitted(services, request, "openai") as endpoint:
@@ -98,8 +153,13 @@ def build(services: Services) -> OpenAIHandlers:
                 return Response(status_code=499)
             if outcome.ending is Ending.ANSWERED:
                 return Response(_answer(outcome.job.output_json), media_type="application/json")
-            status = 502 if outcome.ending is Ending.FAILED else 504
-            return json_response({"error": outcome.error, "id": job.id}, status)
+            if outcome.ending is Ending.FAILED:
+                return worker_failure(outcome.error, job.id)
+            reply = openai_error(
+                f"{outcome.error} (job {job.id})", "timeout", "no_answer", 504, retry=False
+            )
+            reply.headers["x-skiff-job-id"] = job.id
+            return reply
 
     async def chat_completions(request: Request) -> Response:
         return await call(request, "/v1/chat/completions", with_body=True)
@@ -110,4 +170,24 @@ def build(services: Services) -> OpenAIHandlers:
     async def models(request: Request) -> Response:
         return await call(request, "/v1/models", with_body=False)
 
-    return OpenAIHandlers(chat_completions, completions, models)
+    async def model(request: Request) -> Response:
+        """One model (the client's ``models.retrieve``), as the worker answers it."""
+        name = request.path_params["model"]
+        return await call(request, f"/v1/models/{name}", with_body=False)
+
+    async def embeddings(request: Request) -> Response:
+        return await call(request, "/v1/embeddings", with_body=True)
+
+    async def unknown(request: Request) -> Response:
+        """Any other OpenAI route: a 404 in OpenAI's shape, so a client says what is missing."""
+        async with access.admitted(services, request, "openai"):
+            path = request.path_params["path"]
+            return openai_error(
+                f"/v1/{path} is not served here: this endpoint relays chat/completions, "
+                "completions, embeddings and models to its workers",
+                "invalid_request_error",
+                "unknown_url",
+                404,
+            )
+
+    return OpenAIHandlers(chat_completions, completions, models, model, embeddings, unknown)

@@ -62,8 +62,18 @@ _OPENAI_ANSWERS: dict[int | str, dict[str, Any]] = {
         "description": "The worker's answer (JSON), or an event stream with `stream: true`",
         "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {}}},
     },
-    502: {"description": "The worker failed the job (`error` says how)"},
-    504: {"description": "No answer within 300 s (the job goes on; `id` names it)"},
+    500: {
+        "description": "The worker failed the job: OpenAI's error object with the worker's "
+        "message, `x-should-retry: false` (a retry would run it again) and `x-skiff-job-id`; "
+        "a status the worker named in its error instead of 500"
+    },
+    504: {
+        "description": "No answer within 300 s: the job goes on (`x-skiff-job-id`), so "
+        "`x-should-retry: false`"
+    },
+}
+_OPENAI_UNKNOWN: dict[int | str, dict[str, Any]] = {
+    404: {"description": "Not an OpenAI route this endpoint relays (OpenAI's error object)"}
 }
 
 
@@ -197,6 +207,38 @@ def routes(services: Services) -> tuple[V2Route, ...]:
         ),
         V2Route(
             "GET", "/{endpoint_id}/openai/v1/models", openai.models, chat, "Models", _OPENAI_ANSWERS
+        ),
+        V2Route(
+            "GET",
+            "/{endpoint_id}/openai/v1/models/{model}",
+            openai.model,
+            chat,
+            "One model",
+            _OPENAI_ANSWERS,
+        ),
+        V2Route(
+            "POST",
+            "/{endpoint_id}/openai/v1/embeddings",
+            openai.embeddings,
+            chat,
+            "Embeddings",
+            _OPENAI_ANSWERS,
+        ),
+        V2Route(
+            "GET",
+            "/{endpoint_id}/openai/v1/{path:path}",
+            openai.unknown,
+            chat,
+            "Any other OpenAI route (GET)",
+            _OPENAI_UNKNOWN,
+        ),
+        V2Route(
+            "POST",
+            "/{endpoint_id}/openai/v1/{path:path}",
+            openai.unknown,
+            chat,
+            "Any other OpenAI route (POST)",
+            _OPENAI_UNKNOWN,
         ),
         # The worker protocol (the runpod SDK's serverless.start).
         V2Route(

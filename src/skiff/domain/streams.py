@@ -66,6 +66,23 @@ def split_text(text: str, budget: int) -> list[str]:
     return pieces
 
 
+#: A string piece ``split_text`` cut fills its budget to within one character's cost.
+_MAX_CHAR_COST = 6
+
+
+def is_split_piece(output_json: str) -> bool:
+    """Whether a stored string chunk is a piece of a longer string the store split, not the
+    last: such a piece fills the 1 MB budget (to within a character) and, for server-sent
+    events, does not end one. An OpenAI relay joins it with what follows into one event."""
+    # A character takes at most 4 bytes: most chunks are told apart without encoding them.
+    if 4 * len(output_json) < MAX_CHUNK_BYTES - _MAX_CHAR_COST or not output_json.startswith('"'):
+        return False
+    size = len(output_json.encode())
+    if size < MAX_CHUNK_BYTES - _MAX_CHAR_COST:
+        return False
+    return not orjson.loads(output_json).endswith("\n\n")
+
+
 def split_chunk(output_json: str, metrics_json: str | None) -> list[tuple[str, str | None]]:
     """(output JSON, metrics JSON) pieces, each output at most 1 MB serialized."""
     if len(output_json) <= MAX_CHUNK_BYTES and len(output_json.encode()) <= MAX_CHUNK_BYTES:
