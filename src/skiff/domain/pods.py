@@ -281,6 +281,10 @@ class PodPlacement(BaseModel):
     problem: str | None = None
     #: Being restarted in place: its ports may come back on other host ports.
     restarting: bool = False
+    #: The pod's ``version`` and ``restarts`` the running instance reflects: behind the pod's
+    #: own, a fresh start or a restart was asked for and is on its way.
+    version: int = 0
+    restarts: int = 0
 
 
 class Pod(BaseModel):
@@ -308,6 +312,11 @@ def runtime_status(pod: Pod) -> str:
         return "terminating"
     if pod.desiredStatus is DesiredStatus.EXITED:
         return "stopping" if pod.placement.owner else "stopped"
-    if pod.placement.owner:
-        return "restarting" if pod.placement.restarting else "running"
+    placement = pod.placement
+    if placement.owner:
+        if placement.version != pod.version:
+            return "starting"  # a fresh instance replaces this one (an update, a reset)
+        if placement.restarting or placement.restarts != pod.restarts:
+            return "restarting"
+        return "running"
     return "waiting" if pod.placement.problem else "starting"

@@ -174,7 +174,12 @@ class PodRunner:
         if pod is None:
             return 0
         placement = pod.placement.model_copy(
-            update={"owner": self._replica_id, "portMappings": instance.port_mappings}
+            update={
+                "owner": self._replica_id,
+                "portMappings": instance.port_mappings,
+                "version": instance.version,
+                "restarts": pod.restarts,
+            }
         )
         if placement.gpuIds:
             # Its GPUs are held again, as they were when it started.
@@ -259,6 +264,8 @@ class PodRunner:
             gpuName=gpus[0].name if gpus else None,
             gpuIds=[g.index for g in gpus],
             portMappings=instance.port_mappings,
+            version=pod.version,
+            restarts=pod.restarts,
         )
         if await self._store.set_pod_placement(pod.id, placement, self._clock.now()) is None:
             await self._stop(pod.id, None)  # deleted while it started
@@ -345,7 +352,11 @@ class PodRunner:
             await self._store.set_pod_placement(pod.id, PodPlacement(), pod.lastStartedAt)
             return
         placement = pod.placement.model_copy(
-            update={"portMappings": instance.port_mappings, "restarting": False}
+            update={
+                "portMappings": instance.port_mappings,
+                "restarting": False,
+                "restarts": pod.restarts,
+            }
         )
         await self._store.set_pod_placement(pod.id, placement, self._clock.now())
 
