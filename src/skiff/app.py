@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from skiff.api import graphql as graphql_api
 from skiff.api import management
 from skiff.api import v2 as v2_api
 from skiff.api.hot import WithHotRoutes
@@ -238,6 +239,7 @@ def create_app(
             Route("/healthz", healthz),
             Route("/metrics", metrics),
             Mount("/v1", app=management.build(services)),
+            Route("/graphql", graphql_api.build(services), methods=["POST"]),
             Mount(v2_api.PREFIX, app=v2.app),
             console_mount(services),
         ],

@@ -1,0 +1,436 @@
+"""``POST /graphql``: the management half of the runpod SDK (``runpod.api``, the ``runpod``
+CLI) speaks GraphQL to ``$RUNPOD_API_BASE_URL/graphql``. Served by ariadne (schema first, on
+graphql-core) over the same services as ``/v1``: one set of rules, the same key, each user's
+own resources alone.
+
+Errors come back the GraphQL way: HTTP 200 with ``{"errors": [{"message": ...}]}`` (the SDK
+raises its ``QueryError`` with the message); an unknown or revoked key is a 401, which the SDK
+reports as an authentication error. An operation skiff does not serve yet is refused by the
+schema, by name, never answered with a made-up success.
+
+This first part serves who you are (``myself``: id, network volumes, endpoints, pods), the GPU
+types of this host (``gpuTypes``), a pod (``pod``), and a pod's stop, resume and terminate.
+"""
+
+import time
+from typing import Any
+
+import orjson
+from ariadne import MutationType, ObjectType, QueryType, graphql, make_executable_schema
+from graphql import GraphQLError, GraphQLResolveInfo
+from starlette.requests import Request
+from starlette.responses import Response
+
+from skiff.api import credentials
+from skiff.domain import times
+from skiff.domain.endpoints import ComputeType, Endpoint
+from skiff.domain.pods import Pod, parse_port, runtime_status
+from skiff.domain.users import User
+from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
+from skiff.services.hub import Services
+
+#: What a resolver is told: its context holds the caller (``{"user": User}``).
+Info = GraphQLResolveInfo[dict[str, Any]]
+
+SDL = """
+type Query {
+  myself: User!
+  gpuTypes(input: GpuTypeFilter): [GpuType!]!
+  pod(input: PodFilter!): Pod
+}
+
+type Mutation {
+  podStop(input: PodStopInput!): Pod
+  podResume(input: PodResumeInput!): Pod
+  podTerminate(input: PodTerminateInput!): Boolean
+}
+
+input GpuTypeFilter { id: String }
+input PodFilter { podId: String! }
+input PodStopInput { podId: String! }
+input PodResumeInput { podId: String!, gpuCount: Int }
+input PodTerminateInput { podId: String! }
+input LowestPriceInput { gpuCount: Int }
+
+type User {
+  id: String!
+  pubKey: String
+  networkVolumes: [NetworkVolume!]!
+  endpoints: [Endpoint!]!
+  pods: [Pod!]!
+}
+
+type NetworkVolume {
+  id: String!
+  name: String!
+  size: Int!
+  dataCenterId: String!
+}
+
+type GpuType {
+  id: String!
+  displayName: String!
+  manufacturer: String
+  memoryInGb: Int
+  maxGpuCount: Int
+  cudaCores: Int
+  secureCloud: Boolean
+  communityCloud: Boolean
+  securePrice: Float
+  communityPrice: Float
+  oneMonthPrice: Float
+  threeMonthPrice: Float
+  oneWeekPrice: Float
+  communitySpotPrice: Float
+  secureSpotPrice: Float
+  lowestPrice(input: LowestPriceInput): LowestPrice
+}
+
+type LowestPrice {
+  minimumBidPrice: Float
+  uninterruptablePrice: Float
+}
+
+type Pod {
+  id: String!
+  name: String
+  imageName: String
+  desiredStatus: String
+  lastStatusChange: String
+  costPerHr: Float
+  containerDiskInGb: Int
+  volumeInGb: Int
+  volumeMountPath: String
+  gpuCount: Int
+  vcpuCount: Int
+  memoryInGb: Float
+  env: [String!]
+  dockerArgs: String
+  dockerId: String
+  machineId: String
+  podType: String
+  port: Int
+  ports: String
+  uptimeSeconds: Int
+  runtime: PodRuntime
+  machine: Machine
+}
+
+type PodRuntime {
+  ports: [PodPort!]!
+}
+
+type PodPort {
+  ip: String
+  isIpPublic: Boolean
+  privatePort: Int
+  publicPort: Int
+  type: String
+}
+
+type Machine {
+  gpuDisplayName: String
+  podHostId: String
+}
+
+type Endpoint {
+  id: String!
+  name: String
+  userId: String
+  templateId: String
+  gpuIds: String
+  gpuCount: Int
+  networkVolumeId: String
+  networkVolume: NetworkVolume
+  locations: String
+  idleTimeout: Int
+  scalerType: String
+  scalerValue: Int
+  workersMin: Int
+  workersMax: Int
+  workersStandby: Int
+  type: String
+  version: Int
+  aiKey: String
+  createdAt: String
+  env: [EnvVar!]!
+}
+
+type EnvVar {
+  key: String!
+  value: String!
+}
+"""
+
+
+def build(services: Services) -> Any:
+    """The ``/graphql`` handler (a Starlette endpoint)."""
+    query = QueryType()
+    mutation = MutationType()
+    user_type = ObjectType("User")
+    gpu_type = ObjectType("GpuType")
+    pod_type = ObjectType("Pod")
+    endpoint_type = ObjectType("Endpoint")
+
+    def user_of(info: Info) -> User:
+        user: User = info.context["user"]
+        return user
+
+    @query.field("myself")
+    def resolve_myself(_obj: Any, info: Info) -> User:
+        return user_of(info)
+
+    @user_type.field("pubKey")
+    def resolve_pub_key(_user: User, _info: Info) -> None:
+        return None  # skiff keeps no SSH key of yours
+
+    @user_type.field("networkVolumes")
+    async def resolve_volumes(user: User, _info: Info) -> list[dict[str, Any]]:
+        return [
+            {"id": v.id, "name": v.name, "size": v.size, "dataCenterId": v.dataCenterId}
+            for v in await services.volumes.records(user)
+        ]
+
+    @user_type.field("endpoints")
+    async def resolve_endpoints(user: User, _info: Info) -> list[Endpoint]:
+        return await services.endpoints.all(user)
+
+    @user_type.field("pods")
+    async def resolve_pods(user: User, _info: Info) -> list[Pod]:
+        return await services.pods.all(user)
+
+    @query.field("gpuTypes")
+    def resolve_gpu_types(
+        _obj: Any, _info: Info, input: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        counts: dict[str, int] = {}
+        for gpu in services.gpus.gpus:
+            counts[gpu.name] = counts.get(gpu.name, 0) + 1
+        wanted = (input or {}).get("id")
+        prices = services.billing.prices.gpu_hour
+        return [
+            {
+                "id": name,
+                "displayName": name,
+                "manufacturer": name.split()[0] if name else None,
+                "maxGpuCount": count,
+                "secureCloud": True,
+                "communityCloud": False,
+                "securePrice": prices.get(name, 0.0),
+                "communityPrice": None,
+                "price": prices.get(name, 0.0),
+            }
+            for name, count in counts.items()
+            if wanted is None or wanted == name
+        ]
+
+    @gpu_type.field("lowestPrice")
+    def resolve_lowest_price(
+        gpu: dict[str, Any], _info: Info, input: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        count = (input or {}).get("gpuCount") or 1
+        return {"minimumBidPrice": None, "uninterruptablePrice": gpu["price"] * count}
+
+    @query.field("pod")
+    async def resolve_pod(_obj: Any, info: Info, input: dict[str, Any]) -> Pod | None:
+        try:
+            return await services.pods.get(user_of(info), input["podId"])
+        except NotFound:
+            return None
+
+    @mutation.field("podStop")
+    async def resolve_stop(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
+        stopped: Pod = await _acting(services.pods.stop(user_of(info), input["podId"]))
+        return stopped
+
+    @mutation.field("podResume")
+    async def resolve_resume(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
+        started: Pod = await _acting(services.pods.start(user_of(info), input["podId"]))
+        return started
+
+    @mutation.field("podTerminate")
+    async def resolve_terminate(_obj: Any, info: Info, input: dict[str, Any]) -> bool:
+        await _acting(services.pods.delete(user_of(info), input["podId"]))
+        return True
+
+    # -- pods as the SDK reads them --------------------------------------------------------
+    def pod_field(name: str) -> Any:
+        def resolve(pod: Pod, _info: Info) -> Any:
+            return _pod_fields(services, pod)[name]
+
+        return resolve
+
+    for name in (
+        "name",
+        "imageName",
+        "desiredStatus",
+        "lastStatusChange",
+        "costPerHr",
+        "containerDiskInGb",
+        "volumeInGb",
+        "volumeMountPath",
+        "gpuCount",
+        "vcpuCount",
+        "memoryInGb",
+        "env",
+        "dockerArgs",
+        "dockerId",
+        "machineId",
+        "podType",
+        "port",
+        "ports",
+        "uptimeSeconds",
+        "runtime",
+        "machine",
+    ):
+        pod_type.set_field(name, pod_field(name))
+
+    def endpoint_field(name: str) -> Any:
+        def resolve(endpoint: Endpoint, _info: Info) -> Any:
+            return _endpoint_fields(endpoint)[name]
+
+        return resolve
+
+    for name in (
+        "name",
+        "userId",
+        "templateId",
+        "gpuIds",
+        "gpuCount",
+        "networkVolumeId",
+        "networkVolume",
+        "locations",
+        "idleTimeout",
+        "scalerType",
+        "scalerValue",
+        "workersMin",
+        "workersMax",
+        "workersStandby",
+        "type",
+        "version",
+        "aiKey",
+        "createdAt",
+        "env",
+    ):
+        endpoint_type.set_field(name, endpoint_field(name))
+
+    schema = make_executable_schema(
+        SDL, query, mutation, user_type, gpu_type, pod_type, endpoint_type
+    )
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            user = await services.auth.authenticate(
+                credentials.api_key(request.headers.get("authorization"))
+            )
+        except Unauthorized as exc:
+            return _json({"errors": [{"message": exc.message}]}, 401)
+        try:
+            data = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return _json({"errors": [{"message": "the body is not JSON"}]}, 400)
+        if not isinstance(data, dict) or not isinstance(data.get("query"), str):
+            return _json({"errors": [{"message": 'expected {"query": "..."}'}]}, 400)
+        _ok, result = await graphql(
+            schema,
+            data,
+            context_value={"user": user},
+            error_formatter=_error_format,
+        )
+        return _json(result, 200)
+
+    return endpoint
+
+
+async def _acting(action: Any) -> Any:
+    """A service call, its refusal (a locked pod, no free GPU) as a GraphQL error."""
+    try:
+        return await action
+    except (NotFound, Conflict, Invalid) as exc:
+        raise GraphQLError(exc.message) from None
+
+
+def _error_format(error: GraphQLError, _debug: bool = False) -> dict[str, Any]:
+    formatted: dict[str, Any] = {"message": error.message}
+    if error.path:
+        formatted["path"] = error.path
+    return formatted
+
+
+def _json(body: Any, status: int) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
+    spec, placement = pod.spec, pod.placement
+    running = runtime_status(pod) == "running"
+    ports = []
+    for port, host_port in placement.portMappings.items():
+        parsed = parse_port(port)
+        ports.append(
+            {
+                "ip": services.pod_runner.public_host,
+                "isIpPublic": True,
+                "privatePort": parsed.number,
+                "publicPort": host_port,
+                "type": parsed.protocol.value,
+            }
+        )
+    memory = None
+    if spec.computeType is ComputeType.CPU:
+        memory = float(spec.vcpuCount * 2)
+    uptime = None
+    if running and pod.lastStartedAt is not None:
+        uptime = int(max(0.0, time.time() - pod.lastStartedAt))
+    return {
+        "name": spec.name,
+        "imageName": spec.imageName,
+        "desiredStatus": pod.desiredStatus.value,
+        "lastStatusChange": times.iso(pod.lastStatusChange),
+        "costPerHr": services.billing.pod_cost_per_hour(pod),
+        "containerDiskInGb": spec.containerDiskInGb,
+        "volumeInGb": spec.volumeInGb,
+        "volumeMountPath": spec.volumeMountPath,
+        "gpuCount": spec.gpuCount if spec.computeType is ComputeType.GPU else 0,
+        "vcpuCount": spec.vcpuCount,
+        "memoryInGb": memory,
+        "env": [f"{k}={v}" for k, v in spec.env.items()],
+        "dockerArgs": " ".join([*spec.dockerEntrypoint, *spec.dockerStartCmd]),
+        "dockerId": None,
+        "machineId": placement.owner,
+        "podType": "INTERRUPTABLE" if spec.interruptible else "RESERVED",
+        "port": ports[0]["privatePort"] if ports else None,
+        "ports": ",".join(spec.ports),
+        "uptimeSeconds": uptime,
+        "runtime": {"ports": ports} if running else None,
+        "machine": {"gpuDisplayName": placement.gpuName, "podHostId": placement.owner},
+    }
+
+
+def _endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:
+    spec = endpoint.spec
+    return {
+        "name": spec.name,
+        "userId": endpoint.userId,
+        "templateId": spec.templateId,
+        "gpuIds": ",".join(spec.gpuTypeIds) if spec.computeType is ComputeType.GPU else "CPU",
+        "gpuCount": spec.gpuCount,
+        "networkVolumeId": spec.networkVolumeId,
+        "networkVolume": (
+            {"id": spec.networkVolumeId, "name": "", "size": 0, "dataCenterId": "local"}
+            if spec.networkVolumeId
+            else None
+        ),
+        "locations": ",".join(spec.dataCenterIds) or None,
+        "idleTimeout": spec.idleTimeout,
+        "scalerType": spec.scalerType.value,
+        "scalerValue": spec.scalerValue,
+        "workersMin": spec.workersMin,
+        "workersMax": spec.workersMax,
+        "workersStandby": 1 if spec.flashboot else 0,
+        "type": "QUEUE",
+        "version": endpoint.version,
+        "aiKey": None,
+        "createdAt": times.iso(endpoint.createdAt),
+        "env": [{"key": k, "value": v} for k, v in spec.env.items()],
+    }

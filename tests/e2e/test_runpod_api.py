@@ -1,0 +1,131 @@
+"""The runpod SDK's management half (``runpod.api``) against a real ``skiff serve``, unmodified:
+it posts GraphQL to ``$RUNPOD_API_BASE_URL/graphql``. Who you are, this host's GPU types, your
+endpoints and pods, and a pod stopped, resumed and terminated; an operation skiff does not
+serve yet raises the SDK's own ``QueryError`` naming it, and a wrong key its
+``AuthenticationError``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Server, running
+
+RTX = "NVIDIA GeForce RTX 4090"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    prices = tmp_path_factory.mktemp("prices") / "prices.toml"
+    prices.write_text(f'[gpu_hour]\n"{RTX}" = 0.69\n')
+    env: dict[str, str | None] = {"SKIFF_GPUS": f"{RTX}:2", "SKIFF_PRICES": str(prices)}
+    with running(tmp_path_factory.mktemp("sdk-api") / "data", env=env) as server:
+        yield server
+
+
+@pytest.fixture
+def sdk(fleet: Server) -> Iterator[Any]:
+    import runpod
+
+    os.environ["RUNPOD_API_BASE_URL"] = fleet.url
+    runpod.api_key = fleet.key
+    try:
+        yield runpod
+    finally:
+        os.environ.pop("RUNPOD_API_BASE_URL", None)
+
+
+def test_who_i_am_my_volumes_and_the_hosts_gpu_types(fleet: Server, sdk: Any) -> None:
+    volume = fleet.http.post("/v1/networkvolumes", json={"name": "models", "size": 1}).json()
+    me = sdk.get_user()
+    assert me["id"] and me["pubKey"] is None
+    assert {"id": volume["id"], "name": "models", "size": 1, "dataCenterId": "local"} in me[
+        "networkVolumes"
+    ]
+    assert sdk.get_gpus() == [{"id": RTX, "displayName": RTX, "memoryInGb": None}]
+    gpu = sdk.get_gpu(RTX, 2)
+    assert gpu["maxGpuCount"] == 2 and gpu["securePrice"] == 0.69
+    assert gpu["lowestPrice"]["uninterruptablePrice"] == pytest.approx(1.38)
+
+
+def test_my_endpoints_as_the_sdk_lists_them(fleet: Server, sdk: Any) -> None:
+    endpoint = fleet.create_endpoint(name="listed", workersMax=2, env={"A": "1"})
+    (listed,) = [e for e in sdk.get_endpoints() if e["id"] == endpoint["id"]]
+    assert (listed["name"], listed["workersMax"], listed["gpuIds"]) == ("listed", 2, "CPU")
+    assert listed["env"] == [{"key": "A", "value": "1"}]
+
+
+def test_a_pod_is_listed_stopped_resumed_and_terminated(
+    fleet: Server, sdk: Any, tmp_path: Path
+) -> None:
+    made = fleet.http.post(
+        "/v1/pods",
+        json={
+            "name": "sdk-pod",
+            "imageName": "local/python",
+            "gpuTypeIds": [RTX],
+            "volumeInGb": 0,
+            "dockerStartCmd": [sys.executable, "-c", "import time; time.sleep(600)"],
+        },
+    )
+    assert made.status_code == 201, made.text
+    pod_id = made.json()["id"]
+    fleet.wait_for(
+        lambda: fleet.http.get(f"/v1/pods/{pod_id}").json()["status"] == "running",
+        what="the pod to run",
+    )
+    (listed,) = [p for p in sdk.get_pods() if p["id"] == pod_id]
+    assert (listed["name"], listed["desiredStatus"], listed["gpuCount"]) == (
+        "sdk-pod",
+        "RUNNING",
+        1,
+    )
+    assert listed["machine"]["gpuDisplayName"] == RTX and listed["costPerHr"] == 0.69
+    assert sdk.get_pod(pod_id)["id"] == pod_id
+    assert sdk.get_pod("no-such-pod") is None
+
+    assert sdk.stop_pod(pod_id) == {"id": pod_id, "desiredStatus": "EXITED"}
+    resumed = sdk.resume_pod(pod_id, 1)
+    assert resumed["desiredStatus"] == "RUNNING"
+    sdk.terminate_pod(pod_id)
+    assert fleet.http.get(f"/v1/pods/{pod_id}").status_code == 404
+    with pytest.raises(sdk.error.QueryError, match="not found"):
+        sdk.stop_pod(pod_id)
+
+
+def test_an_operation_not_served_yet_raises_the_sdks_query_error(sdk: Any) -> None:
+    with pytest.raises(sdk.error.QueryError, match="saveTemplate"):
+        sdk.create_template(name="t", image_name="x")
+
+
+def test_a_wrong_key_raises_the_sdks_authentication_error(sdk: Any) -> None:
+    with pytest.raises(sdk.error.AuthenticationError):
+        sdk.get_user(api_key="not-a-key")
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"{", 400),
+        (b"[]", 400),
+        (b'{"query": 5}', 400),
+        (b'{"query": "{ myself { id "}', 200),  # a syntax error, the GraphQL way
+        (b'{"query": "\\udfff"}', 400),  # a lone surrogate is no JSON text
+        (b'{"query": "' + b"{ myself " * 500 + b'"}', 200),
+    ],
+)
+def test_bad_graphql_is_refused_clearly_never_a_server_error(
+    fleet: Server, body: bytes, status: int
+) -> None:
+    answer = fleet.http.post("/graphql", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    assert answer.json()["errors"][0]["message"]
+
+
+def test_an_id_holding_a_nul_finds_nothing(fleet: Server) -> None:
+    query = {"query": '{ pod(input: {podId: "a\\u0000b"}) { id } }'}
+    assert fleet.http.post("/graphql", json=query).json() == {"data": {"pod": None}}
