@@ -129,3 +129,33 @@ def test_bad_graphql_is_refused_clearly_never_a_server_error(
 def test_an_id_holding_a_nul_finds_nothing(fleet: Server) -> None:
     query = {"query": '{ pod(input: {podId: "a\\u0000b"}) { id } }'}
     assert fleet.http.post("/graphql", json=query).json() == {"data": {"pod": None}}
+
+
+def test_create_pod_makes_a_gpu_pod_and_a_cpu_pod(fleet: Server, sdk: Any) -> None:
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(600)'"
+    made = sdk.create_pod(
+        "sdk-made",
+        "local/python",
+        RTX,
+        docker_args=sleeper,
+        ports="8888/http, 22/tcp",
+        env={"A": "1"},
+        volume_mount_path="/workspace",
+    )
+    assert made["imageName"] == "local/python" and made["env"] == ["A=1"]
+    pod = fleet.http.get(f"/v1/pods/{made['id']}").json()
+    assert pod["gpuCount"] == 1 and pod["ports"] == ["8888/http", "22/tcp"]
+    assert pod["dockerStartCmd"][1:] == ["-c", "import time; time.sleep(600)"]
+    cpu = sdk.create_pod("sdk-cpu", "local/python", instance_id="cpu3c-4-8", docker_args=sleeper)
+    cpu_pod = fleet.http.get(f"/v1/pods/{cpu['id']}").json()
+    assert (cpu_pod["computeType"], cpu_pod["vcpuCount"]) == ("CPU", 4)
+    for pod_id in (made["id"], cpu["id"]):
+        sdk.terminate_pod(pod_id)
+
+
+def test_create_pod_refusals_come_back_as_the_sdks_errors(sdk: Any) -> None:
+    # The SDK checks the GPU type first (get_gpu): this host has none of that type.
+    with pytest.raises(ValueError):
+        sdk.create_pod("nope", "local/python", "NVIDIA H100 80GB HBM3")
+    with pytest.raises(sdk.error.QueryError, match="N/http or N/tcp"):
+        sdk.create_pod("bad-port", "local/python", RTX, ports="8888")

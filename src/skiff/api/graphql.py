@@ -12,19 +12,21 @@ This first part serves who you are (``myself``: id, network volumes, endpoints, 
 types of this host (``gpuTypes``), a pod (``pod``), and a pod's stop, resume and terminate.
 """
 
+import shlex
 import time
 from typing import Any
 
 import orjson
 from ariadne import MutationType, ObjectType, QueryType, graphql, make_executable_schema
 from graphql import GraphQLError, GraphQLResolveInfo
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api import credentials
-from skiff.domain import times
+from skiff.domain import instance_ids, times
 from skiff.domain.endpoints import ComputeType, Endpoint
-from skiff.domain.pods import Pod, parse_port, runtime_status
+from skiff.domain.pods import Pod, PodCreate, parse_port, runtime_status
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
 from skiff.services.hub import Services
@@ -40,9 +42,42 @@ type Query {
 }
 
 type Mutation {
+  podFindAndDeployOnDemand(input: PodDeployInput!): Pod
+  deployCpuPod(input: PodDeployInput!): Pod
   podStop(input: PodStopInput!): Pod
   podResume(input: PodResumeInput!): Pod
   podTerminate(input: PodTerminateInput!): Boolean
+}
+
+enum CloudType { ALL COMMUNITY SECURE }
+
+input EnvVarInput { key: String!, value: String! }
+
+"What runpod.create_pod sends: a GPU pod (gpuTypeId) or a CPU one (instanceId)."
+input PodDeployInput {
+  name: String
+  imageName: String
+  templateId: String
+  gpuTypeId: String
+  gpuCount: Int
+  instanceId: String
+  cloudType: CloudType
+  supportPublicIp: Boolean
+  startSsh: Boolean
+  dataCenterId: String
+  countryCode: String
+  volumeInGb: Int
+  containerDiskInGb: Int
+  minVcpuCount: Int
+  minMemoryInGb: Int
+  dockerArgs: String
+  ports: String
+  volumeMountPath: String
+  env: [EnvVarInput!]
+  networkVolumeId: String
+  allowedCudaVersions: [String!]
+  minDownload: Int
+  minUpload: Int
 }
 
 input GpuTypeFilter { id: String }
@@ -238,6 +273,24 @@ def build(services: Services) -> Any:
         except NotFound:
             return None
 
+    async def deploy(info: Info, given: dict[str, Any], gpu: bool) -> Pod:
+        user = user_of(info)
+        fields = await _pod_create_fields(services, user, given, gpu)
+        try:
+            data = PodCreate.model_validate(fields)
+        except ValidationError as exc:
+            raise GraphQLError(_validation_message(exc)) from None
+        made: Pod = await _acting(services.pods.create(user, data))
+        return made
+
+    @mutation.field("podFindAndDeployOnDemand")
+    async def resolve_deploy_gpu(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
+        return await deploy(info, input, gpu=True)
+
+    @mutation.field("deployCpuPod")
+    async def resolve_deploy_cpu(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
+        return await deploy(info, input, gpu=False)
+
     @mutation.field("podStop")
     async def resolve_stop(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
         stopped: Pod = await _acting(services.pods.stop(user_of(info), input["podId"]))
@@ -348,6 +401,62 @@ async def _acting(action: Any) -> Any:
         return await action
     except (NotFound, Conflict, Invalid) as exc:
         raise GraphQLError(exc.message) from None
+
+
+#: The template runpod.create_pod names for a CPU pod given none: the hosted platform's Ubuntu,
+#: which skiff does not have; the pod's own image is used instead.
+HOSTED_CPU_TEMPLATE = "runpod-ubuntu"
+
+
+async def _pod_create_fields(
+    services: Services, user: User, given: dict[str, Any], gpu: bool
+) -> dict[str, Any]:
+    """``PodDeployInput`` as ``/v1``'s pod create input."""
+    fields: dict[str, Any] = {"computeType": "GPU" if gpu else "CPU"}
+    for name in ("name", "imageName", "containerDiskInGb", "volumeMountPath", "networkVolumeId"):
+        if given.get(name) not in (None, ""):
+            fields[name] = given[name]
+    if given.get("volumeInGb") is not None:
+        fields["volumeInGb"] = given["volumeInGb"]
+    if gpu:
+        fields["gpuTypeIds"] = [given["gpuTypeId"]] if given.get("gpuTypeId") else []
+        if given.get("gpuCount"):
+            fields["gpuCount"] = given["gpuCount"]
+    elif given.get("instanceId"):
+        instance = instance_ids.parse(given["instanceId"])
+        if instance is None:
+            raise GraphQLError(
+                f"instanceId: {given['instanceId']!r} is not an instance id such as cpu3c-2-4"
+            )
+        fields["vcpuCount"], fields["cpuFlavorIds"] = instance.vcpus, [instance.flavor]
+    template = given.get("templateId")
+    if template == HOSTED_CPU_TEMPLATE:
+        try:
+            await services.templates.get(user, template)
+        except NotFound:
+            template = None
+    if template:
+        fields["templateId"] = template
+    if given.get("dockerArgs"):
+        try:
+            fields["dockerStartCmd"] = shlex.split(given["dockerArgs"])
+        except ValueError as exc:
+            raise GraphQLError(f"dockerArgs: cannot split this command: {exc}") from None
+    if given.get("ports"):
+        fields["ports"] = [p for p in given["ports"].replace(" ", "").split(",") if p]
+    if given.get("env"):
+        fields["env"] = {e["key"]: e["value"] for e in given["env"]}
+    if given.get("dataCenterId"):
+        fields["dataCenterIds"] = [given["dataCenterId"]]
+    return fields
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(x) for x in error.get("loc", ())) or "input"
+        parts.append(f"{where}: {str(error.get('msg', 'invalid')).removeprefix('Value error, ')}")
+    return "; ".join(parts)
 
 
 def _error_format(error: GraphQLError, _debug: bool = False) -> dict[str, Any]:
