@@ -98,8 +98,52 @@ def test_a_pod_is_listed_stopped_resumed_and_terminated(
 
 
 def test_an_operation_not_served_yet_raises_the_sdks_query_error(sdk: Any) -> None:
-    with pytest.raises(sdk.error.QueryError, match="saveTemplate"):
-        sdk.create_template(name="t", image_name="x")
+    with pytest.raises(sdk.error.QueryError, match="updateUserSettings"):
+        sdk.update_user_settings("ssh-ed25519 AAAA me")
+
+
+def test_templates_endpoints_and_registry_auths_are_made_as_the_sdk_asks(
+    fleet: Server, sdk: Any
+) -> None:
+    auth = sdk.create_container_registry_auth("registry", "me", "secret")
+    assert auth["name"] == "registry" and auth["id"]
+    template = sdk.create_template(
+        name="sdk-template",
+        image_name="local/worker",
+        docker_start_cmd=f"{sys.executable} -c 'print(1)'",
+        ports="8888/http",
+        env={"A": "1"},
+        is_serverless=True,
+        registry_auth_id=auth["id"],
+    )
+    assert template["name"] == "sdk-template" and template["ports"] == "8888/http"
+    assert template["env"] == [{"key": "A", "value": "1"}] and template["isServerless"]
+    stored = fleet.http.get(f"/v1/templates/{template['id']}").json()
+    assert stored["dockerStartCmd"][1:] == ["-c", "print(1)"]
+    assert stored["containerRegistryAuthId"] == auth["id"]
+
+    endpoint = sdk.create_endpoint(
+        name="sdk-endpoint", template_id=template["id"], gpu_ids=RTX, workers_max=2
+    )
+    assert (endpoint["name"], endpoint["workersMax"], endpoint["gpuIds"]) == (
+        "sdk-endpoint",
+        2,
+        RTX,
+    )
+    pooled = sdk.create_endpoint(name="pooled", template_id=template["id"])  # AMPERE_16
+    assert fleet.http.get(f"/v1/endpoints/{pooled['id']}").json()["gpuTypeIds"] == []
+    other = sdk.create_template(name="sdk-template-2", image_name="local/worker")
+    moved = sdk.update_endpoint_template(endpoint_id=endpoint["id"], template_id=other["id"])
+    assert moved == {"id": endpoint["id"], "templateId": other["id"]}
+    with pytest.raises(sdk.error.QueryError, match=r"no template|not found"):
+        sdk.update_endpoint_template(endpoint_id=endpoint["id"], template_id="nope")
+
+    for made in (endpoint, pooled):
+        fleet.http.delete(f"/v1/endpoints/{made['id']}")
+    fleet.http.delete(f"/v1/templates/{template['id']}")
+    assert sdk.delete_container_registry_auth(auth["id"]) is True
+    with pytest.raises(sdk.error.QueryError, match="not found"):
+        sdk.delete_container_registry_auth(auth["id"])
 
 
 def test_a_wrong_key_raises_the_sdks_authentication_error(sdk: Any) -> None:

@@ -8,28 +8,35 @@ raises its ``QueryError`` with the message); an unknown or revoked key is a 401,
 reports as an authentication error. An operation skiff does not serve yet is refused by the
 schema, by name, never answered with a made-up success.
 
-This first part serves who you are (``myself``: id, network volumes, endpoints, pods), the GPU
-types of this host (``gpuTypes``), a pod (``pod``), and a pod's stop, resume and terminate.
+Served: who you are (``myself``: id, network volumes, endpoints, pods), the GPU types of this
+host (``gpuTypes``), a pod (``pod``); pods created (GPU and CPU), stopped, resumed and
+terminated; templates, endpoints (and an endpoint's template) and registry auths created, a
+registry auth deleted.
 """
 
+import re
 import shlex
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from ariadne import MutationType, ObjectType, QueryType, graphql, make_executable_schema
 from graphql import GraphQLError, GraphQLResolveInfo
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api import credentials
 from skiff.domain import instance_ids, times
-from skiff.domain.endpoints import ComputeType, Endpoint
+from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
 from skiff.domain.pods import Pod, PodCreate, parse_port, runtime_status
+from skiff.domain.registry_auths import RegistryAuthCreate
+from skiff.domain.templates import TemplateCreate
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
 from skiff.services.hub import Services
+
+M = TypeVar("M", bound=BaseModel)
 
 #: What a resolver is told: its context holds the caller (``{"user": User}``).
 Info = GraphQLResolveInfo[dict[str, Any]]
@@ -47,6 +54,69 @@ type Mutation {
   podStop(input: PodStopInput!): Pod
   podResume(input: PodResumeInput!): Pod
   podTerminate(input: PodTerminateInput!): Boolean
+  saveTemplate(input: TemplateInput!): Template
+  saveEndpoint(input: EndpointInput!): Endpoint
+  updateEndpointTemplate(input: EndpointTemplateInput!): Endpoint
+  saveRegistryAuth(input: RegistryAuthInput!): RegistryAuth
+  deleteRegistryAuth(registryAuthId: String!): Boolean
+}
+
+"What runpod.create_template sends."
+input TemplateInput {
+  name: String!
+  imageName: String!
+  dockerArgs: String
+  containerDiskInGb: Int
+  volumeInGb: Int
+  volumeMountPath: String
+  ports: String
+  env: [EnvVarInput!]
+  isServerless: Boolean
+  containerRegistryAuthId: String
+  startSsh: Boolean
+  isPublic: Boolean
+  readme: String
+}
+
+"What runpod.create_endpoint sends; gpuIds: GPU types (as NVML names them) or CPU."
+input EndpointInput {
+  name: String!
+  templateId: String!
+  gpuIds: String
+  gpuCount: Int
+  networkVolumeId: String
+  locations: String
+  idleTimeout: Int
+  scalerType: String
+  scalerValue: Int
+  workersMin: Int
+  workersMax: Int
+  allowedCudaVersions: String
+  flashBootType: FlashBootType
+}
+
+enum FlashBootType { FLASHBOOT OFF }
+
+input EndpointTemplateInput { endpointId: String!, templateId: String! }
+
+input RegistryAuthInput { name: String!, username: String!, password: String! }
+
+type RegistryAuth {
+  id: String!
+  name: String!
+}
+
+type Template {
+  id: String!
+  name: String!
+  imageName: String!
+  dockerArgs: String
+  containerDiskInGb: Int
+  volumeInGb: Int
+  volumeMountPath: String
+  ports: String
+  env: [EnvVar!]!
+  isServerless: Boolean
 }
 
 enum CloudType { ALL COMMUNITY SECURE }
@@ -184,6 +254,8 @@ type Endpoint {
   workersMin: Int
   workersMax: Int
   workersStandby: Int
+  allowedCudaVersions: String
+  flashBootType: String
   type: String
   version: Int
   aiKey: String
@@ -276,10 +348,7 @@ def build(services: Services) -> Any:
     async def deploy(info: Info, given: dict[str, Any], gpu: bool) -> Pod:
         user = user_of(info)
         fields = await _pod_create_fields(services, user, given, gpu)
-        try:
-            data = PodCreate.model_validate(fields)
-        except ValidationError as exc:
-            raise GraphQLError(_validation_message(exc)) from None
+        data = _model(PodCreate, fields)
         made: Pod = await _acting(services.pods.create(user, data))
         return made
 
@@ -290,6 +359,80 @@ def build(services: Services) -> Any:
     @mutation.field("deployCpuPod")
     async def resolve_deploy_cpu(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
         return await deploy(info, input, gpu=False)
+
+    @mutation.field("saveTemplate")
+    async def resolve_save_template(_obj: Any, info: Info, input: dict[str, Any]) -> Any:
+        fields: dict[str, Any] = {"name": input["name"], "imageName": input["imageName"]}
+        for name in ("containerDiskInGb", "volumeInGb", "volumeMountPath", "isServerless"):
+            if input.get(name) is not None:
+                fields[name] = input[name]
+        if input.get("isServerless"):
+            fields["category"] = "NVIDIA"
+        if input.get("dockerArgs"):
+            fields["dockerStartCmd"] = _split(input["dockerArgs"])
+        if input.get("ports"):
+            fields["ports"] = [p for p in input["ports"].replace(" ", "").split(",") if p]
+        if input.get("env"):
+            fields["env"] = {e["key"]: e["value"] for e in input["env"]}
+        if input.get("containerRegistryAuthId"):
+            fields["containerRegistryAuthId"] = input["containerRegistryAuthId"]
+        template = await _acting(
+            services.templates.create(user_of(info), _model(TemplateCreate, fields))
+        )
+        return {
+            "id": template.id,
+            "name": template.name,
+            "imageName": template.imageName,
+            "dockerArgs": shlex.join([*template.dockerEntrypoint, *template.dockerStartCmd]),
+            "containerDiskInGb": template.containerDiskInGb,
+            "volumeInGb": template.volumeInGb,
+            "volumeMountPath": template.volumeMountPath,
+            "ports": ",".join(template.ports),
+            "env": [{"key": k, "value": v} for k, v in template.env.items()],
+            "isServerless": template.isServerless,
+        }
+
+    @mutation.field("saveEndpoint")
+    async def resolve_save_endpoint(_obj: Any, info: Info, input: dict[str, Any]) -> Endpoint:
+        fields: dict[str, Any] = {"name": input["name"], "templateId": input["templateId"]}
+        for name in ("idleTimeout", "scalerValue", "workersMin", "workersMax", "gpuCount"):
+            if input.get(name) is not None:
+                fields[name] = input[name]
+        if input.get("scalerType"):
+            fields["scalerType"] = input["scalerType"]
+        if input.get("networkVolumeId"):
+            fields["networkVolumeId"] = input["networkVolumeId"]
+        if input.get("locations"):
+            fields["dataCenterIds"] = [x for x in input["locations"].split(",") if x]
+        if input.get("allowedCudaVersions"):
+            fields["allowedCudaVersions"] = input["allowedCudaVersions"].split(",")
+        if input.get("flashBootType") == "FLASHBOOT":
+            fields["flashboot"] = True
+        fields |= _gpu_ids(input.get("gpuIds"))
+        made: Endpoint = await _acting(
+            services.endpoints.create(user_of(info), _model(EndpointCreate, fields))
+        )
+        return made
+
+    @mutation.field("updateEndpointTemplate")
+    async def resolve_endpoint_template(_obj: Any, info: Info, input: dict[str, Any]) -> Endpoint:
+        change = _model(EndpointUpdate, {"templateId": input["templateId"]})
+        updated: Endpoint = await _acting(
+            services.endpoints.update(user_of(info), input["endpointId"], change)
+        )
+        return updated
+
+    @mutation.field("saveRegistryAuth")
+    async def resolve_save_auth(_obj: Any, info: Info, input: dict[str, Any]) -> Any:
+        auth = await _acting(
+            services.registry_auths.create(user_of(info), _model(RegistryAuthCreate, input))
+        )
+        return {"id": auth.id, "name": auth.name}
+
+    @mutation.field("deleteRegistryAuth")
+    async def resolve_delete_auth(_obj: Any, info: Info, registryAuthId: str) -> bool:
+        await _acting(services.registry_auths.delete(user_of(info), registryAuthId))
+        return True
 
     @mutation.field("podStop")
     async def resolve_stop(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
@@ -359,6 +502,8 @@ def build(services: Services) -> Any:
         "workersMin",
         "workersMax",
         "workersStandby",
+        "allowedCudaVersions",
+        "flashBootType",
         "type",
         "version",
         "aiKey",
@@ -438,10 +583,7 @@ async def _pod_create_fields(
     if template:
         fields["templateId"] = template
     if given.get("dockerArgs"):
-        try:
-            fields["dockerStartCmd"] = shlex.split(given["dockerArgs"])
-        except ValueError as exc:
-            raise GraphQLError(f"dockerArgs: cannot split this command: {exc}") from None
+        fields["dockerStartCmd"] = _split(given["dockerArgs"])
     if given.get("ports"):
         fields["ports"] = [p for p in given["ports"].replace(" ", "").split(",") if p]
     if given.get("env"):
@@ -449,6 +591,34 @@ async def _pod_create_fields(
     if given.get("dataCenterId"):
         fields["dataCenterIds"] = [given["dataCenterId"]]
     return fields
+
+
+def _model(model: type[M], fields: dict[str, Any]) -> M:
+    """``fields`` as ``/v1``'s input model; its refusal as a GraphQL error naming each field."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        raise GraphQLError(_validation_message(exc)) from None
+
+
+def _split(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise GraphQLError(f"dockerArgs: cannot split this command: {exc}") from None
+
+
+#: The hosted platform's GPU pools (AMPERE_16, ADA_24 …): skiff has no pools, so an endpoint
+#: naming only pools takes any GPU type this server has.
+_POOL = re.compile(r"^[A-Z]+_[0-9]+$")
+
+
+def _gpu_ids(gpu_ids: str | None) -> dict[str, Any]:
+    """``gpuIds`` as the SDK sends it: "CPU", GPU types by NVML name, or hosted pool ids."""
+    names = [x.strip() for x in (gpu_ids or "").split(",") if x.strip()]
+    if names == ["CPU"]:
+        return {"computeType": "CPU"}
+    return {"computeType": "GPU", "gpuTypeIds": [n for n in names if not _POOL.match(n)]}
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -537,6 +707,8 @@ def _endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:
         "workersMin": spec.workersMin,
         "workersMax": spec.workersMax,
         "workersStandby": 1 if spec.flashboot else 0,
+        "allowedCudaVersions": ",".join(spec.allowedCudaVersions) or None,
+        "flashBootType": "FLASHBOOT" if spec.flashboot else "OFF",
         "type": "QUEUE",
         "version": endpoint.version,
         "aiKey": None,
