@@ -7,6 +7,7 @@ serve yet raises the SDK's own ``QueryError`` naming it, and a wrong key its
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +17,18 @@ import pytest
 from harness import Server, running
 
 RTX = "NVIDIA GeForce RTX 4090"
+#: The GPU type `runpod pod create`'s default pod asks for.
+RTX_3090 = "NVIDIA GeForce RTX 3090"
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     prices = tmp_path_factory.mktemp("prices") / "prices.toml"
     prices.write_text(f'[gpu_hour]\n"{RTX}" = 0.69\n')
-    env: dict[str, str | None] = {"SKIFF_GPUS": f"{RTX}:2", "SKIFF_PRICES": str(prices)}
+    env: dict[str, str | None] = {
+        "SKIFF_GPUS": f"{RTX}:2,{RTX_3090}:1",
+        "SKIFF_PRICES": str(prices),
+    }
     with running(tmp_path_factory.mktemp("sdk-api") / "data", env=env) as server:
         yield server
 
@@ -46,7 +52,10 @@ def test_who_i_am_my_volumes_and_the_hosts_gpu_types(fleet: Server, sdk: Any) ->
     assert {"id": volume["id"], "name": "models", "size": 1, "dataCenterId": "local"} in me[
         "networkVolumes"
     ]
-    assert sdk.get_gpus() == [{"id": RTX, "displayName": RTX, "memoryInGb": None}]
+    assert sdk.get_gpus() == [
+        {"id": RTX, "displayName": RTX, "memoryInGb": None},
+        {"id": RTX_3090, "displayName": RTX_3090, "memoryInGb": None},
+    ]
     gpu = sdk.get_gpu(RTX, 2)
     assert gpu["maxGpuCount"] == 2 and gpu["securePrice"] == 0.69
     assert gpu["lowestPrice"]["uninterruptablePrice"] == pytest.approx(1.38)
@@ -97,9 +106,19 @@ def test_a_pod_is_listed_stopped_resumed_and_terminated(
         sdk.stop_pod(pod_id)
 
 
-def test_an_operation_not_served_yet_raises_the_sdks_query_error(sdk: Any) -> None:
-    with pytest.raises(sdk.error.QueryError, match="updateUserSettings"):
-        sdk.update_user_settings("ssh-ed25519 AAAA me")
+def test_an_operation_skiff_does_not_serve_raises_the_sdks_query_error(sdk: Any) -> None:
+    from runpod.api.graphql import run_graphql_query
+
+    with pytest.raises(sdk.error.QueryError, match="Cannot query field 'savingsPlans'"):
+        run_graphql_query("query { myself { savingsPlans { id } } }")
+
+
+def test_the_users_public_key_is_set_and_read_back(sdk: Any) -> None:
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI me@laptop"
+    assert sdk.update_user_settings(key)["pubKey"] == key
+    assert sdk.get_user()["pubKey"] == key
+    with pytest.raises(sdk.error.QueryError, match="printable"):
+        sdk.update_user_settings("ssh-ed25519 \u0007")
 
 
 def test_templates_endpoints_and_registry_auths_are_made_as_the_sdk_asks(
@@ -107,6 +126,10 @@ def test_templates_endpoints_and_registry_auths_are_made_as_the_sdk_asks(
 ) -> None:
     auth = sdk.create_container_registry_auth("registry", "me", "secret")
     assert auth["name"] == "registry" and auth["id"]
+    changed = sdk.update_container_registry_auth(auth["id"], "me2", "secret2")
+    assert changed == {"id": auth["id"], "name": "registry"}
+    with pytest.raises(sdk.error.QueryError, match="not found"):
+        sdk.update_container_registry_auth("nope", "me2", "secret2")
     template = sdk.create_template(
         name="sdk-template",
         image_name="local/worker",
@@ -203,3 +226,28 @@ def test_create_pod_refusals_come_back_as_the_sdks_errors(sdk: Any) -> None:
         sdk.create_pod("nope", "local/python", "NVIDIA H100 80GB HBM3")
     with pytest.raises(sdk.error.QueryError, match="N/http or N/tcp"):
         sdk.create_pod("bad-port", "local/python", RTX, ports="8888")
+
+
+def test_the_runpod_cli_lists_and_creates_pods_as_a_user_would(
+    fleet: Server, tmp_path: Path
+) -> None:
+    env = {**os.environ, "HOME": str(tmp_path), "RUNPOD_API_BASE_URL": fleet.url}
+    runpod_cli = [str(Path(sys.executable).parent / "runpod")]
+
+    def cli(*args: str, given: str = "") -> str:
+        done = subprocess.run(
+            [*runpod_cli, *args], env=env, input=given, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    cli("config", fleet.key)
+    assert (tmp_path / ".runpod" / "config.toml").exists()
+    # The CLI's create launches its default pod (runpod/base on an RTX 3090, port 22/tcp).
+    created = cli("pod", "create", "cli-pod", given="y\n")
+    pod_id = created.split("Pod ")[1].split(" has been created")[0]
+    listed = cli("pod", "list")
+    assert pod_id in listed and "cli-pod" in listed and "RUNNING" in listed
+    pod = fleet.http.get(f"/v1/pods/{pod_id}").json()
+    assert (pod["image"], pod["ports"]) == ("runpod/base:0.0.0", ["22/tcp"])
+    fleet.http.delete(f"/v1/pods/{pod_id}")

@@ -11,7 +11,7 @@ schema, by name, never answered with a made-up success.
 Served: who you are (``myself``: id, network volumes, endpoints, pods), the GPU types of this
 host (``gpuTypes``), a pod (``pod``); pods created (GPU and CPU), stopped, resumed and
 terminated; templates, endpoints (and an endpoint's template) and registry auths created, a
-registry auth deleted.
+registry auth's credentials changed or the auth deleted; the user's public SSH key.
 """
 
 import re
@@ -30,7 +30,7 @@ from skiff.api import credentials
 from skiff.domain import instance_ids, times
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
 from skiff.domain.pods import Pod, PodCreate, parse_port, runtime_status
-from skiff.domain.registry_auths import RegistryAuthCreate
+from skiff.domain.registry_auths import RegistryAuthCreate, RegistryAuthCredentials
 from skiff.domain.templates import TemplateCreate
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
@@ -59,7 +59,13 @@ type Mutation {
   updateEndpointTemplate(input: EndpointTemplateInput!): Endpoint
   saveRegistryAuth(input: RegistryAuthInput!): RegistryAuth
   deleteRegistryAuth(registryAuthId: String!): Boolean
+  updateRegistryAuth(input: RegistryAuthUpdateInput!): RegistryAuth
+  updateUserSettings(input: UserSettingsInput!): User
 }
+
+input RegistryAuthUpdateInput { id: String!, username: String!, password: String! }
+
+input UserSettingsInput { pubKey: String! }
 
 "What runpod.create_template sends."
 input TemplateInput {
@@ -288,8 +294,8 @@ def build(services: Services) -> Any:
         return user_of(info)
 
     @user_type.field("pubKey")
-    def resolve_pub_key(_user: User, _info: Info) -> None:
-        return None  # skiff keeps no SSH key of yours
+    async def resolve_pub_key(user: User, _info: Info) -> str | None:
+        return await services.user_settings.pub_key(user)
 
     @user_type.field("networkVolumes")
     async def resolve_volumes(user: User, _info: Info) -> list[dict[str, Any]]:
@@ -433,6 +439,21 @@ def build(services: Services) -> Any:
     async def resolve_delete_auth(_obj: Any, info: Info, registryAuthId: str) -> bool:
         await _acting(services.registry_auths.delete(user_of(info), registryAuthId))
         return True
+
+    @mutation.field("updateRegistryAuth")
+    async def resolve_update_auth(_obj: Any, info: Info, input: dict[str, Any]) -> Any:
+        credentials_given = {"username": input["username"], "password": input["password"]}
+        auth = await _acting(
+            services.registry_auths.update_credentials(
+                user_of(info), input["id"], _model(RegistryAuthCredentials, credentials_given)
+            )
+        )
+        return {"id": auth.id, "name": auth.name}
+
+    @mutation.field("updateUserSettings")
+    async def resolve_user_settings(_obj: Any, info: Info, input: dict[str, Any]) -> User:
+        await _acting(services.user_settings.set_pub_key(user_of(info), input["pubKey"]))
+        return user_of(info)
 
     @mutation.field("podStop")
     async def resolve_stop(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:

@@ -13,6 +13,13 @@ class RegistryAuthCreate(StrictInput):
     password: Text = Field(min_length=1, max_length=8192, description="Stored; never returned")
 
 
+class RegistryAuthCredentials(StrictInput):
+    """New credentials for an auth (the runpod SDK's update_container_registry_auth)."""
+
+    username: Text = Field(min_length=1, max_length=1024)
+    password: Text = Field(min_length=1, max_length=8192)
+
+
 class RegistryAuth(BaseModel):
     id: str
     name: str

@@ -35,6 +35,7 @@ from skiff.services.registry_auths import RegistryAuths
 from skiff.services.result_holds import ResultHolds
 from skiff.services.scaler import Scaler
 from skiff.services.templates import Templates
+from skiff.services.user_settings import UserSettings
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import WebhookSender, check_webhook_url
@@ -77,6 +78,7 @@ class Services:
     gpu_report: GpuReport
     meter: Meter
     billing: Billing
+    user_settings: UserSettings
     pod_logs: PodLogs
 
     @classmethod
@@ -232,5 +234,6 @@ class Services:
             gpu_report=GpuReport(store, gpus),
             meter=meter,
             billing=Billing(store, clock, load_prices(settings.prices)),
+            user_settings=UserSettings(store),
             pod_logs=PodLogs(pod_log_files, store, wakeups),
         )

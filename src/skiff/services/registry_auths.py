@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skiff.clock import Clock
-from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
+from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate, RegistryAuthCredentials
 from skiff.domain.users import User
 from skiff.errors import Conflict, NotFound
 from skiff.ids import short_id
@@ -38,6 +38,16 @@ class RegistryAuths:
         if record is None:
             raise NotFound("container registry auth not found")
         return _public(record)
+
+    async def update_credentials(
+        self, user: User, auth_id: str, data: RegistryAuthCredentials
+    ) -> RegistryAuth:
+        """New username and password under the same name; the next pull uses them."""
+        if not await self._store.update_registry_auth_credentials(
+            user.id, auth_id, data.username, data.password
+        ):
+            raise NotFound("container registry auth not found")
+        return await self.get(user, auth_id)
 
     async def delete(self, user: User, auth_id: str) -> None:
         await self.get(user, auth_id)

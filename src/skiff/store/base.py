@@ -99,6 +99,18 @@ class Store(Protocol):
 
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool: ...
 
+    async def update_registry_auth_credentials(
+        self, user_id: str, auth_id: str, username: str, password: str
+    ) -> bool:
+        """New credentials under the same name; False when the owner has no such auth."""
+        ...
+
+    async def get_pub_key(self, user_id: str) -> str | None:
+        """The user's public SSH key; None when they set none."""
+        ...
+
+    async def set_pub_key(self, user_id: str, pub_key: str) -> None: ...
+
     # -- templates ------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         """Raises ``Conflict`` when the owner already has one of that name."""

@@ -565,6 +565,25 @@ class SQLiteStore:
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
         return await self._write_run("delete_registry_auth", user_id=user_id, id=auth_id) > 0
 
+    async def update_registry_auth_credentials(
+        self, user_id: str, auth_id: str, username: str, password: str
+    ) -> bool:
+        changed = await self._write_run(
+            "update_registry_auth_credentials",
+            user_id=user_id,
+            id=auth_id,
+            username=username,
+            password=password,
+        )
+        return changed > 0
+
+    async def get_pub_key(self, user_id: str) -> str | None:
+        rows = self._query("get_user_pub_key", user_id=user_id)
+        return str(rows[0]["pub_key"]) if rows else None
+
+    async def set_pub_key(self, user_id: str, pub_key: str) -> None:
+        await self._write_run("set_user_pub_key", user_id=user_id, pub_key=pub_key)
+
     # -- templates ------------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
         def op(c: sqlite3.Connection) -> None:

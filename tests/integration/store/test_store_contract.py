@@ -824,6 +824,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0007_network_volumes.sql",
         "0008_pods.sql",
         "0009_usage.sql",
+        "0010_user_settings.sql",
     ]
     assert {
         "jobs",
@@ -886,6 +887,7 @@ AFTER_RENUMBERING = [
     "0007_network_volumes.sql",
     "0008_pods.sql",
     "0009_usage.sql",
+    "0010_user_settings.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -901,6 +903,7 @@ BOTH_RECORDS = sorted(
         "0007_network_volumes.sql",
         "0008_pods.sql",
         "0009_usage.sql",
+        "0010_user_settings.sql",
     ]
 )
 

@@ -14,3 +14,15 @@ WHERE user_id = :user_id AND id = :id;
 
 -- name: delete_registry_auth
 DELETE FROM registry_auths WHERE user_id = :user_id AND id = :id;
+
+-- name: update_registry_auth_credentials
+UPDATE registry_auths SET username = :username, password = :password
+WHERE user_id = :user_id AND id = :id;
+
+-- A user's settings (a public SSH key, for now): one row per user who set any.
+-- name: get_user_pub_key
+SELECT pub_key FROM user_settings WHERE user_id = :user_id;
+
+-- name: set_user_pub_key
+INSERT INTO user_settings (user_id, pub_key) VALUES (:user_id, :pub_key)
+ON CONFLICT (user_id) DO UPDATE SET pub_key = :pub_key;
