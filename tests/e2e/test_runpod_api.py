@@ -193,9 +193,30 @@ def test_bad_graphql_is_refused_clearly_never_a_server_error(
     assert answer.json()["errors"][0]["message"]
 
 
-def test_an_id_holding_a_nul_finds_nothing(fleet: Server) -> None:
+def test_an_id_holding_a_nul_is_refused_before_any_lookup(fleet: Server) -> None:
     query = {"query": '{ pod(input: {podId: "a\\u0000b"}) { id } }'}
-    assert fleet.http.post("/graphql", json=query).json() == {"data": {"pod": None}}
+    answer = fleet.http.post("/graphql", json=query)
+    assert answer.json() == {"errors": [{"message": "NUL characters are not accepted"}]}
+
+
+def test_another_users_key_sees_and_touches_none_of_it(fleet: Server, sdk: Any) -> None:
+    made = fleet.http.post(
+        "/v1/pods",
+        json={"name": "mine", "imageName": "x", "computeType": "CPU", "volumeInGb": 0},
+    )
+    pod_id = made.json()["id"]
+    printed = subprocess.run(
+        [sys.executable, "-m", "skiff", "keys", "create", "--user", "bob"],
+        env=fleet.env() | {"SKIFF_DATA_DIR": str(fleet.data_dir)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    bob = next(word for word in printed.split() if word.startswith("sk_"))
+    assert sdk.get_pods(api_key=bob) == []
+    assert sdk.get_pod(pod_id, api_key=bob) is None
+    assert sdk.get_user(api_key=bob)["networkVolumes"] == []
+    fleet.http.delete(f"/v1/pods/{pod_id}")
 
 
 def test_create_pod_makes_a_gpu_pod_and_a_cpu_pod(fleet: Server, sdk: Any) -> None:

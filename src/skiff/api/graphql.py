@@ -14,6 +14,7 @@ terminated; templates, endpoints (and an endpoint's template) and registry auths
 registry auth's credentials changed or the auth deleted; the user's public SSH key.
 """
 
+import logging
 import re
 import shlex
 import time
@@ -36,6 +37,7 @@ from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
 from skiff.services.hub import Services
 
+log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 #: What a resolver is told: its context holds the caller (``{"user": User}``).
@@ -550,6 +552,9 @@ def build(services: Services) -> Any:
             return _json({"errors": [{"message": "the body is not JSON"}]}, 400)
         if not isinstance(data, dict) or not isinstance(data.get("query"), str):
             return _json({"errors": [{"message": 'expected {"query": "..."}'}]}, 400)
+        if "\x00" in data["query"] or "\\u0000" in data["query"]:
+            # No name or id holds one, and PostgreSQL text cannot: refused before any lookup.
+            return _json({"errors": [{"message": "NUL characters are not accepted"}]}, 200)
         _ok, result = await graphql(
             schema,
             data,
@@ -651,7 +656,14 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def _error_format(error: GraphQLError, _debug: bool = False) -> dict[str, Any]:
-    formatted: dict[str, Any] = {"message": error.message}
+    """GraphQL's error shape. A resolver's unexpected failure is logged, and its text (which
+    may name internals) is not sent."""
+    message = error.message
+    original = error.original_error
+    if original is not None and not isinstance(original, GraphQLError):
+        log.error("a GraphQL resolver failed", exc_info=original)
+        message = "internal error: the server's log has the details"
+    formatted: dict[str, Any] = {"message": message}
     if error.path:
         formatted["path"] = error.path
     return formatted
