@@ -185,7 +185,8 @@ async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> N
     pod = (await in_process.http.post("/v1/pods", json=server_pod(free_port()))).json()
     await until(in_process, pod["id"], "running")
     volume = in_process.services.settings.volumes_path() / "pods" / pod["id"]
-    assert (volume / "starts").exists()
+    # Running is its process started; the file is written once its program gets going.
+    await _until(lambda: (volume / "starts").exists())
     assert (await in_process.http.delete(f"/v1/pods/{pod['id']}")).status_code == 204
     assert (await in_process.http.get(f"/v1/pods/{pod['id']}")).status_code == 404
     assert [p["id"] for p in (await in_process.http.get("/v1/pods")).json()] == []
