@@ -336,15 +336,7 @@ class DockerProvider:
         if handover.abandoned:
             raise WorkerStartError("the start was given up")
         container = self._create(launch, spec, sink)
-        try:
-            container.start()
-            container.reload()
-        except DockerException as exc:
-            with contextlib.suppress(DockerException):
-                container.remove(force=True)
-            raise WorkerStartError(f"the container could not start: {_explain(exc)}") from exc
-        handover.give(container)
-        return container
+        return start_and_hand_over(container, handover)
 
     def create_container(self, launch: Launch) -> Any:
         """Create (not start) the worker's container, the image already here: what Docker
@@ -483,6 +475,20 @@ class _Handover:
         remover = threading.Thread(target=_remove_quietly, args=(container,))
         remover.start()
         return remover
+
+
+def start_and_hand_over(container: Any, handover: _Handover) -> Any:
+    """Start a created container (a worker's or a pod's) and hand it to the waiting start; one
+    that cannot start is removed, and the refusal says why."""
+    try:
+        container.start()
+        container.reload()
+    except DockerException as exc:
+        with contextlib.suppress(DockerException):
+            container.remove(force=True)
+        raise WorkerStartError(f"the container could not start: {_explain(exc)}") from exc
+    handover.give(container)
+    return container
 
 
 async def bring_up_in_daemon(work: Callable[[_Handover], T], sink: LogSink) -> T:

@@ -44,6 +44,7 @@ from skiff.providers.docker import (
     create_container,
     ensure_image,
     run_options,
+    start_and_hand_over,
 )
 
 log = logging.getLogger(__name__)
@@ -174,15 +175,7 @@ class DockerPodProvider:
         )
         options = pod_create_options(launch, self._server)
         container = create_container(self.client, options, launch.image, launch.disk_gb, sink)
-        try:
-            container.start()
-            container.reload()
-        except DockerException as exc:
-            with contextlib.suppress(DockerException):
-                container.remove(force=True)
-            raise WorkerStartError(f"the container could not start: {_explain(exc)}") from exc
-        handover.give(container)
-        return container
+        return start_and_hand_over(container, handover)
 
     def _follow(
         self, container: Any, instance: PodInstance, sink: LogSink, since: int | None = None
