@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from skiff.api import graphql as graphql_api
+from skiff.api import lb as lb_api
 from skiff.api import management
 from skiff.api import v2 as v2_api
 from skiff.api.hot import WithHotRoutes
@@ -159,6 +160,7 @@ def create_app(
             "webhooks": services.webhooks.run,
             "pods": services.pod_runner.run,
             "meter": services.meter.run,
+            "lb-health": services.lb_health.run,
         },
         on_gain=take_up_lead,
         on_loss=lose_lead,
@@ -203,6 +205,9 @@ def create_app(
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()
             await services.fleet.shutdown()
+            await services.lb_health.aclose()
+            await services.lb_proxy.aclose()
+            await services.balancer.aclose()
             await services.pod_runner.shutdown()
             await cluster.close()
             await store.close()
@@ -241,6 +246,7 @@ def create_app(
             Mount("/v1", app=management.build(services)),
             Route("/graphql", graphql_api.build(services), methods=["POST"]),
             Mount(v2_api.PREFIX, app=v2.app),
+            Mount(lb_api.PREFIX, app=lb_api.build(services)),
             console_mount(services),
         ],
         lifespan=lifespan,
@@ -248,4 +254,6 @@ def create_app(
     app.state.services = services
     # The routes every job crosses skip the framework's routing and middleware (api/v2.py).
     app.hot = v2.hot
+    if settings.lb_domain:
+        app.lb_domain = v2.hot.lb_domain = settings.lb_domain
     return app

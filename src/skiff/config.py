@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     #: process started is ended, counted as a failed start (back-off, ``lastWorkerFailure``)
     #: and replaced. Generous by default: loading a model can take minutes.
     worker_start_timeout_seconds: float = Field(default=600.0, gt=0)
+    #: Load-balancing endpoints: how long a request waits for a ready worker (one starting
+    #: from zero included) before it is answered 503 with ``Retry-After``.
+    lb_wait_seconds: float = Field(default=60.0, gt=0, le=3600)
+    #: How often the leader pings each load-balancing worker's ``GET /ping``.
+    lb_ping_interval_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: A domain under which each load-balancing endpoint also answers by host name, as on the
+    #: hosted platform: ``{endpoint_id}.{lb_domain}/any/path``. Unset: ``/lb/{id}/...`` only.
+    lb_domain: str | None = None
     #: The most worker processes this server runs at once, all endpoints together; wanted
     #: workers beyond it wait as ``throttled``. Unset: what the host can hold
     #: (``providers.capacity.host_worker_limit``).

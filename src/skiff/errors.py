@@ -6,7 +6,9 @@ SkiffError
 ├── Conflict            409: a unique name already taken, a resource still in use
 ├── Unauthorized        401: missing or unknown key
 ├── PayloadTooLarge     413: a body over the limit of its route
-└── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
+├── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
+│   └── NoWorkerReady   503: a load-balancing endpoint has no worker ready in time
+└── BadGateway          502: a load-balancing worker failed the request passed to it
 """
 
 from __future__ import annotations
@@ -53,3 +55,16 @@ class TooManyRequests(SkiffError):
         super().__init__(message)
         # A client told to retry after 0 s would retry at once and be refused again.
         self.retry_after = max(1, retry_after)
+
+
+class NoWorkerReady(TooManyRequests):
+    """No worker of a load-balancing endpoint became ready in time: 503 with
+    ``Retry-After``, as a busy upstream answers."""
+
+    status_code = 503
+
+
+class BadGateway(SkiffError):
+    """The worker a request was passed to failed it (refused, reset, died mid-way)."""
+
+    status_code = 502

@@ -44,3 +44,13 @@ def listen(host: str, port: int, backlog: int = BACKLOG) -> socket.socket:
     # Never handed to a worker process (a worker keeping it would hold the port).
     sock.set_inheritable(False)
     return sock
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now, for a process that will bind it itself (a
+    load-balancing worker's ``PORT``). Another program could take it first; the worker then
+    fails to start and is replaced, with a fresh port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -34,6 +34,7 @@ JOB_WAIT_MS = 90_000
 #: The walk's start command: the interpreter and the worker come from the server's environment
 #: (its workers inherit it), so the screenshots show no path of the machine they were taken on.
 START_COMMAND = """sh -c 'exec "$E2E_PYTHON" "$E2E_WORKERS/echo_worker.py"'"""
+LB_COMMAND = ["sh", "-c", 'exec "$E2E_PYTHON" "$E2E_WORKERS/lb_worker.py"']
 
 
 @pytest.fixture(scope="module")
@@ -747,3 +748,34 @@ def test_billing_shows_the_month_a_chart_by_day_and_a_csv(
         lines = csv_answer.text().splitlines()
         assert lines[0] == "day,kind,id,name,gpuTypeId,timeBilledMs,diskSpaceBilledGb,amount"
         assert any(f"endpoint,{endpoint['id']},console-billed" in line for line in lines[1:])
+
+
+def test_a_load_balancing_endpoint_is_created_and_shows_its_url(page: Any, server: Server) -> None:
+    template = server.create_template(
+        "lb_worker.py", name="console-lb", category="CPU", dockerStartCmd=LB_COMMAND
+    )
+    sign_in(page, server)
+
+    page.get_by_role("link", name="New endpoint").click()
+    page.get_by_label("Name", exact=True).fill("console-lb-ep")
+    page.get_by_label("Template", exact=True).select_option(template["id"])
+    page.get_by_label("Compute type").select_option("CPU")
+    page.get_by_label("Type", exact=True).select_option("LB")
+    # The scaler left at its default (queue delay) is no refusal: the type decides it.
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("heading", name="console-lb-ep").wait_for()
+    endpoint_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+
+    stored = server.http.get(f"/v1/endpoints/{endpoint_id}").json()
+    assert (stored["type"], stored["scalerType"]) == ("LB", "REQUEST_COUNT")
+    expect_text(page.locator("[data-lb-url]"), f"/lb/{endpoint_id}/")
+    expect_text(page.locator("[data-lb-example]"), f"lb/{endpoint_id}/YOUR_PATH")
+    assert page.get_by_role("button", name="Send").count() == 0
+    # A request through its URL starts a worker, which the live part of the page shows.
+    answer = server.http.post(f"/lb/{endpoint_id}/generate", json={"prompt": "console"})
+    assert answer.status_code == 200, answer.text
+    expect_text(page.locator("[data-worker]").first, "idle|running")
+    shot(page, "endpoint-load-balancing")
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}/edit")
+    expect_text(page.locator("main form").last, "Type\\s*Load balancing")
+    server.http.delete(f"/v1/endpoints/{endpoint_id}")

@@ -357,6 +357,9 @@ def test_hostile_path_ids_and_queries_never_get_a_server_error(
         ("GET", "/v1/billing/endpoints?bucketSize={x}&startTime={x}&grouping={x}", None),
         ("GET", "/v1/billing/pods?endTime={x}&podId={x}&gpuTypeId={x}", None),
         ("GET", "/v1/billing/networkvolumes?startTime={x}&networkVolumeId={x}", None),
+        ("GET", "/lb/{x}/generate?q={x}", None),
+        ("POST", "/lb/{x}", None),
+        ("PATCH", f"/lb/{endpoint}/{{x}}?{{x}}", None),
     ]
 
     @HOSTILE
@@ -412,6 +415,7 @@ def test_authorization_bytes_beyond_ascii_never_get_a_server_error(
         ("GET", f"/v2/{endpoint}/ping/hostile-worker"),
         ("POST", f"/v2/{endpoint}/job-done/hostile-worker/{hostile_ids['job']}"),
         ("GET", "/console/endpoints"),
+        ("POST", f"/lb/{endpoint}/generate"),
     ]
 
     @HOSTILE

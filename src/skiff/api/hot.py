@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from skiff.api.lb import host_routed
 from skiff.api.nul import nul_refusal
 
 Handler = Callable[..., Awaitable[Response]]
@@ -71,6 +72,8 @@ class HotRoutes:
     def __init__(
         self, prefix: str, routes: Iterable[tuple[str, str, Handler]], on_error: ErrorResponder
     ) -> None:
+        #: ``SKIFF_LB_DOMAIN``: a request for a host under it is never a hot route's.
+        self.lb_domain: str | None = None
         #: The mount point, e.g. ``/v2``: what a request's ``root_path`` gains.
         self.root = prefix.rstrip("/")
         self.prefix = self.root + "/"
@@ -147,6 +150,9 @@ class WithHotRoutes(Starlette):
     """A Starlette app that first offers each request to its ``hot`` routes."""
 
     hot: HotRoutes | None = None
+    #: ``SKIFF_LB_DOMAIN``: requests to ``{endpoint_id}.{domain}`` go to that load-balancing
+    #: endpoint, whatever their path (``api/lb.py``).
+    lb_domain: str | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -154,6 +160,11 @@ class WithHotRoutes(Starlette):
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
+            if self.lb_domain is not None:
+                routed = host_routed(scope, self.lb_domain)
+                if routed is not None:
+                    await super().__call__(routed, receive, send)
+                    return
         if self.hot is not None and await self.hot.handle(scope, receive, send):
             return
         await super().__call__(scope, receive, send)

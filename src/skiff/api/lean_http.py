@@ -57,6 +57,7 @@ from skiff.api.connections import (
     ConnectionWatch,
 )
 from skiff.api.hot import HotRoutes, Route
+from skiff.domain.balancing import endpoint_of_host
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +373,12 @@ class LeanHttpProtocol(HttpToolsProtocol):
                 return None
             elif name == b"x-forwarded-for" or name == b"x-forwarded-proto":
                 forwarded = self.proxy_headers is not None
+            elif (
+                name == b"host"
+                and self.hot.lb_domain is not None
+                and endpoint_of_host(value.decode("latin-1"), self.hot.lb_domain) is not None
+            ):
+                return None  # a load-balancing endpoint's own host: its paths are its workers'
         route, params = found
         http_version = parser.get_http_version()
         scope: dict[str, Any] = {

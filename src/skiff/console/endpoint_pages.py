@@ -357,6 +357,7 @@ async def detail_page(
         states=[s.value for s in JobStatus],
         notice=request.query_params,
         worker_cost=console.services.billing.worker_cost_per_hour(endpoint),
+        lb_domain=console.services.settings.lb_domain,
         **await live_state(console, endpoint),
     )
 

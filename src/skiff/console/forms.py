@@ -34,6 +34,7 @@ ENDPOINT_FIELDS = (
     "name",
     "templateId",
     "computeType",
+    "type",
     "gpuTypeIds",
     *ENDPOINT_NUMBERS,
     "scalerType",
@@ -153,6 +154,7 @@ def endpoint_data(form: Mapping[str, str], creating: bool) -> tuple[dict[str, An
         data["templateId"] = form["templateId"]
     if creating:
         data["computeType"] = form.get("computeType", "GPU")
+        data["type"] = form.get("type", "QB")
     data["gpuTypeIds"] = lines(form.get("gpuTypeIds", ""))
     for field in ENDPOINT_NUMBERS:
         raw = form.get(field, "").strip()
@@ -160,6 +162,10 @@ def endpoint_data(form: Mapping[str, str], creating: bool) -> tuple[dict[str, An
             data[field] = number(raw)
     if form.get("scalerType"):
         data["scalerType"] = form["scalerType"]
+    if creating and data["type"] == "LB" and data.get("scalerType") == "QUEUE_DELAY":
+        # The form's default choice: a load-balancing endpoint has no queue to wait in, and
+        # scales by request count (its own default).
+        del data["scalerType"]
     try:
         data["env"] = parse_env(form.get("env", ""))
     except FieldError as exc:

@@ -37,6 +37,16 @@ class ComputeType(enum.StrEnum):
     CPU = "CPU"
 
 
+class EndpointType(enum.StrEnum):
+    """How an endpoint is called (the create input's ``type``, fixed once created)."""
+
+    #: Queue-based: jobs through ``/v2/{id}/run`` and the rest, taken by handler workers.
+    QB = "QB"
+    #: Load balancing: any request to ``/lb/{id}/...`` passed straight to one ready worker,
+    #: which is its own HTTP server (``PORT``, ``GET /ping`` on ``PORT_HEALTH``).
+    LB = "LB"
+
+
 class ScalerType(enum.StrEnum):
     #: Add a worker when a job has waited longer than ``scalerValue`` seconds.
     QUEUE_DELAY = "QUEUE_DELAY"
@@ -133,6 +143,12 @@ class _EndpointSettings(StrictInput):
 class EndpointCreate(_EndpointSettings):
     templateId: Text = Field(min_length=1, max_length=MAX_ID_LENGTH)
     computeType: ComputeType = ComputeType.GPU
+    type: EndpointType = Field(
+        default=EndpointType.QB,
+        description="QB: queue-based (jobs through /v2/{id}/run...); LB: load balancing "
+        "(requests to /lb/{id}/... passed to the workers' own HTTP servers, which listen on "
+        "PORT and answer GET /ping on PORT_HEALTH; scaled by REQUEST_COUNT). Fixed once created",
+    )
 
 
 class EndpointUpdate(_EndpointSettings):
@@ -147,6 +163,7 @@ class EndpointSpec(BaseModel):
     name: str
     templateId: str
     computeType: ComputeType = ComputeType.GPU
+    type: EndpointType = EndpointType.QB
     gpuTypeIds: list[str] = Field(default_factory=list)
     gpuCount: int = 1
     cpuFlavorIds: list[CpuFlavor] = Field(default_factory=list)
@@ -175,6 +192,15 @@ class EndpointSpec(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _balanced_by_requests(self) -> Self:
+        if self.type is EndpointType.LB and self.scalerType is not ScalerType.REQUEST_COUNT:
+            raise ValueError(
+                "scalerType: a load-balancing endpoint scales by REQUEST_COUNT (requests in "
+                "flight per worker)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _instance_decides_cpus(self) -> Self:
         """The first instance id sets vCPUs and flavor, so that the settings never claim 2
         vCPUs for a ``cpu3c-8-16`` endpoint."""
@@ -189,6 +215,9 @@ class EndpointSpec(BaseModel):
 def spec_from_create(data: EndpointCreate, default_name: str) -> EndpointSpec:
     fields: dict[str, Any] = data.model_dump(exclude_none=True)
     fields.setdefault("name", default_name)
+    if data.type is EndpointType.LB:
+        # Requests in flight are the only load a load-balancing endpoint has.
+        fields.setdefault("scalerType", ScalerType.REQUEST_COUNT)
     return EndpointSpec.model_validate(fields)
 
 

@@ -49,6 +49,10 @@ class Worker:
     recycle: bool = False
     #: The replica that started it (local workers): only that replica has its process.
     owner: str | None = None
+    #: A load-balancing endpoint's worker: where its HTTP server answers requests, and
+    #: ``GET /ping`` (``host:port``); known once its process runs. None for queue workers.
+    address: str | None = None
+    health_address: str | None = None
 
     @property
     def takes_work(self) -> bool:

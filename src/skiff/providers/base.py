@@ -15,6 +15,28 @@ ExitCallback = Callable[[str, int], Awaitable[None]]
 VOLUME_MOUNT_PATH = "/runpod-volume"
 
 
+#: The address a load-balancing worker's ports are reached on: this host's loopback, so that
+#: nothing but skiff's own proxy (which checks the caller's key) reaches a container's ports.
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class ServedPorts:
+    """A load-balancing worker's own ports, as it listens inside its process or container: its
+    HTTP server (``PORT``) and its ``GET /ping`` (``PORT_HEALTH``, often the same port)."""
+
+    port: int
+    health_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAt:
+    """Where this host reaches a started load-balancing worker's ports (``host:port``)."""
+
+    address: str
+    health_address: str
+
+
 @dataclass(frozen=True, slots=True)
 class Launch:
     worker_id: str
@@ -32,6 +54,9 @@ class Launch:
     cwd: Path | None = None
     #: What a container provider runs (``providers/docker.py``); a process provider ignores it.
     container: ContainerSpec | None = None
+    #: A load-balancing endpoint's worker: the ports it serves on, to be reachable from this
+    #: host (``served_at``); None for a queue worker, which calls in instead.
+    serves: ServedPorts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +151,11 @@ class WorkerProvider(Protocol):
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """End a worker left running by an earlier server process, if it is still there."""
+        ...
+
+    def served_at(self, worker_id: str) -> ServedAt | None:
+        """Where this host reaches a started worker's ``Launch.serves`` ports; None for a
+        worker that serves none or is not running."""
         ...
 
 

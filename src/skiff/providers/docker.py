@@ -47,6 +47,7 @@ from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
 from skiff.domain.containers import visible_devices_inside
 from skiff.providers.base import (
+    LOOPBACK,
     VOLUME_MOUNT_PATH,
     ContainerSpec,
     ExitCallback,
@@ -54,6 +55,8 @@ from skiff.providers.base import (
     LogSink,
     LogSinks,
     RegistryCredentials,
+    ServedAt,
+    ServedPorts,
     WorkerStartError,
 )
 
@@ -165,7 +168,32 @@ def create_options(launch: Launch, spec: ContainerSpec, owner: str, server: str)
     }
     if launch.volume is not None:
         options["volumes"] = {str(launch.volume): {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
+    if launch.serves is not None:
+        # A load-balancing worker's ports, each on a host port Docker picks, on the loopback
+        # only: callers reach it through skiff's proxy, which checks their key.
+        ports = {launch.serves.port, launch.serves.health_port}
+        options["ports"] = {f"{port}/tcp": (LOOPBACK, None) for port in sorted(ports)}
     return options
+
+
+def served_at(container_attrs: dict[str, Any], serves: ServedPorts) -> ServedAt | None:
+    """Where this host reaches a started worker container's served ports."""
+    port = published_port(container_attrs, serves.port)
+    health = published_port(container_attrs, serves.health_port)
+    if port is None or health is None:
+        return None
+    return ServedAt(f"{LOOPBACK}:{port}", f"{LOOPBACK}:{health}")
+
+
+def published_port(container_attrs: dict[str, Any], port: int) -> int | None:
+    """The host port Docker published a container's ``port`` (TCP) on, from a started
+    container's ``NetworkSettings``; None while it is not published."""
+    published = (container_attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    for binding in published.get(f"{port}/tcp") or []:
+        host_port = binding.get("HostPort")
+        if host_port:
+            return int(host_port)
+    return None
 
 
 def run_options(
@@ -292,6 +320,7 @@ class DockerProvider:
         self._server = server
         self._client_given = client
         self._running: dict[str, Any] = {}
+        self._served: dict[str, ServedAt | None] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
     @property
@@ -321,6 +350,8 @@ class DockerProvider:
             lambda handover: self._bring_up(launch, spec, sink, handover), sink
         )
         self._running[launch.worker_id] = container
+        if launch.serves is not None:
+            self._served[launch.worker_id] = served_at(container.attrs, launch.serves)
         pump = asyncio.create_task(self._pump(launch.worker_id, container, sink))
         task = asyncio.create_task(self._watch(launch.worker_id, container, pump))
         self._watchers.add(task)
@@ -374,6 +405,7 @@ class DockerProvider:
         with contextlib.suppress(DockerException):
             await asyncio.to_thread(container.remove, force=True)
         self._running.pop(worker_id, None)
+        self._served.pop(worker_id, None)
         try:
             await self._on_exit(worker_id, code)
         except Exception:
@@ -397,6 +429,9 @@ class DockerProvider:
 
     def running(self) -> list[str]:
         return list(self._running)
+
+    def served_at(self, worker_id: str) -> ServedAt | None:
+        return self._served.get(worker_id)
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """End the container of a worker left by an earlier server process, found by its

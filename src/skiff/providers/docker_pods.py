@@ -43,6 +43,7 @@ from skiff.providers.docker import (
     bring_up_in_daemon,
     create_container,
     ensure_image,
+    published_port,
     run_options,
     start_and_hand_over,
 )
@@ -94,15 +95,11 @@ def pod_create_options(launch: PodLaunch, server: str) -> dict[str, Any]:
 def port_mappings(container_attrs: dict[str, Any], ports: list[str]) -> dict[str, int]:
     """``"8888/http"`` -> the host port Docker published it on, from a started container's
     ``NetworkSettings``; a port not published (yet) is left out."""
-    published = (container_attrs.get("NetworkSettings") or {}).get("Ports") or {}
     found: dict[str, int] = {}
     for text in ports:
-        bindings = published.get(f"{parse_port(text).number}/tcp") or []
-        for binding in bindings:
-            host_port = binding.get("HostPort")
-            if host_port:
-                found[text] = int(host_port)
-                break
+        host_port = published_port(container_attrs, parse_port(text).number)
+        if host_port is not None:
+            found[text] = host_port
     return found
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap
-from skiff.providers.base import ExitCallback, Launch, LogSink, LogSinks
+from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class LocalProvider:
         self._watchers: set[asyncio.Task[None]] = set()
         #: Set once bwrap has been seen to mount a volume (a refusal is asked again next time).
         self._mounts_volumes = False
+        self._served: dict[str, ServedAt] = {}
 
     async def start(self, launch: Launch) -> int:
         # The user's alone, like the data directory it is in (datadir.py).
@@ -151,6 +152,11 @@ class LocalProvider:
             # Only the worker holds the write end now, so its exit is the pipe's EOF.
             os.close(write_fd)
         self._procs[launch.worker_id] = proc
+        if launch.serves is not None:
+            # A process shares this host's network: it listens on the very ports it was given.
+            self._served[launch.worker_id] = ServedAt(
+                f"{LOOPBACK}:{launch.serves.port}", f"{LOOPBACK}:{launch.serves.health_port}"
+            )
         pump = asyncio.create_task(self._pump(launch.worker_id, reader, transport, sink))
         task = asyncio.create_task(self._watch(launch.worker_id, proc, pump))
         self._watchers.add(task)
@@ -181,6 +187,7 @@ class LocalProvider:
         # The leader is gone; end whatever it left in its group (the SDK's heartbeat process).
         _kill_group(proc.pid, signal.SIGKILL)
         self._procs.pop(worker_id, None)
+        self._served.pop(worker_id, None)
         # Report the exit only once the log holds the worker's last lines, so whoever handles
         # it (or asks for the log) sees why it ended.
         done, _ = await asyncio.wait({pump}, timeout=_DRAIN_SECONDS)
@@ -212,6 +219,9 @@ class LocalProvider:
 
     def running(self) -> list[str]:
         return list(self._procs)
+
+    def served_at(self, worker_id: str) -> ServedAt | None:
+        return self._served.get(worker_id)
 
     #: A process runs the template's command on the host; its ``imageName`` is not used.
     runs_images = False

@@ -10,7 +10,9 @@ from skiff.domain.endpoints import (
     ComputeType,
     Endpoint,
     EndpointCreate,
+    EndpointType,
     EndpointUpdate,
+    ScalerType,
     apply_endpoint_update,
     rolls_workers,
     spec_from_create,
@@ -74,8 +76,18 @@ class Endpoints:
                 field="instanceIds",
             )
 
+    @staticmethod
+    def _check_scaler(endpoint_type: EndpointType, scaler_type: ScalerType | None) -> None:
+        if endpoint_type is EndpointType.LB and scaler_type is ScalerType.QUEUE_DELAY:
+            raise Invalid(
+                "scalerType: a load-balancing endpoint has no queue; it scales by REQUEST_COUNT "
+                "(requests in flight per worker, scalerValue)",
+                field="scalerType",
+            )
+
     async def create(self, user: User, data: EndpointCreate) -> Endpoint:
         self._check_instance_ids(data.computeType, data.instanceIds)
+        self._check_scaler(data.type, data.scalerType)
         await self._check_template(user, data.templateId)
         await self._check_volume(user, data.networkVolumeId)
         endpoint_id = short_id()
@@ -127,6 +139,7 @@ class Endpoints:
     async def update(self, user: User, endpoint_id: str, data: EndpointUpdate) -> Endpoint:
         current = await self.get(user, endpoint_id)
         self._check_instance_ids(current.spec.computeType, data.instanceIds)
+        self._check_scaler(current.spec.type, data.scalerType)
         if data.templateId is not None:
             await self._check_template(user, data.templateId)
         # Checked when it changes only: settings sent back unchanged are not refused for it.

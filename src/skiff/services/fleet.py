@@ -20,16 +20,19 @@ import orjson
 
 from skiff.clock import Clock
 from skiff.config import Settings
+from skiff.domain.balancing import PortProblem, container_ports, separate_health_port
 from skiff.domain.containers import cpu_limits
-from skiff.domain.endpoints import ComputeType, Endpoint
+from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
 from skiff.domain.placement import Blocker, gpus_busy_blocker, missing_gpus, worker_limit_blocker
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
+from skiff.listen import free_port
 from skiff.providers.base import (
     ContainerSpec,
     Launch,
     RegistryCredentials,
+    ServedPorts,
     WorkerProvider,
     WorkerStartError,
 )
@@ -264,16 +267,29 @@ class Fleet:
                 return await self._blocked(endpoint, worker, standby, blocker)
             worker.gpu = gpus[0].name
             worker.gpu_ids = ",".join(str(g.index) for g in gpus)
+        serves = None
+        if endpoint.spec.type is EndpointType.LB:
+            try:
+                serves = self._served_ports(env)
+            except PortProblem as exc:
+                self._gpus.release(worker.id)
+                await self._fail(endpoint.id, f"the worker's ports: {exc}")
+                await self._workers.remove(worker.id)
+                return None
+        full_env = await self.environment(endpoint, worker, env)
+        if serves is not None:
+            full_env |= {"PORT": str(serves.port), "PORT_HEALTH": str(serves.health_port)}
         launch = Launch(
             worker_id=worker.id,
             endpoint_id=endpoint.id,
             argv=argv,
-            env=await self.environment(endpoint, worker, env),
+            env=full_env,
             home=self.home(worker.id),
             volume=volume,
             container=container_spec(endpoint, template, worker, credentials)
             if self.provider.runs_images
             else None,
+            serves=serves,
         )
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.
@@ -286,6 +302,17 @@ class Fleet:
             self._starting[worker.id] = task
             return worker
         return worker if await self._start(endpoint, worker, launch) else None
+
+    def _served_ports(self, env: dict[str, str]) -> ServedPorts:
+        """A load-balancing worker's ``PORT`` and ``PORT_HEALTH``. A container has a network of
+        its own: the template's (or the default) ports, published by the provider. A process
+        shares this host's: it is given free ports, whatever the template says, so that two of
+        them never collide."""
+        if self.provider.runs_images:
+            port, health = container_ports(env)
+            return ServedPorts(port, health)
+        port = free_port()
+        return ServedPorts(port, free_port() if separate_health_port(env) else port)
 
     async def _start(self, endpoint: Endpoint, worker: Worker, launch: Launch) -> bool:
         """Have the provider start the worker's process; False when it could not."""
@@ -309,6 +336,15 @@ class Fleet:
             # Past this point a stop goes to the process, not to the start.
             self._starting.pop(worker.id, None)
         fields: dict[str, object] = {"pid": pid}
+        if launch.serves is not None:
+            served = self.provider.served_at(worker.id)
+            if served is None:
+                # Docker published no port for it: unreachable, so no use running.
+                await self._fail(endpoint.id, f"worker {worker.id}: its ports were not published")
+                self._failed_starts.add(worker.id)
+                await self.provider.stop(worker.id, 0)
+                return False
+            fields |= {"address": served.address, "health_address": served.health_address}
         if self.provider.slow_starts:
             # The start-up deadline and a quick exit count from when the process began, not
             # from before a pull of many minutes.
@@ -390,6 +426,16 @@ class Fleet:
             worker.id,
         )
         self._failed_starts.add(worker.id)
+        self.stop_worker(worker)
+
+    async def end_unresponsive(self, worker: Worker, why: str) -> None:
+        """A load-balancing worker failed its health check: recorded as the endpoint's
+        worker failure, and ended; the scaler replaces it."""
+        if not self._owns(worker) or worker.id in self._reaping:
+            return
+        if worker.state is WorkerState.STOPPING:
+            return
+        await self._fail(worker.endpoint_id, f"worker {worker.id}: {why}; it was ended", worker.id)
         self.stop_worker(worker)
 
     def stop_worker(self, worker: Worker) -> None:

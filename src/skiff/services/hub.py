@@ -12,6 +12,7 @@ from skiff.domain.gpus import Gpu
 from skiff.providers.base import WorkerProvider
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
+from skiff.services.balancer import Balancer
 from skiff.services.billing import Billing
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
@@ -20,6 +21,8 @@ from skiff.services.gpu_report import GpuReport
 from skiff.services.gpus import GpuPool
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.lb_health import LbHealth
+from skiff.services.lb_proxy import LbProxy
 from skiff.services.lineup import Lineup
 from skiff.services.logs import EndpointLogs, PodLogs, WorkerLogs
 from skiff.services.metering import Meter
@@ -80,6 +83,9 @@ class Services:
     billing: Billing
     user_settings: UserSettings
     pod_logs: PodLogs
+    balancer: Balancer
+    lb_health: LbHealth
+    lb_proxy: LbProxy
 
     @classmethod
     def build(
@@ -139,6 +145,9 @@ class Services:
             volumes=volumes,
         )
         placement = Placement(store, gpu_pool, fleet)
+        balancer = Balancer(workers, wakeups, settings.lb_wait_seconds)
+        # After the fleet's: by the time the balancer hears of an exit, the record is gone.
+        exits.subscribe(balancer.on_exit)
         webhooks = WebhookSender(
             store,
             clock,
@@ -206,6 +215,7 @@ class Services:
                 fleet,
                 settings.scaler_interval_seconds,
                 start_timeout=settings.worker_start_timeout_seconds,
+                balancer=balancer,
             ),
             reaper=Reaper(
                 store,
@@ -236,4 +246,9 @@ class Services:
             billing=Billing(store, clock, load_prices(settings.prices)),
             user_settings=UserSettings(store),
             pod_logs=PodLogs(pod_log_files, store, wakeups),
+            balancer=balancer,
+            lb_proxy=LbProxy(balancer),
+            lb_health=LbHealth(
+                store, workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
+            ),
         )

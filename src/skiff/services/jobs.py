@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from cachetools import TTLCache
 
 from skiff.clock import Clock
-from skiff.domain.endpoints import Endpoint
+from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.domain.health import Health
 from skiff.domain.jobs import FINAL_STATES, Job, JobRequest, JobStatus, retention_ms
 from skiff.domain.placement import Blocker
@@ -66,6 +66,12 @@ class Jobs:
         self, endpoint: Endpoint, request: JobRequest, sync: bool, wait_ms: int | None = None
     ) -> Job:
         """Queue a job (``domain.jobs.parse_job_request`` reads a request from its body)."""
+        if endpoint.spec.type is EndpointType.LB:
+            # Its workers take no jobs: a queued one would wait for ever.
+            raise Invalid(
+                f"endpoint {endpoint.id} is a load-balancing endpoint: it takes no jobs; send "
+                f"requests to /lb/{endpoint.id}/ and the paths its workers serve"
+            )
         if request.webhook is not None:
             await self._webhook_guard(request.webhook)
         job = Job(

@@ -191,6 +191,22 @@ class Metrics:
             ["endpoint"],
             registry=self.registry,
         )
+        self._lb_requests = Counter(
+            "skiff_lb_requests",
+            "Requests to load-balancing endpoints, by endpoint and answer class (2xx, 4xx, "
+            "5xx; 502 and 503 are skiff's own: the worker failed, none was ready).",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
+        self._lb_head = Histogram(
+            "skiff_lb_response_seconds",
+            "Load-balancing endpoints: time from a request's arrival to its answer's head "
+            "(waiting for a ready worker included).",
+            ["endpoint"],
+            buckets=_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._lb_codes: dict[str, set[str]] = {}
         self._state = _StateCollector()
         self.registry.register(self._state)
         # Endpoint ids that have series in the event instruments, with the statuses seen, so
@@ -207,6 +223,14 @@ class Metrics:
         """Jobs lined up behind a take's job."""
         self._labelled.setdefault(endpoint_id, set())
         self._lined_up.labels(endpoint_id).inc(count)
+
+    def lb_request(self, endpoint_id: str, status: int, seconds: float) -> None:
+        """A request to a load-balancing endpoint got its answer's head (or skiff's refusal)."""
+        code = str(status) if status in (502, 503) else f"{status // 100}xx"
+        self._labelled.setdefault(endpoint_id, set())
+        self._lb_codes.setdefault(endpoint_id, set()).add(code)
+        self._lb_requests.labels(endpoint_id, code).inc()
+        self._lb_head.labels(endpoint_id).observe(max(0.0, seconds))
 
     def job_finished(self, job: Job) -> None:
         """A job reached a final state (as the store returned it); any final status works, so
@@ -265,3 +289,6 @@ class Metrics:
             self._finished.remove(endpoint_id, status.value)
         for outcome in _POLL_OUTCOMES:
             self._polls.remove(endpoint_id, outcome)
+        self._lb_head.remove(endpoint_id)
+        for code in self._lb_codes.pop(endpoint_id, set()):
+            self._lb_requests.remove(endpoint_id, code)

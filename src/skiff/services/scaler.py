@@ -6,9 +6,10 @@ import asyncio
 import logging
 
 from skiff.clock import Clock
-from skiff.domain.endpoints import Endpoint
+from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.domain.scaling import Limits, Load, decide, overdue_starts
-from skiff.domain.workers import WorkerState
+from skiff.domain.workers import Worker, WorkerState
+from skiff.services.balancer import Balancer
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
@@ -54,6 +55,7 @@ class Scaler:
         fleet: Fleet,
         interval: float,
         start_timeout: float = 600.0,
+        balancer: Balancer | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -63,6 +65,8 @@ class Scaler:
         self._interval = interval
         #: A worker that has not called in this long after its start is a failed start.
         self._start_timeout = start_timeout
+        #: Load-balancing endpoints' requests (none counted without one).
+        self._balancer = balancer or Balancer(workers, wakeups, wait_seconds=0)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -88,18 +92,33 @@ class Scaler:
         for endpoint in await self._store.list_endpoints(None):
             await self.reconcile(endpoint)
 
-    async def reconcile(self, endpoint: Endpoint) -> None:
+    async def _load(self, endpoint: Endpoint, workers: list[Worker], now: float) -> Load:
+        if endpoint.spec.type is EndpointType.LB:
+            # Requests waiting for a worker count as queued, those passed to one as in
+            # progress. This replica counts its own; a worker another replica keeps busy
+            # counts as at least one request.
+            demand = self._balancer.demand(endpoint.id)
+            busy = sum(1 for w in workers if w.state is WorkerState.RUNNING)
+            return Load(queued=demand.waiting, in_progress=max(demand.in_flight, busy))
         counts = await self._store.job_counts(endpoint.id)
+        oldest = counts.oldest_queued_at
+        return Load(
+            queued=counts.in_queue_normal,
+            in_progress=counts.in_progress,
+            oldest_wait_s=max(0.0, now - oldest) if oldest is not None else 0.0,
+        )
+
+    async def reconcile(self, endpoint: Endpoint) -> None:
         spec = endpoint.spec
         now = self._clock.now()
         workers = await self._workers.of_endpoint(endpoint.id)
+        load = await self._load(endpoint, workers, now)
         if any(w.state in (WorkerState.IDLE, WorkerState.RUNNING) for w in workers):
             await self._fleet.healthy(endpoint.id)
         # Ended before the decision, which then sees them stopping (their room still taken
         # until their process is gone) and replaces them once the back-off allows.
         for overdue in overdue_starts(workers, now, self._start_timeout):
             await self._fleet.end_failed_start(overdue)
-        oldest = counts.oldest_queued_at
         decision = decide(
             Limits(
                 workers_min=spec.workersMin,
@@ -110,11 +129,7 @@ class Scaler:
                 scaler_value=spec.scalerValue,
                 flashboot=spec.flashboot,
             ),
-            Load(
-                queued=counts.in_queue_normal,
-                in_progress=counts.in_progress,
-                oldest_wait_s=max(0.0, now - oldest) if oldest is not None else 0.0,
-            ),
+            load,
             workers,
             now,
         )

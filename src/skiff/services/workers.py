@@ -126,6 +126,21 @@ class Workers:
         worker.state = state
         self._remember(worker.id, await self._store.update_worker(worker.id, fields))
 
+    async def ready(self, worker_id: str) -> Worker | None:
+        """A load-balancing worker passed ``GET /ping``: idle, if it was starting."""
+        worker = await self._store.worker_ready(worker_id, self._clock.now())
+        if worker is not None:
+            self._remember(worker_id, worker)
+        return worker
+
+    async def serving(self, worker_id: str, busy: bool) -> Worker | None:
+        """A load-balancing worker has requests in flight (running) or none (idle); one in
+        any other state is left so (None)."""
+        worker = await self._store.worker_serving(worker_id, busy, self._clock.now())
+        if worker is not None:
+            self._remember(worker_id, worker)
+        return worker
+
     async def update(self, worker: Worker, **fields: object) -> None:
         """Set some fields of the record (and of ``worker``), leaving the others as stored."""
         for name, value in fields.items():

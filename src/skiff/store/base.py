@@ -402,6 +402,17 @@ class Store(Protocol):
         """The worker called in: note when, and one that was starting is now idle."""
         ...
 
+    async def worker_ready(self, worker_id: str, now: float) -> Worker | None:
+        """A load-balancing worker answered its first ``GET /ping`` with 200: a starting one
+        becomes idle (None, changing nothing, when it is not starting any more)."""
+        ...
+
+    async def worker_serving(self, worker_id: str, busy: bool, now: float) -> Worker | None:
+        """A load-balancing worker has requests in flight (``busy``: running) or none (idle,
+        from ``now``). Only an idle or running worker moves: one told to stop stays stopping
+        (None)."""
+        ...
+
     async def get_worker(self, worker_id: str) -> Worker | None: ...
 
     async def list_workers(self, endpoint_id: str | None) -> list[Worker]: ...

@@ -878,6 +878,17 @@ class PostgresStore:
         row = await self._fetchrow_named("touch_worker", now=now, id=worker_id)
         return worker_from_row(row) if row else None
 
+    async def worker_ready(self, worker_id: str, now: float) -> Worker | None:
+        row = await self._fetchrow_named("worker_ready", now=now, id=worker_id)
+        return worker_from_row(row) if row else None
+
+    async def worker_serving(self, worker_id: str, busy: bool, now: float) -> Worker | None:
+        state, idle_since = ("running", None) if busy else ("idle", now)
+        row = await self._fetchrow_named(
+            "worker_serving", state=state, idle_since=idle_since, id=worker_id
+        )
+        return worker_from_row(row) if row else None
+
     async def get_worker(self, worker_id: str) -> Worker | None:
         row = await self._fetchrow_named("get_worker", id=worker_id)
         return worker_from_row(row) if row else None

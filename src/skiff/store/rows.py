@@ -171,6 +171,8 @@ WORKER_FIELDS = frozenset(
         "gpu_ids",
         "recycle",
         "owner",
+        "address",
+        "health_address",
     }
 )
 
@@ -192,6 +194,8 @@ def worker_params(worker: Worker) -> dict[str, Any]:
         "recycle": worker.recycle,
         "gpu_ids": worker.gpu_ids,
         "owner": worker.owner,
+        "address": worker.address,
+        "health_address": worker.health_address,
     }
 
 
@@ -229,6 +233,8 @@ def _worker(
     recycle: bool | int,
     gpu_ids: str | None,
     owner: str | None,
+    address: str | None,
+    health_address: str | None,
 ) -> Worker:
     return Worker(
         id=id,
@@ -244,6 +250,8 @@ def _worker(
         recycle=bool(recycle),
         gpu_ids=gpu_ids,
         owner=owner,
+        address=address,
+        health_address=health_address,
     )
 
 

@@ -1117,6 +1117,27 @@ class SQLiteStore:
 
         return await self._write(op)
 
+    async def worker_ready(self, worker_id: str, now: float) -> Worker | None:
+        def op(c: sqlite3.Connection) -> Worker | None:
+            return _read_one(c, "worker_ready", worker_from_row, now=now, id=worker_id)
+
+        return await self._write(op)
+
+    async def worker_serving(self, worker_id: str, busy: bool, now: float) -> Worker | None:
+        state, idle_since = ("running", None) if busy else ("idle", now)
+
+        def op(c: sqlite3.Connection) -> Worker | None:
+            return _read_one(
+                c,
+                "worker_serving",
+                worker_from_row,
+                state=state,
+                idle_since=idle_since,
+                id=worker_id,
+            )
+
+        return await self._write(op)
+
     async def get_worker(self, worker_id: str) -> Worker | None:
         workers = self._query_as("get_worker", worker_from_row, id=worker_id)
         return workers[0] if workers else None

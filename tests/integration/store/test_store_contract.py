@@ -609,6 +609,32 @@ async def test_workers_are_saved_replaced_listed_and_deleted(store: Store) -> No
     assert await store.get_worker("w-1") is None
 
 
+async def test_a_load_balancing_worker_moves_only_between_its_serving_states(
+    store: Store,
+) -> None:
+    starting = make_worker("w-1")
+    starting.state, starting.idle_since = WorkerState.INITIALIZING, None
+    starting.address, starting.health_address = "127.0.0.1:9000", "127.0.0.1:9001"
+    await store.save_worker(starting)
+    assert await store.get_worker("w-1") == starting
+
+    # Requests in flight before its first ping passed change nothing: it is not serving yet.
+    assert await store.worker_serving("w-1", busy=True, now=T0 + 1) is None
+    ready = await store.worker_ready("w-1", now=T0 + 2)
+    assert ready is not None
+    assert (ready.state, ready.idle_since, ready.last_seen) == (WorkerState.IDLE, T0 + 2, T0 + 2)
+    assert await store.worker_ready("w-1", now=T0 + 3) is None  # ready once
+    busy = await store.worker_serving("w-1", busy=True, now=T0 + 4)
+    assert busy is not None and (busy.state, busy.idle_since) == (WorkerState.RUNNING, None)
+    idle = await store.worker_serving("w-1", busy=False, now=T0 + 5)
+    assert idle is not None and (idle.state, idle.idle_since) == (WorkerState.IDLE, T0 + 5)
+
+    await store.update_worker("w-1", {"state": WorkerState.STOPPING})
+    assert await store.worker_serving("w-1", busy=False, now=T0 + 6) is None
+    stored = await store.get_worker("w-1")
+    assert stored is not None and stored.state is WorkerState.STOPPING
+
+
 async def test_endpoint_update_bumps_version_only_when_asked(store: Store) -> None:
     endpoint = await store.create_endpoint(make_endpoint())
     assert await store.get_endpoint(EP) == endpoint
@@ -825,6 +851,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0008_pods.sql",
         "0009_usage.sql",
         "0010_user_settings.sql",
+        "0011_worker_addresses.sql",
     ]
     assert {
         "jobs",
@@ -888,6 +915,7 @@ AFTER_RENUMBERING = [
     "0008_pods.sql",
     "0009_usage.sql",
     "0010_user_settings.sql",
+    "0011_worker_addresses.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -904,6 +932,7 @@ BOTH_RECORDS = sorted(
         "0008_pods.sql",
         "0009_usage.sql",
         "0010_user_settings.sql",
+        "0011_worker_addresses.sql",
     ]
 )
 

@@ -60,7 +60,10 @@ def test_a_worker_reads_its_columns_by_name() -> None:
         "gpu": None,
         "recycle": 0,
         "gpu_ids": None,
+        "health_address": "127.0.0.1:9001",
+        "address": "127.0.0.1:9000",
     }
     worker = worker_from_row(row)
     assert (worker.id, worker.version, worker.owner, worker.recycle) == ("w-1", 2, "r-1", False)
+    assert (worker.address, worker.health_address) == ("127.0.0.1:9000", "127.0.0.1:9001")
     assert worker_from_row.for_columns(tuple(row))(tuple(row.values())) == worker

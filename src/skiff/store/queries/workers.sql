@@ -3,22 +3,23 @@
 
 -- name: save_worker
 INSERT INTO workers (id, endpoint_id, kind, state, version, started_at, last_seen, idle_since,
-                     pid, gpu, recycle, gpu_ids, owner)
+                     pid, gpu, recycle, gpu_ids, owner, address, health_address)
 VALUES (:id, :endpoint_id, :kind, :state, :version, :started_at, :last_seen, :idle_since,
-        :pid, :gpu, :recycle, :gpu_ids, :owner)
+        :pid, :gpu, :recycle, :gpu_ids, :owner, :address, :health_address)
 ON CONFLICT (id) DO UPDATE SET
     endpoint_id = excluded.endpoint_id, kind = excluded.kind, state = excluded.state,
     version = excluded.version, started_at = excluded.started_at,
     last_seen = excluded.last_seen, idle_since = excluded.idle_since, pid = excluded.pid,
     gpu = excluded.gpu, recycle = excluded.recycle, gpu_ids = excluded.gpu_ids,
-    owner = excluded.owner;
+    owner = excluded.owner, address = excluded.address,
+    health_address = excluded.health_address;
 
 -- A worker registered twice (replicas racing) keeps the first record.
 -- name: add_worker
 INSERT INTO workers (id, endpoint_id, kind, state, version, started_at, last_seen, idle_since,
-                     pid, gpu, recycle, gpu_ids, owner)
+                     pid, gpu, recycle, gpu_ids, owner, address, health_address)
 VALUES (:id, :endpoint_id, :kind, :state, :version, :started_at, :last_seen, :idle_since,
-        :pid, :gpu, :recycle, :gpu_ids, :owner)
+        :pid, :gpu, :recycle, :gpu_ids, :owner, :address, :health_address)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: get_worker
@@ -37,6 +38,21 @@ SET last_seen = :now,
     idle_since = CASE WHEN state = 'initializing' THEN :now ELSE idle_since END,
     state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END
 WHERE id = :id
+RETURNING *;
+
+-- A load-balancing worker's first 200 from GET /ping: ready, unless told to stop meanwhile.
+-- name: worker_ready
+UPDATE workers
+SET state = 'idle', idle_since = :now, last_seen = :now
+WHERE id = :id AND state = 'initializing'
+RETURNING *;
+
+-- Requests in flight on a load-balancing worker (running) or none (idle since :idle_since);
+-- a worker in any other state (stopping above all) is left as it is.
+-- name: worker_serving
+UPDATE workers
+SET state = :state, idle_since = :idle_since
+WHERE id = :id AND state IN ('idle', 'running')
 RETURNING *;
 
 -- name: delete_worker

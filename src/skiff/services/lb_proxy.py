@@ -1,0 +1,207 @@
+"""Passing one request to a load-balancing worker and its answer back, as they come.
+
+``forward`` leases the least busy ready worker (``Balancer``), sends it the request (its body
+streamed through as it arrives) and returns the worker's answer once its status and headers
+are in; the body then flows through ``Upstream.chunks`` untouched (``aiter_raw``: a compressed
+body stays compressed, its length as the worker said), so server-sent events and chunked
+answers reach the caller as the worker writes them. The lease is given back when the body
+ends, whichever way.
+
+A connection the worker refused (nothing of the request sent) goes to another worker: that
+is safe for any method. Once any of the request may have reached the worker, nothing is
+retried: a failure before the answer's head is a 502 naming the worker, one in the middle of
+the body ends the answer early (its head is sent already).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import httpx
+
+from skiff.domain.endpoints import Endpoint
+from skiff.errors import BadGateway
+from skiff.services.balancer import Balancer, Lease
+
+log = logging.getLogger(__name__)
+
+#: How long a worker may take to accept a connection before another is tried.
+CONNECT_TIMEOUT_SECONDS = 5.0
+#: How many workers a request whose connection was refused tries in all.
+MAX_CONNECT_TRIES = 3
+#: Headers that concern one hop only (RFC 9110 7.6.1), never passed on either way.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+#: Not passed to the worker either: the host is the worker's own, and the caller's API key is
+#: for skiff (the worker's code never sees it).
+NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization"}
+#: Not passed back: skiff's server writes its own ``date`` and ``server``, as a proxy does.
+NOT_RETURNED = HOP_BY_HOP | {"date", "server"}
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """What the caller sent, as the proxy passes it on."""
+
+    method: str
+    #: The path under the endpoint's URL (``/generate``), and the raw query string.
+    path: str
+    query: bytes
+    headers: Sequence[tuple[str, str]]
+    body: AsyncIterator[bytes]
+    #: What the worker is told about the original request (``X-Forwarded-*``).
+    client: str | None
+    scheme: str
+    host: str | None
+    prefix: str
+
+
+class _Body:
+    """The caller's body, noting whether any of it was handed to the connection."""
+
+    def __init__(self, source: AsyncIterator[bytes]) -> None:
+        self._source = source
+        self.started = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._source:
+            self.started = True
+            yield chunk
+
+
+class Upstream:
+    """The worker's answer: status and headers now, the body through ``chunks``."""
+
+    def __init__(
+        self,
+        balancer: Balancer,
+        lease: Lease,
+        response: httpx.Response,
+    ) -> None:
+        self._balancer = balancer
+        self.lease = lease
+        self._response = response
+        self.status = response.status_code
+        self.headers = [
+            (name, value)
+            for name, value in response.headers.multi_items()
+            if name.lower() not in NOT_RETURNED
+        ]
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        broken = False
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:
+            broken = True
+            log.warning(
+                "worker %s broke off its answer to a request: %r", self.lease.worker_id, exc
+            )
+            raise
+        finally:
+            await self._response.aclose()
+            self._balancer.release(self.lease, connection_failed=broken)
+
+
+class LbProxy:
+    def __init__(self, balancer: Balancer) -> None:
+        self._balancer = balancer
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                trust_env=False,
+                follow_redirects=False,
+                # Generous pools: every request in flight holds a connection to its worker.
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+            )
+        return self._client
+
+    async def forward(self, endpoint: Endpoint, request: Forwarding) -> Upstream:
+        body = _Body(request.body)
+        headers = _forwarded_headers(request)
+        # The answer's head must come within the endpoint's execution timeout, and so must
+        # each piece of its body after the one before.
+        timeout = httpx.Timeout(
+            endpoint.spec.executionTimeoutMs / 1000, connect=CONNECT_TIMEOUT_SECONDS
+        )
+        for attempt in range(1, MAX_CONNECT_TRIES + 1):
+            lease = await self._balancer.acquire(endpoint)
+            url = httpx.URL(f"http://{lease.address}{request.path}", query=request.query)
+            outgoing = self.client.build_request(
+                request.method,
+                url,
+                headers=headers,
+                content=body if _has_body(request.headers) else None,
+                timeout=timeout,
+            )
+            try:
+                response = await self.client.send(outgoing, stream=True)
+            except httpx.ConnectError as exc:
+                self._balancer.release(lease, connection_failed=True)
+                if body.started or attempt == MAX_CONNECT_TRIES:
+                    raise BadGateway(
+                        f"worker {lease.worker_id} of endpoint {endpoint.id} could not be "
+                        f"reached: {exc}"
+                    ) from None
+                continue  # nothing reached that worker: another may take it
+            except httpx.TimeoutException:
+                self._balancer.release(lease)
+                raise BadGateway(
+                    f"worker {lease.worker_id} of endpoint {endpoint.id} did not answer within "
+                    f"{endpoint.spec.executionTimeoutMs / 1000:g} s (executionTimeoutMs)"
+                ) from None
+            except httpx.HTTPError as exc:
+                self._balancer.release(lease, connection_failed=True)
+                raise BadGateway(
+                    f"worker {lease.worker_id} of endpoint {endpoint.id} failed the request: "
+                    f"{exc!r}"
+                ) from None
+            except BaseException:
+                self._balancer.release(lease)
+                raise
+            return Upstream(self._balancer, lease, response)
+        raise AssertionError("unreachable: the last try raises")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _has_body(headers: Sequence[tuple[str, str]]) -> bool:
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
+            return True
+    return False
+
+
+def _forwarded_headers(request: Forwarding) -> list[tuple[str, str]]:
+    headers = [(n, v) for n, v in request.headers if n.lower() not in NOT_FORWARDED]
+    extra: Mapping[str, str | None] = {
+        "x-forwarded-for": request.client,
+        "x-forwarded-proto": request.scheme,
+        "x-forwarded-host": request.host,
+        "x-forwarded-prefix": request.prefix,
+    }
+    present = {n.lower() for n, _ in headers}
+    for name, value in extra.items():
+        if value and name not in present:
+            headers.append((name, value))
+    return headers

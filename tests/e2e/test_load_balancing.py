@@ -1,0 +1,264 @@
+"""Load-balancing endpoints end to end: the real server starts real FastAPI workers (their own
+HTTP servers, ``tests/e2e/workers/lb_worker.py``) and passes requests straight to them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from harness import Server, running
+
+
+@pytest.fixture(scope="module")
+def lb_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    data = tmp_path_factory.mktemp("skiff-lb") / "data"
+    with running(
+        data, env={"SKIFF_LB_WAIT_SECONDS": "30", "SKIFF_LB_DOMAIN": "lb.skiff.test"}
+    ) as srv:
+        yield srv
+
+
+def lb_endpoint(server: Server, **fields: Any) -> dict[str, Any]:
+    return server.create_endpoint("lb_worker.py", type="LB", **fields)
+
+
+def workers_of(server: Server, endpoint_id: str) -> list[dict[str, Any]]:
+    found = server.http.get(f"/v1/endpoints/{endpoint_id}", params={"includeWorkers": "true"})
+    assert found.status_code == 200, found.text
+    return list(found.json()["workers"] or [])
+
+
+def ready_workers(server: Server, endpoint_id: str) -> list[dict[str, Any]]:
+    return [w for w in workers_of(server, endpoint_id) if w["state"] in ("idle", "running")]
+
+
+def test_a_request_starts_a_worker_from_zero_and_gets_its_answer(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    assert endpoint["type"] == "LB"
+    assert endpoint["scalerType"] == "REQUEST_COUNT"
+    assert workers_of(lb_server, endpoint["id"]) == []
+
+    answer = lb_server.http.post(
+        f"/lb/{endpoint['id']}/generate?temperature=0.5", json={"prompt": "hello"}
+    )
+
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["prompt"] == "hello"
+    assert body["query"] == "temperature=0.5"
+    # The caller's key is for skiff: the worker's code never sees it.
+    assert body["authorization"] is None
+    assert body["forwarded_prefix"] == f"/lb/{endpoint['id']}"
+    assert [w["id"] for w in workers_of(lb_server, endpoint["id"])] == [body["worker"]]
+
+
+def test_the_worker_answer_comes_back_as_the_worker_wrote_it(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    url = f"/lb/{endpoint['id']}"
+
+    teapot = lb_server.http.get(f"{url}/teapot")
+    cookies = lb_server.http.get(f"{url}/cookies")
+    missing = lb_server.http.get(f"{url}/no/such/path")
+
+    assert (teapot.status_code, teapot.text) == (418, "short and stout")
+    assert cookies.headers.get_list("set-cookie") == [
+        "a=1; Path=/; SameSite=lax",
+        "b=2; Path=/; SameSite=lax",
+    ]
+    assert len(cookies.headers.get_list("date")) == 1
+    # The worker's own 404, not skiff's.
+    assert missing.status_code == 404
+    assert missing.json() == {"detail": "Not Found"}
+
+
+def test_a_streamed_answer_arrives_as_the_worker_writes_it(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    arrivals: list[tuple[float, str]] = []
+    with lb_server.http.stream(
+        "GET", f"/lb/{endpoint['id']}/stream", params={"n": 5, "pause": 0.4}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                arrivals.append((time.monotonic(), line))
+
+    assert [line for _, line in arrivals] == [f"data: {i}" for i in range(5)]
+    # Gathered, all five would arrive together after the last; passed through, they are
+    # about 0.4 s apart.
+    assert arrivals[-1][0] - arrivals[0][0] >= 1.2
+
+
+def test_requests_are_spread_across_the_workers(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server, workersMax=2, scalerValue=1, idleTimeout=30)
+    url = f"/lb/{endpoint['id']}/generate"
+
+    def call(i: int) -> tuple[int, str]:
+        answer = lb_server.http.post(url, json={"prompt": str(i), "sleep": 0.05})
+        return answer.status_code, answer.json().get("worker", "") if answer.is_success else ""
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(call, range(200)))
+
+    assert [status for status, _ in results] == [200] * 200
+    by_worker = Counter(worker for _, worker in results)
+    assert len(by_worker) == 2, by_worker
+    # Least outstanding requests first: neither worker is left idle while the other queues.
+    assert min(by_worker.values()) >= 40, by_worker
+
+
+def test_a_killed_worker_fails_only_its_requests_in_flight_and_is_replaced(
+    lb_server: Server,
+) -> None:
+    endpoint = lb_endpoint(lb_server, workersMax=2, workersMin=2, scalerValue=1, idleTimeout=30)
+    lb_server.wait_for(
+        lambda: len(ready_workers(lb_server, endpoint["id"])) == 2, what="two ready workers"
+    )
+    [victim, survivor] = ready_workers(lb_server, endpoint["id"])
+    url = f"/lb/{endpoint['id']}/generate"
+    stop = threading.Event()
+    results: list[tuple[float, int, str]] = []
+
+    def keep_calling() -> None:
+        with httpx.Client(
+            base_url=lb_server.url, headers={"Authorization": f"Bearer {lb_server.key}"}
+        ) as client:
+            while not stop.is_set():
+                answer = client.post(url, json={"sleep": 0.3}, timeout=30)
+                worker = answer.json().get("worker", "") if answer.is_success else answer.text
+                results.append((time.monotonic(), answer.status_code, worker))
+
+    callers = [threading.Thread(target=keep_calling) for _ in range(6)]
+    for caller in callers:
+        caller.start()
+    time.sleep(1.5)
+    killed_at = time.monotonic()
+    os.killpg(victim["pid"], signal.SIGKILL)
+    lb_server.wait_for(
+        lambda: any(
+            w["id"] not in (victim["id"], survivor["id"])
+            for w in ready_workers(lb_server, endpoint["id"])
+        ),
+        what="a replacement worker",
+    )
+    time.sleep(1.5)
+    stop.set()
+    for caller in callers:
+        caller.join()
+
+    failed = [(at, status, text) for at, status, text in results if status != 200]
+    # Only requests that were on the killed worker when it died fail, each with a 502 that
+    # says so; at most one per caller, none started after the kill.
+    assert len(failed) <= len(callers), failed
+    assert all(status == 502 and victim["id"] in text for _, status, text in failed), failed
+    after = [r for r in results if r[0] > killed_at + 1.0]
+    assert after and all(status == 200 for _, status, _ in after), after
+    served_after = {worker for at, status, worker in results if at > killed_at + 1.0}
+    assert victim["id"] not in served_after
+
+
+def test_a_worker_answering_204_gets_no_traffic_until_it_answers_200(
+    lb_server: Server, tmp_path: Path
+) -> None:
+    warm = tmp_path / "warm"
+    endpoint = lb_endpoint(lb_server, env={"LB_WARMUP_FILE": str(warm)})
+    answers: list[httpx.Response] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(
+            lb_server.http.post(f"/lb/{endpoint['id']}/generate", json={"prompt": "x"})
+        )
+    )
+    caller.start()
+    lb_server.wait_for(
+        lambda: [w for w in workers_of(lb_server, endpoint["id"]) if w["state"] == "initializing"],
+        what="a starting worker",
+    )
+    time.sleep(2.0)
+    assert answers == []
+    assert [w["state"] for w in workers_of(lb_server, endpoint["id"])] == ["initializing"]
+
+    warm.write_text("ready")
+    caller.join(timeout=30)
+
+    assert [a.status_code for a in answers] == [200]
+
+
+def test_no_worker_ready_in_time_is_a_503_with_retry_after(tmp_path: Path) -> None:
+    with running(tmp_path / "data", env={"SKIFF_LB_WAIT_SECONDS": "2"}) as server:
+        never = tmp_path / "never"
+        endpoint = lb_endpoint(server, env={"LB_WARMUP_FILE": str(never)})
+
+        answer = server.http.get(f"/lb/{endpoint['id']}/ping")
+
+        assert answer.status_code == 503
+        assert answer.headers["retry-after"] == "5"
+        assert "became ready within 2 s" in answer.json()["error"]
+        metrics = server.http.get("/metrics").text
+        assert f'skiff_lb_requests_total{{code="503",endpoint="{endpoint["id"]}"}} 1.0' in metrics
+
+
+def test_the_host_based_url_reaches_the_same_workers(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+
+    # As https://ENDPOINT_ID.api.runpod.ai/generate on the hosted platform. A /v2 path on that
+    # host is the worker's, not skiff's job interface.
+    answer = lb_server.http.post(
+        "/generate", json={"prompt": "by host"}, headers={"Host": f"{endpoint['id']}.lb.skiff.test"}
+    )
+    v2_path = lb_server.http.post(
+        "/v2/anything/run", json={"input": {}}, headers={"Host": f"{endpoint['id']}.lb.skiff.test"}
+    )
+
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["prompt"] == "by host"
+    assert answer.json()["forwarded_prefix"] is None  # no prefix: the caller used none
+    assert v2_path.status_code == 404
+    assert v2_path.json() == {"detail": "Not Found"}  # the worker's FastAPI answered
+
+
+def test_the_callers_key_and_the_endpoint_type_are_checked(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server, workersMax=0)
+    queue = lb_server.create_endpoint("echo_worker.py", workersMax=0)
+
+    no_key = httpx.get(f"{lb_server.url}/lb/{endpoint['id']}/generate")
+    wrong_key = httpx.get(
+        f"{lb_server.url}/lb/{endpoint['id']}/generate",
+        headers={"Authorization": "Bearer sk_not_a_key_at_all_0000000"},
+    )
+    unknown = lb_server.http.get("/lb/nosuchendpoint/generate")
+    queue_based = lb_server.http.get(f"/lb/{queue['id']}/generate")
+    jobs = lb_server.http.post(f"/v2/{endpoint['id']}/run", json={"input": {}})
+    no_workers = lb_server.http.get(f"/lb/{endpoint['id']}/generate")
+    delay = lb_server.http.post(
+        "/v1/endpoints",
+        json={"templateId": endpoint["templateId"], "type": "LB", "scalerType": "QUEUE_DELAY"},
+    )
+
+    assert no_key.status_code == 401
+    assert wrong_key.status_code == 401
+    assert unknown.status_code == 404
+    assert queue_based.status_code == 400
+    assert "queue-based" in queue_based.json()["error"]
+    assert jobs.status_code == 400
+    assert f"/lb/{endpoint['id']}/" in jobs.json()["error"]
+    assert no_workers.status_code == 503
+    assert "workersMax is 0" in no_workers.json()["error"]
+    assert delay.status_code == 400
+    assert delay.json()["field"] == "scalerType"
+
+
+def test_idle_workers_stop_after_the_idle_timeout(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server, idleTimeout=1)
+    assert lb_server.http.post(f"/lb/{endpoint['id']}/generate", json={}).status_code == 200
+
+    lb_server.wait_for(lambda: workers_of(lb_server, endpoint["id"]) == [], what="idle stop")
+    health = lb_server.http.get(f"/v2/{endpoint['id']}/health").json()
+    assert health["workers"]["idle"] == 0
