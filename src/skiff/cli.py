@@ -20,6 +20,7 @@ import httpx
 import orjson
 
 from skiff import __version__
+from skiff.builtin_models.catalog import CATALOG
 from skiff.clock import SystemClock
 from skiff.config import Settings
 from skiff.databases import Backend, backend_of
@@ -406,3 +407,125 @@ def gpus(data_dir: Path | None, database_url: str | None) -> None:
     click.echo(f"{'GPU':<4} {'TYPE':<32} HELD BY")
     for gpu in fleet:
         click.echo(f"{gpu.index:<4} {gpu.name:<32} {holder.get(gpu.index, '-')}")
+
+
+_URL_OPTION = click.option(
+    "--url",
+    envvar="SKIFF_PUBLIC_URL",
+    default=None,
+    help="The server's address. [env SKIFF_PUBLIC_URL; else from SKIFF_HOST and SKIFF_PORT]",
+)
+_KEY_OPTION = click.option(
+    "--key", envvar="SKIFF_API_KEY", default=None, help="API key. [env SKIFF_API_KEY]"
+)
+
+
+class _Api:
+    """The running server's /v1, as the key's user."""
+
+    def __init__(self, url: str | None, key: str | None) -> None:
+        if not key:
+            raise click.ClickException("no API key: pass --key or set SKIFF_API_KEY")
+        self.url = (url or _settings().base_url()).rstrip("/")
+        self._client = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        )
+
+    def call(self, method: str, path: str, ok: tuple[int, ...], **kwargs: Any) -> Any:
+        try:
+            response = self._client.request(method, f"/v1{path}", **kwargs)
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"cannot reach {self.url}: {exc}") from None
+        if response.status_code not in ok:
+            raise _api_error(response)
+        return response.json() if response.content else None
+
+
+@main.group()
+def models() -> None:
+    """Public model endpoints: list them, or turn a ready-made one on or off."""
+
+
+@models.command("list")
+@_URL_OPTION
+@_KEY_OPTION
+def models_list(url: str | None, key: str | None) -> None:
+    """The published models (any user), and the ready-made ones that can be enabled."""
+    published = {m["modelId"]: m for m in _Api(url, key).call("GET", "/models", (200,))}
+    for model_id, model in published.items():
+        click.echo(f"{model_id}  published  {model['jobUrl']}  {model['description']}")
+    for model_id in CATALOG:
+        if model_id not in published:
+            click.echo(f"{model_id}  available  (skiff models enable {model_id})")
+
+
+@models.command("enable")
+@click.argument("model_id", type=click.Choice(sorted(CATALOG)))
+@click.option("--workers-max", type=click.IntRange(1, 1000), default=None, help="[default 2]")
+@_URL_OPTION
+@_KEY_OPTION
+def models_enable(model_id: str, workers_max: int | None, url: str | None, key: str | None) -> None:
+    """Publish the ready-made MODEL_ID (an administrator's key): a template that runs its worker
+    with this Python, a CPU endpoint, and the model id every user calls as /v2/MODEL_ID/run.
+    The server must run workers as processes on this host (the local provider)."""
+    builtin = CATALOG[model_id]
+    missing = builtin.missing()
+    if missing:
+        raise click.ClickException(
+            f"this Python lacks {', '.join(missing)}, which the {model_id} worker needs: "
+            f"{builtin.install}"
+        )
+    api = _Api(url, key)
+    if any(m["modelId"] == model_id for m in api.call("GET", "/models", (200,))):
+        raise click.ClickException(f"{model_id} is published already")
+    name = f"model-{model_id}"
+    templates = api.call("GET", "/templates", (200,))
+    template = next((t for t in templates if t["name"] == name), None)
+    if template is None:
+        template = api.call(
+            "POST",
+            "/templates",
+            (200,),
+            json={
+                "name": name,
+                "imageName": f"skiff/{model_id}",
+                "category": "CPU",
+                "dockerStartCmd": [sys.executable, "-m", builtin.module],
+                "env": {"SKIFF_MODEL_ID": model_id},
+            },
+        )
+    settings: dict[str, Any] = dict(builtin.endpoint)
+    if workers_max is not None:
+        settings["workersMax"] = workers_max
+    endpoint = api.call(
+        "POST", "/endpoints", (200,), json={"name": name, "templateId": template["id"], **settings}
+    )
+    api.call(
+        "POST",
+        "/models",
+        (201,),
+        json={
+            "modelId": model_id,
+            "endpointId": endpoint["id"],
+            "description": builtin.description,
+        },
+    )
+    click.echo(f"{model_id} is published (endpoint {endpoint['id']}). Every user calls it as")
+    click.echo(
+        f"  curl -X POST {api.url}/v2/{model_id}/runsync -H 'Authorization: Bearer $KEY' "
+        """-d '{"input": {"texts": ["a sentence"]}}'"""
+    )
+
+
+@models.command("disable")
+@click.argument("model_id")
+@_URL_OPTION
+@_KEY_OPTION
+def models_disable(model_id: str, url: str | None, key: str | None) -> None:
+    """Withdraw MODEL_ID (an administrator's key); a ready-made one's endpoint is deleted too."""
+    api = _Api(url, key)
+    api.call("DELETE", f"/models/{quote(model_id, safe='')}", (204,))
+    for endpoint in api.call("GET", "/endpoints", (200,)):
+        if endpoint["name"] == f"model-{model_id}" and model_id in CATALOG:
+            api.call("DELETE", f"/endpoints/{endpoint['id']}", (200, 204))
+    click.echo(f"{model_id} is withdrawn")

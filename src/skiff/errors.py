@@ -5,6 +5,7 @@ SkiffError
 ├── Invalid             400: a bad field or request; ``field`` names it
 ├── Conflict            409: a unique name already taken, a resource still in use
 ├── Unauthorized        401: missing or unknown key
+├── Forbidden           403: a known caller, not allowed this (not an administrator, ...)
 ├── PayloadTooLarge     413: a body over the limit of its route
 ├── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
 │   └── NoWorkerReady   503: a load-balancing endpoint has no worker ready in time
@@ -40,6 +41,10 @@ class Conflict(SkiffError):
 
 class Unauthorized(SkiffError):
     status_code = 401
+
+
+class Forbidden(SkiffError):
+    status_code = 403
 
 
 class PayloadTooLarge(SkiffError):

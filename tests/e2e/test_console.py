@@ -779,3 +779,25 @@ def test_a_load_balancing_endpoint_is_created_and_shows_its_url(page: Any, serve
     page.goto(f"{server.url}/console/endpoints/{endpoint_id}/edit")
     expect_text(page.locator("main form").last, "Type\\s*Load balancing")
     server.http.delete(f"/v1/endpoints/{endpoint_id}")
+
+
+def test_the_public_models_page_lists_what_is_published(page: Any, server: Server) -> None:
+    endpoint = server.create_endpoint("echo_worker.py", name="console-public-echo", workersMax=0)
+    published = server.http.post(
+        "/v1/models",
+        json={"modelId": "console-echo", "endpointId": endpoint["id"], "description": "Echoes"},
+    )
+    assert published.status_code == 201, published.text
+    sign_in(page, server)
+
+    page.get_by_role("link", name="Public models").click()
+    page.get_by_role("heading", name="Public models").wait_for()
+
+    row = page.locator('tr[data-model="console-echo"]')
+    expect_text(row, "Echoes")
+    expect_text(row, "POST /v2/console-echo/run")
+    # The administrator who published it sees which of their endpoints runs it.
+    expect_text(row, endpoint["id"])
+    shot(page, "public-models")
+    assert server.http.delete("/v1/models/console-echo").status_code == 204
+    server.http.delete(f"/v1/endpoints/{endpoint['id']}")

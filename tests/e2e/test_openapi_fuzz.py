@@ -360,6 +360,10 @@ def test_hostile_path_ids_and_queries_never_get_a_server_error(
         ("GET", "/lb/{x}/generate?q={x}", None),
         ("POST", "/lb/{x}", None),
         ("PATCH", f"/lb/{endpoint}/{{x}}?{{x}}", None),
+        ("GET", "/v1/models/{x}", None),
+        ("DELETE", "/v1/models/{x}", None),
+        ("POST", "/v2/{x}/runsync", None),
+        ("GET", "/console/models?{x}", None),
     ]
 
     @HOSTILE

@@ -9,7 +9,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from skiff.api import billing, credentials, errors, pods
+from skiff.api import billing, credentials, errors, models, pods
 from skiff.api.log_lines import (
     FOLLOWED,
     LogsOut,
@@ -486,4 +486,5 @@ def build(services: Services) -> FastAPI:
         app.include_router(router)
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
+    app.include_router(models.router(services, current_user))
     return app

@@ -145,6 +145,7 @@ def _section(path: str) -> str:
         ("/volumes", "volumes"),
         ("/pods", "pods"),
         ("/billing", "billing"),
+        ("/models", "models"),
     ):
         if path.startswith(prefix):
             return section
@@ -256,6 +257,7 @@ def build(services: Services) -> ASGIApp:
         endpoint_pages,
         job_pages,
         log_pages,
+        model_pages,
         pod_pages,
         registry_pages,
         signin,
@@ -275,6 +277,7 @@ def build(services: Services) -> ASGIApp:
         *pod_pages.routes(console),
         *billing_pages.routes(console),
         *volume_pages.routes(console),
+        *model_pages.routes(console),
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))
     app.state.console = console

@@ -278,3 +278,7 @@ class Endpoint(BaseModel):
     version: int
     createdAt: float
     spec: EndpointSpec
+    #: Not stored: on the copy a public model's caller other than its owner gets
+    #: (``Endpoints.for_jobs``), that caller's user id: their jobs are recorded and read as
+    #: theirs alone.
+    caller: str | None = Field(default=None, exclude=True)

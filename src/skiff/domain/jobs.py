@@ -175,6 +175,9 @@ class Job:
     seq: int = 0
     #: Not stored: set on the job a cancel returns when its worker must be told to stop.
     stop_pending: bool = False
+    #: Who submitted it through a public model's id, when not the endpoint's owner: only that
+    #: caller reads or acts on it (``services/jobs.py``). None: the owner's own.
+    caller_id: str | None = None
 
     def readable_at(self, now: float) -> bool:
         """False once its ttl or its retention window has passed: it answers 404 from then on,

@@ -22,6 +22,7 @@ from skiff.domain.workers import WorkerReport
 from skiff.errors import Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
+from skiff.services.public_models import PublicModels
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -34,8 +35,16 @@ RECENT_MAX = 10_000
 
 class Endpoints:
     def __init__(
-        self, store: Store, clock: Clock, wakeups: Wakeups, workers: Workers, fleet: Fleet
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        workers: Workers,
+        fleet: Fleet,
+        models: PublicModels,
     ) -> None:
+        """``models`` resolves a public model's id where a job route names one."""
+        self._models = models
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -116,15 +125,31 @@ class Endpoints:
         """``get`` for the job routes, from a copy at most ``RECENT_SECONDS`` old: every job
         request names its endpoint, and reading and parsing it each time was a large share of a
         ``/run`` (docs/performance.md). A change made through this replica is seen at once; one
-        made through another replica within ``RECENT_SECONDS``."""
-        endpoint = await self.recent_copy(endpoint_id)
-        if endpoint.userId != user.id:
+        made through another replica within ``RECENT_SECONDS``.
+
+        A public model's id stands for its endpoint, for every user: a caller other than its
+        owner gets a copy marked with their id (``Endpoint.caller``), so that their jobs are
+        theirs alone."""
+        endpoint = await self._recent_or_none(endpoint_id)
+        if endpoint is not None and endpoint.userId == user.id:
+            return endpoint
+        model = await self._models.resolve(endpoint_id)
+        published = await self._recent_or_none(model.endpoint_id) if model else None
+        if published is None:
             raise NotFound(f"endpoint {endpoint_id} not found")
-        return endpoint
+        if published.userId == user.id:
+            return published
+        return published.model_copy(update={"caller": user.id})
 
     async def recent_copy(self, endpoint_id: str) -> Endpoint:
         """The endpoint as stored at most ``RECENT_SECONDS`` ago, whoever asks (the worker
         routes, whose token already names the endpoint, and ``for_jobs``)."""
+        found = await self._recent_or_none(endpoint_id)
+        if found is None:
+            raise NotFound(f"endpoint {endpoint_id} not found")
+        return found
+
+    async def _recent_or_none(self, endpoint_id: str) -> Endpoint | None:
         try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per request
             return self._recent[endpoint_id]
         except KeyError:
@@ -132,7 +157,7 @@ class Endpoints:
         found = await self._store.get_endpoint(endpoint_id)
         if found is None:
             self._recent.pop(endpoint_id, None)
-            raise NotFound(f"endpoint {endpoint_id} not found")
+            return None
         self._recent[endpoint_id] = found
         return found
 

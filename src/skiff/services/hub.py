@@ -32,6 +32,7 @@ from skiff.services.peer_logs import PeerLogs
 from skiff.services.placement import Placement
 from skiff.services.pod_runner import POD_VOLUMES, PodProviders, PodRunner, public_host
 from skiff.services.pods import Pods
+from skiff.services.public_models import PublicModels
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -86,6 +87,7 @@ class Services:
     balancer: Balancer
     lb_health: LbHealth
     lb_proxy: LbProxy
+    public_models: PublicModels
 
     @classmethod
     def build(
@@ -156,12 +158,14 @@ class Services:
         )
         events.on_final(metrics.job_finished)
         events.on_final(webhooks.job_finished)
+        events.on_final(meter.call_finished)
 
         async def webhook_guard(url: str) -> None:
             await check_webhook_url(url, settings.webhook_allow_private)
 
         jobs = Jobs(store, clock, wakeups, events, placement.why, webhook_guard)
-        endpoints = Endpoints(store, clock, wakeups, workers, fleet)
+        public_models = PublicModels(store, clock)
+        endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models)
         rate_limits = RateLimits(
             settings.rate_limits,
             settings.rate_requests_per_worker,
@@ -248,6 +252,7 @@ class Services:
             pod_logs=PodLogs(pod_log_files, store, wakeups),
             balancer=balancer,
             lb_proxy=LbProxy(balancer),
+            public_models=public_models,
             lb_health=LbHealth(
                 store, workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
             ),

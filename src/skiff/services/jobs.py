@@ -15,7 +15,7 @@ from skiff.domain.jobs import FINAL_STATES, Job, JobRequest, JobStatus, retentio
 from skiff.domain.placement import Blocker
 from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
-from skiff.errors import Invalid, NotFound
+from skiff.errors import Forbidden, Invalid, NotFound
 from skiff.ids import job_id
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wake, Wakeups
@@ -86,6 +86,7 @@ class Jobs:
             s3_config_json=request.s3_config_json,
             submitted_at=self._clock.now(),
             retention_ms=retention_ms(sync, wait_ms),
+            caller_id=endpoint.caller,
         )
         job.expires_at = job.submitted_at + job.ttl_ms / 1000
         await self._store.insert_job(job)
@@ -120,9 +121,14 @@ class Jobs:
                 await self._wakeups.wait(event, 5.0)
 
     async def get(self, endpoint: Endpoint, job_id: str) -> Job:
-        """A job that exists and whose ttl and retention window have not passed."""
+        """A job that exists and whose ttl and retention window have not passed. A public
+        model's caller gets only their own (anyone else's is unknown to them)."""
         job = await self._store.get_job(endpoint.id, job_id)
-        if job is None or not job.readable_at(self._clock.now()):
+        if (
+            job is None
+            or not job.readable_at(self._clock.now())
+            or (endpoint.caller is not None and job.caller_id != endpoint.caller)
+        ):
             raise NotFound(f"job {job_id} not found (unknown, or its ttl or retention expired)")
         return job
 
@@ -149,6 +155,7 @@ class Jobs:
         self, endpoint: Endpoint, limit: int, before_seq: int | None
     ) -> tuple[list[Job], int | None]:
         """A page of the endpoint's jobs, newest first, and the cursor of the next page."""
+        _owners_only(endpoint, "/requests lists every caller's jobs")
         now = self._clock.now()
         jobs = await self._store.list_jobs(endpoint.id, limit + 1, before_seq)
         more = len(jobs) > limit
@@ -194,6 +201,7 @@ class Jobs:
         return job
 
     async def purge_queue(self, endpoint: Endpoint) -> int:
+        _owners_only(endpoint, "/purge-queue would remove every caller's queued jobs")
         return await self._store.purge_queue(endpoint.id)
 
     async def health(self, endpoint: Endpoint) -> Health:
@@ -204,3 +212,9 @@ class Jobs:
             by_state[worker.state] += 1
         blocker = await self._placement(endpoint, workers)
         return Health(jobs=counts, workers=by_state, placement=blocker)
+
+
+def _owners_only(endpoint: Endpoint, why: str) -> None:
+    """Refuse a public model's caller what only the endpoint's owner may do."""
+    if endpoint.caller is not None:
+        raise Forbidden(f"a public model's callers cannot do this: {why}")

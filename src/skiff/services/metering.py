@@ -27,6 +27,7 @@ from skiff.clock import Clock
 from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.containers import DEFAULT_FLAVOR
 from skiff.domain.endpoints import ComputeType
+from skiff.domain.jobs import Job
 from skiff.domain.pods import DesiredStatus
 from skiff.domain.workers import WorkerKind, WorkerState
 from skiff.ids import short_id
@@ -73,6 +74,7 @@ class Meter:
         #: Subjects seen not billable (a throttled worker): they count from when they become so.
         self._waiting: set[str] = set()
         self._lock = asyncio.Lock()
+        self._calls: set[asyncio.Task[None]] = set()
 
     async def resume(self) -> None:
         """This replica starts metering (it took the lead): usages left open by a meter that
@@ -104,6 +106,46 @@ class Meter:
         """The thing is gone now: its usage ends at this very moment."""
         async with self._lock:
             await self._store.end_usage(subject(kind, thing_id), self._clock.now(), self._gap)
+
+    def call_finished(self, job: Job) -> None:
+        """A job ended (``JobEvents``). One a public model's caller ran (not its owner) is billed
+        to that caller: its run time, at the rate of one worker of the endpoint, under the
+        model's id. (The worker's own time is the owner's, metered as any worker's.)"""
+        if job.caller_id is None or job.started_at is None or job.finished_at is None:
+            return
+        task = asyncio.create_task(self._bill_call(job))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _bill_call(self, job: Job) -> None:
+        assert job.caller_id is not None and job.started_at is not None
+        assert job.finished_at is not None
+        try:
+            endpoint = await self._store.get_endpoint(job.endpoint_id)
+            if endpoint is None:
+                return
+            models = [m for m in await self._store.public_models() if m.endpoint_id == endpoint.id]
+            worker = await self._store.get_worker(job.worker_id) if job.worker_id else None
+            gpus = len(worker.gpu_ids.split(",")) if worker and worker.gpu_ids else 0
+            cpu = endpoint.spec.computeType is ComputeType.CPU or not gpus
+            usage = Usage(
+                id=short_id(),
+                user_id=job.caller_id,
+                kind=UsageKind.WORKER,
+                started_at=job.started_at,
+                endpoint_id=models[0].model_id if models else endpoint.id,
+                instance_id=job.worker_id,
+                gpu_type=None if cpu or worker is None else worker.gpu,
+                gpu_count=0 if cpu else gpus,
+                cpu_flavor=_flavor(endpoint.spec.cpuFlavorIds) if cpu else None,
+                vcpus=endpoint.spec.vcpuCount if cpu else 0,
+            )
+            key = f"call:{job.id}"
+            async with self._lock:  # so a pass cannot end it between its opening and its end
+                await self._store.open_usage(usage, key, job.finished_at)
+                await self._store.end_usage(key, job.finished_at, self._gap)
+        except Exception:
+            log.exception("billing job %s to its caller failed", job.id)
 
     async def pass_once(self) -> None:
         async with self._lock:

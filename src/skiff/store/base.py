@@ -16,6 +16,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
 from skiff.domain.pods import Pod, PodPlacement
+from skiff.domain.public_models import PublicModel
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
 from skiff.domain.users import User as User
@@ -401,6 +402,18 @@ class Store(Protocol):
     async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
         """The worker called in: note when, and one that was starting is now idle."""
         ...
+
+    # -- public model endpoints --------------------------------------------------------------
+
+    async def publish_model(self, model: PublicModel) -> bool:
+        """False, writing nothing, when the model id or the endpoint is published already."""
+        ...
+
+    async def public_models(self) -> list[PublicModel]: ...
+
+    async def public_model(self, model_id: str) -> PublicModel | None: ...
+
+    async def unpublish_model(self, model_id: str) -> bool: ...
 
     async def worker_ready(self, worker_id: str, now: float) -> Worker | None:
         """A load-balancing worker answered its first ``GET /ping`` with 200: a starting one

@@ -21,6 +21,7 @@ from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
+from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
@@ -51,6 +52,8 @@ from skiff.store.rows import (
     pod_from_row,
     pod_params,
     pod_settings_params,
+    public_model_from_row,
+    public_model_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -544,6 +547,7 @@ class PostgresStore:
             await _execute(c, "delete_jobs_of_endpoint", endpoint_id=endpoint_id)
             await _execute(c, "drop_lineups_of_endpoint", endpoint_id=endpoint_id)
             await _execute(c, "delete_workers_of_endpoint", endpoint_id=endpoint_id)
+            await _execute(c, "unpublish_endpoint", endpoint_id=endpoint_id)
             deleted = await _execute(c, "delete_endpoint", endpoint_id=endpoint_id)
         return deleted > 0
 
@@ -877,6 +881,19 @@ class PostgresStore:
     async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
         row = await self._fetchrow_named("touch_worker", now=now, id=worker_id)
         return worker_from_row(row) if row else None
+
+    async def publish_model(self, model: PublicModel) -> bool:
+        return await self._execute_named("publish_model", **public_model_params(model)) > 0
+
+    async def public_models(self) -> list[PublicModel]:
+        return [public_model_from_row(r) for r in await self._fetch_named("list_public_models")]
+
+    async def public_model(self, model_id: str) -> PublicModel | None:
+        row = await self._fetchrow_named("get_public_model", model_id=model_id)
+        return public_model_from_row(row) if row else None
+
+    async def unpublish_model(self, model_id: str) -> bool:
+        return await self._execute_named("unpublish_model", model_id=model_id) > 0
 
     async def worker_ready(self, worker_id: str, now: float) -> Worker | None:
         row = await self._fetchrow_named("worker_ready", now=now, id=worker_id)

@@ -16,6 +16,7 @@ from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
+from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -76,6 +77,7 @@ def _job(
     retain_until: float | None,
     run_deadline: float | None,
     seq: int,
+    caller_id: str | None,
 ) -> Job:
     return Job(
         id=id,
@@ -101,6 +103,7 @@ def _job(
         retain_until=retain_until,
         run_deadline=run_deadline,
         seq=seq,
+        caller_id=caller_id,
     )
 
 
@@ -123,6 +126,7 @@ def job_params(job: Job) -> dict[str, Any]:
         "submitted_at": job.submitted_at,
         "expires_at": job.submitted_at + job.ttl_ms / 1000.0,
         "retention_ms": job.retention_ms,
+        "caller_id": job.caller_id,
     }
 
 
@@ -492,3 +496,22 @@ def usage_from_row(row: Any) -> Usage:
         vcpus=row["vcpus"],
         disk_gb=row["disk_gb"],
     )
+
+
+def _public_model(
+    model_id: str, endpoint_id: str, description: str, published_by: str, created_at: float
+) -> PublicModel:
+    return PublicModel(model_id, endpoint_id, description, published_by, created_at)
+
+
+public_model_from_row = RowReader(_public_model)
+
+
+def public_model_params(model: PublicModel) -> dict[str, Any]:
+    return {
+        "model_id": model.model_id,
+        "endpoint_id": model.endpoint_id,
+        "description": model.description,
+        "published_by": model.published_by,
+        "created_at": model.created_at,
+    }

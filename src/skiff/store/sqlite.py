@@ -28,6 +28,7 @@ from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
+from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.webhooks import new_webhook_secret
@@ -59,6 +60,8 @@ from skiff.store.rows import (
     pod_from_row,
     pod_params,
     pod_settings_params,
+    public_model_from_row,
+    public_model_params,
     registry_auth_from_row,
     registry_auth_params,
     stream_chunk_from_row,
@@ -768,6 +771,7 @@ class SQLiteStore:
             _run(c, "delete_jobs_of_endpoint", endpoint_id=endpoint_id)
             _run(c, "drop_lineups_of_endpoint", endpoint_id=endpoint_id)
             _run(c, "delete_workers_of_endpoint", endpoint_id=endpoint_id)
+            _run(c, "unpublish_endpoint", endpoint_id=endpoint_id)
             return _run(c, "delete_endpoint", endpoint_id=endpoint_id).rowcount > 0
 
         return await self._write(op)
@@ -1114,6 +1118,25 @@ class SQLiteStore:
     async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
         def op(c: sqlite3.Connection) -> Worker | None:
             return _read_one(c, "touch_worker", worker_from_row, now=now, id=worker_id)
+
+        return await self._write(op)
+
+    async def publish_model(self, model: PublicModel) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            return _run(c, "publish_model", **public_model_params(model)).rowcount > 0
+
+        return await self._write(op)
+
+    async def public_models(self) -> list[PublicModel]:
+        return self._query_as("list_public_models", public_model_from_row)
+
+    async def public_model(self, model_id: str) -> PublicModel | None:
+        found = self._query_as("get_public_model", public_model_from_row, model_id=model_id)
+        return found[0] if found else None
+
+    async def unpublish_model(self, model_id: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            return _run(c, "unpublish_model", model_id=model_id).rowcount > 0
 
         return await self._write(op)
 

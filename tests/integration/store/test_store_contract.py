@@ -18,6 +18,7 @@ import pytest
 from pgtest import PG_DSN, fresh_schema, pg_admin, schema_name
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
@@ -635,6 +636,36 @@ async def test_a_load_balancing_worker_moves_only_between_its_serving_states(
     assert stored is not None and stored.state is WorkerState.STOPPING
 
 
+async def test_a_model_is_published_once_per_id_and_per_endpoint(store: Store) -> None:
+    await store.create_endpoint(make_endpoint("ep-a"))
+    await store.create_endpoint(make_endpoint("ep-b"))
+    model = PublicModel("minilm", "ep-a", "embeddings", "u-1", T0)
+
+    assert await store.publish_model(model)
+    assert not await store.publish_model(PublicModel("minilm", "ep-b", "", "u-1", T0))
+    assert not await store.publish_model(PublicModel("other", "ep-a", "", "u-1", T0))
+    assert await store.public_model("minilm") == model
+    assert await store.public_models() == [model]
+    assert await store.unpublish_model("minilm")
+    assert not await store.unpublish_model("minilm")
+    # Deleting an endpoint withdraws its publication with it.
+    assert await store.publish_model(PublicModel("b-model", "ep-b", "", "u-1", T0))
+    await store.delete_endpoint("ep-b")
+    assert await store.public_models() == []
+
+
+async def test_a_jobs_caller_is_kept(store: Store) -> None:
+    await store.create_endpoint(make_endpoint())
+    await insert_jobs(store, make_job("j-caller", caller_id="u-2"), make_job("j-owner"))
+
+    called = await store.get_job(EP, "j-caller")
+    owned = await store.get_job(EP, "j-owner")
+    assert called is not None and called.caller_id == "u-2"
+    assert owned is not None and owned.caller_id is None
+    claimed = await store.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)
+    assert {j.id: j.caller_id for j in claimed} == {"j-caller": "u-2", "j-owner": None}
+
+
 async def test_endpoint_update_bumps_version_only_when_asked(store: Store) -> None:
     endpoint = await store.create_endpoint(make_endpoint())
     assert await store.get_endpoint(EP) == endpoint
@@ -852,6 +883,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0009_usage.sql",
         "0010_user_settings.sql",
         "0011_worker_addresses.sql",
+        "0012_public_models.sql",
     ]
     assert {
         "jobs",
@@ -916,6 +948,7 @@ AFTER_RENUMBERING = [
     "0009_usage.sql",
     "0010_user_settings.sql",
     "0011_worker_addresses.sql",
+    "0012_public_models.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -933,6 +966,7 @@ BOTH_RECORDS = sorted(
         "0009_usage.sql",
         "0010_user_settings.sql",
         "0011_worker_addresses.sql",
+        "0012_public_models.sql",
     ]
 )
 

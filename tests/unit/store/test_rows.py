@@ -8,6 +8,7 @@ from skiff.store.rows import job_from_row, worker_from_row
 
 JOB_ROW = {
     "seq": 7,
+    "caller_id": "u-2",
     "id": "j-1",
     "endpoint_id": "ep-1",
     "status": "IN_PROGRESS",
@@ -42,6 +43,7 @@ def test_a_job_is_the_same_read_by_name_or_from_a_tuple_in_any_column_order() ->
     assert by_name.status is JobStatus.IN_PROGRESS
     assert by_name.low_priority is True
     assert by_name.seq == 7
+    assert by_name.caller_id == "u-2"
     assert by_name.expires_at == float("inf")
 
 

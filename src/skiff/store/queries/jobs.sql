@@ -8,9 +8,9 @@
 
 -- name: insert_job
 INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority,
-                  webhook, s3_config, submitted_at, expires_at, retention_ms)
+                  webhook, s3_config, submitted_at, expires_at, retention_ms, caller_id)
 VALUES (:id, :endpoint_id, :status, :input, :execution_timeout_ms, :ttl_ms, :low_priority,
-        :webhook, :s3_config, :submitted_at, :expires_at, :retention_ms);
+        :webhook, :s3_config, :submitted_at, :expires_at, :retention_ms, :caller_id);
 
 -- name: get_job
 SELECT * FROM jobs WHERE id = :id AND endpoint_id = :endpoint_id;
