@@ -188,6 +188,8 @@ def create_app(
         # loops already running (and an earlier run's workers already swept).
         await leadership.step()
         leading = asyncio.create_task(leadership.run(), name="leadership")
+        # Every replica shares its load-balancing counts, the leader's scaler reads them.
+        board = asyncio.create_task(services.balancer.run_board(), name="lb-board")
         # What start-up made (modules, the app and its routes, models) lives as long as the
         # process: out of the collector's sight, its full collections no longer rescan all of
         # it, whose pauses stalled every request under load (docs/performance.md).
@@ -200,7 +202,8 @@ def create_app(
             ready = False
             await leadership.stop()
             leading.cancel()
-            await asyncio.gather(leading, return_exceptions=True)
+            board.cancel()
+            await asyncio.gather(leading, board, return_exceptions=True)
             await services.webhooks.aclose()
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()

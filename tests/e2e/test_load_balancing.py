@@ -262,3 +262,83 @@ def test_idle_workers_stop_after_the_idle_timeout(lb_server: Server) -> None:
     lb_server.wait_for(lambda: workers_of(lb_server, endpoint["id"]) == [], what="idle stop")
     health = lb_server.http.get(f"/v2/{endpoint['id']}/health").json()
     assert health["workers"]["idle"] == 0
+
+
+def test_a_flashboot_standby_is_promoted_straight_into_rotation(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server, flashboot=True, workersMax=2, scalerValue=1, idleTimeout=30)
+    url = f"/lb/{endpoint['id']}/generate"
+    first = lb_server.http.post(url, json={}).json()["worker"]
+    # One more is kept started and held back; it passes its ping while it waits.
+    standby = lb_server.wait_for(
+        lambda: [
+            w
+            for w in workers_of(lb_server, endpoint["id"])
+            if w["state"] == "standby" and w.get("lastSeen") is not None
+        ],
+        what="a standby that passed its ping",
+    )[0]
+
+    # Two long requests in flight ask for two workers: the standby is promoted at once (no
+    # start), and the next request goes to it, the worker with none in flight.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        busy = [pool.submit(lb_server.http.post, url, json={"sleep": 3}) for _ in range(2)]
+        lb_server.wait_for(
+            lambda: any(
+                w["id"] == standby["id"] and w["state"] in ("idle", "running")
+                for w in workers_of(lb_server, endpoint["id"])
+            ),
+            timeout=3,
+            what="the standby promoted",
+        )
+        third = lb_server.http.post(url, json={})
+        assert [f.result().json()["worker"] for f in busy] == [first, first]
+
+    assert third.status_code == 200
+    assert third.json()["worker"] == standby["id"]
+
+
+def test_a_request_to_a_follower_replica_starts_a_worker_from_zero(
+    tmp_path: Path, schema: str
+) -> None:
+    """Two replicas on one PostgreSQL: the follower's waiting request is on the shared board,
+    so the leader's scaler starts a worker for it, and the follower passes the request on."""
+    from pgtest import PG_DSN
+
+    env: dict[str, str | None] = {
+        "SKIFF_DATABASE_URL": PG_DSN,
+        "SKIFF_DATABASE_SCHEMA": schema,
+        "SKIFF_LEADER_CHECK_SECONDS": "0.2",
+        "SKIFF_LB_WAIT_SECONDS": "30",
+    }
+    leader = Server(tmp_path / "a", env=env)
+    leader.start()
+    follower = Server(tmp_path / "b", env=env)
+    follower.start()
+    try:
+        assert leader.http.get("/healthz").json()["leader"] is True
+        assert follower.http.get("/healthz").json()["leader"] is False
+        endpoint = lb_endpoint(leader, workersMax=2, scalerValue=1, idleTimeout=30)
+
+        answer = follower.http.post(f"/lb/{endpoint['id']}/generate", json={"prompt": "via b"})
+
+        assert answer.status_code == 200, answer.text + follower.tail_log()
+        assert answer.json()["prompt"] == "via b"
+        [worker] = workers_of(leader, endpoint["id"])
+        assert worker["replica"] == leader.http.get("/healthz").json()["replica"]
+
+        # Load on the follower alone is counted by the leader: two requests in flight there
+        # ask for a second worker.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            busy = [
+                pool.submit(follower.http.post, f"/lb/{endpoint['id']}/generate", json={"sleep": 4})
+                for _ in range(2)
+            ]
+            leader.wait_for(
+                lambda: len(workers_of(leader, endpoint["id"])) == 2,
+                timeout=10,
+                what="a second worker for the follower's load",
+            )
+            assert [f.result().status_code for f in busy] == [200, 200]
+    finally:
+        follower.stop()
+        leader.stop()

@@ -27,6 +27,9 @@ class Cluster(Protocol):
     #: Longest a wait may sleep before re-checking the database: None with one replica (every
     #: wake-up is in-process), a couple of seconds with several (the safety net under NOTIFY).
     max_wait: float | None
+    #: True when this replica is the only one there can be (SQLite): state worth sharing with
+    #: other replicas (load-balancing demand) stays in memory.
+    alone: bool
 
     async def start(
         self, on_keys: Callable[[list[str]], None], on_lost: Callable[[], None]

@@ -10,6 +10,7 @@ class LocalCluster:
     """Always leading, alone, and with nobody to notify."""
 
     max_wait: float | None = None
+    alone = True
 
     def __init__(self, url: str) -> None:
         self.replica_id = secrets.token_hex(6)

@@ -108,6 +108,8 @@ class PostgresCluster:
     guess: an empty answer would make callers declare live replicas dead.
     """
 
+    alone = False
+
     def __init__(
         self,
         dsn: str,

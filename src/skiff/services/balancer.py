@@ -7,6 +7,11 @@ until a worker passes ``GET /ping`` (``services/lb_health.py`` wakes it) or ``wa
 pass (503 with ``Retry-After``). A worker whose connection fails is out of rotation at once,
 and the health check looks at it next.
 
+With several replicas each one's counts go to the store (``lb_demand``: at once when a request
+starts waiting, else refreshed every ``BOARD_SECONDS`` while not zero), so the leader's scaler
+counts requests that reached the others too, and a request waiting on a follower starts a
+worker from zero as one on the leader does.
+
 The store keeps each worker's state in step (running while it has requests in flight, idle
 from when it has none, so ``idleTimeout`` stops it); only a change between the two is written,
 one write at a time per worker, so the last word is always the current count.
@@ -15,17 +20,23 @@ one write at a time per worker, so the last word is always the current count.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from skiff.clock import Clock
 from skiff.domain.balancing import Candidate, pick
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import NoWorkerReady
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
+from skiff.store.base import Store
+
+log = logging.getLogger(__name__)
 
 #: How long a list of an endpoint's ready workers is reused (a worker that becomes ready or
 #: leaves through this replica is seen at once; through another, within this).
@@ -35,6 +46,10 @@ READY_SECONDS = 0.5
 RECHECK_SECONDS = 1.0
 #: The ``Retry-After`` of a request that found no worker ready.
 RETRY_AFTER_SECONDS = 5
+#: Several replicas: how often each refreshes its counts in the store, and how old another's
+#: may be and still count (a replica gone stops counting after this).
+BOARD_SECONDS = 1.0
+BOARD_FRESH_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,36 @@ class Demand:
 
     in_flight: int
     waiting: int
+
+
+class DemandBoard(Protocol):
+    """Where replicas share their load-balancing counts (``services/hub.py`` makes it over
+    the store)."""
+
+    async def post(self, endpoint_id: str, demand: Demand) -> None: ...
+
+    async def others(self, fresh_seconds: float) -> dict[str, Demand]:
+        """The other replicas' counts refreshed within ``fresh_seconds``, summed per endpoint."""
+        ...
+
+
+class StoreBoard:
+    """The board as rows of the store's ``lb_demand``."""
+
+    def __init__(self, store: Store, clock: Clock, replica_id: str) -> None:
+        self._store = store
+        self._clock = clock
+        self._replica_id = replica_id
+
+    async def post(self, endpoint_id: str, demand: Demand) -> None:
+        await self._store.set_lb_demand(
+            self._replica_id, endpoint_id, demand.in_flight, demand.waiting, self._clock.now()
+        )
+
+    async def others(self, fresh_seconds: float) -> dict[str, Demand]:
+        since = self._clock.now() - fresh_seconds
+        rows = await self._store.lb_demand_of_others(self._replica_id, since)
+        return {e: Demand(in_flight, waiting) for e, (in_flight, waiting) in rows.items()}
 
 
 #: Told the id of a worker whose connection just failed, so that it is checked at once.
@@ -82,7 +127,12 @@ class Balancer:
         wakeups: Wakeups,
         wait_seconds: float,
         monotonic: Callable[[], float] = time.monotonic,
+        board: DemandBoard | None = None,
     ) -> None:
+        """``board``: where replicas share their counts (None: this replica is alone)."""
+        self._board = board
+        self._posted: dict[str, Demand] = {}
+        self._others: tuple[float, dict[str, Demand]] = (float("-inf"), {})
         self._workers = workers
         self._wakeups = wakeups
         self.wait_seconds = wait_seconds
@@ -102,7 +152,47 @@ class Balancer:
     # -- the scaler's view -----------------------------------------------------------------
 
     def demand(self, endpoint_id: str) -> Demand:
+        """This replica's requests for the endpoint."""
         return Demand(self._in_flight.get(endpoint_id, 0), self._waiting.get(endpoint_id, 0))
+
+    async def total_demand(self, endpoint_id: str) -> Demand:
+        """Every replica's requests for the endpoint (the others' from a reading at most
+        ``BOARD_SECONDS`` old)."""
+        mine = self.demand(endpoint_id)
+        if self._board is None:
+            return mine
+        read_at, others = self._others
+        now = self._monotonic()
+        if now - read_at >= BOARD_SECONDS:
+            others = await self._board.others(BOARD_FRESH_SECONDS)
+            self._others = (now, others)
+        theirs = others.get(endpoint_id, Demand(0, 0))
+        return Demand(mine.in_flight + theirs.in_flight, mine.waiting + theirs.waiting)
+
+    async def _post(self, endpoint_id: str) -> None:
+        """Put this replica's counts for the endpoint on the board."""
+        if self._board is None:
+            return
+        current = self.demand(endpoint_id)
+        await self._board.post(endpoint_id, current)
+        if current.in_flight or current.waiting:
+            self._posted[endpoint_id] = current
+        else:
+            self._posted.pop(endpoint_id, None)
+
+    async def run_board(self) -> None:
+        """Several replicas: keep this replica's counts on the board fresh (every replica runs
+        it, not only the leader)."""
+        if self._board is None:
+            return
+        while not self._wakeups.closing:
+            wanted = set(self._posted) | set(self._in_flight) | set(self._waiting)
+            for endpoint_id in wanted:
+                try:
+                    await self._post(endpoint_id)
+                except Exception:
+                    log.exception("sharing the load of endpoint %s failed", endpoint_id)
+            await asyncio.sleep(BOARD_SECONDS)
 
     def in_flight_on(self, worker_id: str) -> int:
         note = self._notes.get(worker_id)
@@ -194,6 +284,9 @@ class Balancer:
                     if not waiting:
                         waiting = True
                         self._waiting[endpoint.id] += 1
+                        if self._board is not None:
+                            # On the board before the scaler is woken, wherever it runs.
+                            await self._post(endpoint.id)
                         self._wakeups.notify(Wake.SCALER)
                     left = deadline - self._monotonic()
                     if left <= 0:

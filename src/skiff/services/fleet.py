@@ -179,8 +179,13 @@ class Fleet:
         return await self._launch(endpoint, worker, standby)
 
     async def promote(self, worker: Worker) -> None:
-        """Put a standby worker to work: its held take claims the next job at once."""
-        await self._workers.set_state(worker, WorkerState.IDLE)
+        """Put a standby worker to work: its held take claims the next job at once. A
+        load-balancing worker that has not passed ``GET /ping`` yet (never seen) starts as
+        any new one does, and gets traffic from its first 200."""
+        unproven = worker.address is not None and worker.last_seen is None
+        await self._workers.set_state(
+            worker, WorkerState.INITIALIZING if unproven else WorkerState.IDLE
+        )
         self._dispatch.wake_pollers(worker.endpoint_id)
 
     async def demote(self, worker: Worker) -> None:

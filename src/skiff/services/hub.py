@@ -12,7 +12,7 @@ from skiff.domain.gpus import Gpu
 from skiff.providers.base import WorkerProvider
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
-from skiff.services.balancer import Balancer
+from skiff.services.balancer import Balancer, StoreBoard
 from skiff.services.billing import Billing
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
@@ -147,7 +147,8 @@ class Services:
             volumes=volumes,
         )
         placement = Placement(store, gpu_pool, fleet)
-        balancer = Balancer(workers, wakeups, settings.lb_wait_seconds)
+        board = None if cluster.alone else StoreBoard(store, clock, cluster.replica_id)
+        balancer = Balancer(workers, wakeups, settings.lb_wait_seconds, board=board)
         # After the fleet's: by the time the balancer hears of an exit, the record is gone.
         exits.subscribe(balancer.on_exit)
         webhooks = WebhookSender(

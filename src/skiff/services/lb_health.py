@@ -32,8 +32,14 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_SECONDS = 3.0
 #: Failed pings in a row (other than a refused connection) before a worker is replaced.
 FAILURES_TO_REPLACE = 3
-#: The states in which a worker's ping is checked.
-_CHECKED = (WorkerState.INITIALIZING, WorkerState.IDLE, WorkerState.RUNNING)
+#: The states in which a worker's ping is checked (a flashboot standby too: it is promoted
+#: straight into rotation once it has passed one).
+_CHECKED = (
+    WorkerState.INITIALIZING,
+    WorkerState.IDLE,
+    WorkerState.RUNNING,
+    WorkerState.STANDBY,
+)
 
 
 class LbHealth:
@@ -123,13 +129,17 @@ class LbHealth:
         answer = ping_answer(status)
         if answer is PingAnswer.READY:
             self._failures.pop(worker.id, None)
-            if worker.state is WorkerState.INITIALIZING:
+            if worker.state is WorkerState.STANDBY:
+                # Ready, held back: seen, so the start-up deadline spares it and a promotion
+                # puts it straight into rotation.
+                await self._workers.touch(worker.id)
+            elif worker.state is WorkerState.INITIALIZING:
                 if await self._workers.ready(worker.id) is not None:
                     self._balancer.changed(worker.endpoint_id)
             else:
                 self._balancer.back_in_rotation(worker)
             return
-        if worker.state is WorkerState.INITIALIZING:
+        if worker.state in (WorkerState.INITIALIZING, WorkerState.STANDBY):
             return  # still coming up: the start-up deadline bounds how long
         self._balancer.out_of_rotation(worker)
         if answer is PingAnswer.STARTING:

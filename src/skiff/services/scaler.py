@@ -95,9 +95,8 @@ class Scaler:
     async def _load(self, endpoint: Endpoint, workers: list[Worker], now: float) -> Load:
         if endpoint.spec.type is EndpointType.LB:
             # Requests waiting for a worker count as queued, those passed to one as in
-            # progress. This replica counts its own; a worker another replica keeps busy
-            # counts as at least one request.
-            demand = self._balancer.demand(endpoint.id)
+            # progress, every replica's; a busy worker counts as at least one request.
+            demand = await self._balancer.total_demand(endpoint.id)
             busy = sum(1 for w in workers if w.state is WorkerState.RUNNING)
             return Load(queued=demand.waiting, in_progress=max(demand.in_flight, busy))
         counts = await self._store.job_counts(endpoint.id)
@@ -142,6 +141,10 @@ class Scaler:
             await self._fleet.promote(by_id[worker_id])
         for worker_id in decision.demote:
             await self._fleet.demote(by_id[worker_id])
+        if spec.type is EndpointType.LB and (decision.stop or decision.promote or decision.demote):
+            # Its requests pick from a list of ready workers read at most half a second ago:
+            # a promoted one takes the next request, a stopped one none.
+            self._balancer.changed(endpoint.id)
         if await self._store.get_endpoint(endpoint.id) is None:
             return  # deleted while this pass ran
         await self._fleet.retry_pending(endpoint)

@@ -126,6 +126,13 @@ class Workers:
         worker.state = state
         self._remember(worker.id, await self._store.update_worker(worker.id, fields))
 
+    async def touch(self, worker_id: str) -> Worker | None:
+        """Note that a worker this replica checks on was seen now (never adds a record)."""
+        worker = await self._store.touch_worker(worker_id, self._clock.now())
+        if worker is not None:
+            self._remember(worker_id, worker)
+        return worker
+
     async def ready(self, worker_id: str) -> Worker | None:
         """A load-balancing worker passed ``GET /ping``: idle, if it was starting."""
         worker = await self._store.worker_ready(worker_id, self._clock.now())

@@ -403,6 +403,20 @@ class Store(Protocol):
         """The worker called in: note when, and one that was starting is now idle."""
         ...
 
+    async def set_lb_demand(
+        self, replica_id: str, endpoint_id: str, in_flight: int, waiting: int, now: float
+    ) -> None:
+        """The requests this replica holds for a load-balancing endpoint now (none: its row
+        goes). Rows not refreshed for ten minutes (replicas gone) are dropped on the way."""
+        ...
+
+    async def lb_demand_of_others(
+        self, replica_id: str, since: float
+    ) -> dict[str, tuple[int, int]]:
+        """(in flight, waiting) per endpoint, summed over the other replicas' rows refreshed
+        since ``since``."""
+        ...
+
     # -- public model endpoints --------------------------------------------------------------
 
     async def publish_model(self, model: PublicModel) -> bool:

@@ -38,6 +38,7 @@ from skiff.store.base import (
 from skiff.store.named_queries import Dialect, Query, compile_query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.rows import (
+    LB_DEMAND_KEPT_SECONDS,
     api_key_from_row,
     api_key_params,
     claim_order,
@@ -881,6 +882,30 @@ class PostgresStore:
     async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
         row = await self._fetchrow_named("touch_worker", now=now, id=worker_id)
         return worker_from_row(row) if row else None
+
+    async def set_lb_demand(
+        self, replica_id: str, endpoint_id: str, in_flight: int, waiting: int, now: float
+    ) -> None:
+        async with self.pool.acquire() as c, c.transaction():
+            if in_flight or waiting:
+                await _execute(
+                    c,
+                    "set_lb_demand",
+                    replica_id=replica_id,
+                    endpoint_id=endpoint_id,
+                    in_flight=in_flight,
+                    waiting=waiting,
+                    now=now,
+                )
+            else:
+                await _execute(c, "clear_lb_demand", replica_id=replica_id, endpoint_id=endpoint_id)
+            await _execute(c, "drop_stale_lb_demand", before=now - LB_DEMAND_KEPT_SECONDS)
+
+    async def lb_demand_of_others(
+        self, replica_id: str, since: float
+    ) -> dict[str, tuple[int, int]]:
+        rows = await self._fetch_named("lb_demand_of_others", replica_id=replica_id, since=since)
+        return {r["endpoint_id"]: (int(r["in_flight"]), int(r["waiting"])) for r in rows}
 
     async def publish_model(self, model: PublicModel) -> bool:
         return await self._execute_named("publish_model", **public_model_params(model)) > 0

@@ -515,3 +515,8 @@ def public_model_params(model: PublicModel) -> dict[str, Any]:
         "published_by": model.published_by,
         "created_at": model.created_at,
     }
+
+
+#: How long a load-balancing demand row outlives its last refresh before it is dropped (its
+#: replica is gone; it stopped counting long before, ``Balancer``).
+LB_DEMAND_KEPT_SECONDS = 600.0

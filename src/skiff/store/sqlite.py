@@ -45,6 +45,7 @@ from skiff.store.base import (
 from skiff.store.named_queries import Dialect, Query, compile_query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.rows import (
+    LB_DEMAND_KEPT_SECONDS,
     RowReader,
     api_key_from_row,
     api_key_params,
@@ -1120,6 +1121,32 @@ class SQLiteStore:
             return _read_one(c, "touch_worker", worker_from_row, now=now, id=worker_id)
 
         return await self._write(op)
+
+    async def set_lb_demand(
+        self, replica_id: str, endpoint_id: str, in_flight: int, waiting: int, now: float
+    ) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            if in_flight or waiting:
+                _run(
+                    c,
+                    "set_lb_demand",
+                    replica_id=replica_id,
+                    endpoint_id=endpoint_id,
+                    in_flight=in_flight,
+                    waiting=waiting,
+                    now=now,
+                )
+            else:
+                _run(c, "clear_lb_demand", replica_id=replica_id, endpoint_id=endpoint_id)
+            _run(c, "drop_stale_lb_demand", before=now - LB_DEMAND_KEPT_SECONDS)
+
+        await self._write(op)
+
+    async def lb_demand_of_others(
+        self, replica_id: str, since: float
+    ) -> dict[str, tuple[int, int]]:
+        rows = self._query("lb_demand_of_others", replica_id=replica_id, since=since)
+        return {r["endpoint_id"]: (int(r["in_flight"]), int(r["waiting"])) for r in rows}
 
     async def publish_model(self, model: PublicModel) -> bool:
         def op(c: sqlite3.Connection) -> bool:

@@ -636,6 +636,22 @@ async def test_a_load_balancing_worker_moves_only_between_its_serving_states(
     assert stored is not None and stored.state is WorkerState.STOPPING
 
 
+async def test_replicas_share_their_load_balancing_demand(store: Store) -> None:
+    await store.set_lb_demand("r-a", "ep-1", in_flight=2, waiting=1, now=T0)
+    await store.set_lb_demand("r-b", "ep-1", in_flight=3, waiting=0, now=T0 + 4)
+    await store.set_lb_demand("r-b", "ep-2", in_flight=0, waiting=2, now=T0 + 4)
+
+    # Each replica reads the others', summed per endpoint; old rows (a gone replica) not.
+    assert await store.lb_demand_of_others("r-c", since=T0) == {"ep-1": (5, 1), "ep-2": (0, 2)}
+    assert await store.lb_demand_of_others("r-a", since=T0) == {"ep-1": (3, 0), "ep-2": (0, 2)}
+    assert await store.lb_demand_of_others("r-c", since=T0 + 1) == {"ep-1": (3, 0), "ep-2": (0, 2)}
+    # Nothing held: the row goes; rows long unrefreshed are dropped by the next write.
+    await store.set_lb_demand("r-b", "ep-2", in_flight=0, waiting=0, now=T0 + 5)
+    assert await store.lb_demand_of_others("r-a", since=T0) == {"ep-1": (3, 0)}
+    await store.set_lb_demand("r-b", "ep-1", in_flight=1, waiting=0, now=T0 + 10_000)
+    assert await store.lb_demand_of_others("r-c", since=0) == {"ep-1": (1, 0)}
+
+
 async def test_a_model_is_published_once_per_id_and_per_endpoint(store: Store) -> None:
     await store.create_endpoint(make_endpoint("ep-a"))
     await store.create_endpoint(make_endpoint("ep-b"))
@@ -882,7 +898,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0008_pods.sql",
         "0009_usage.sql",
         "0010_user_settings.sql",
-        "0011_worker_addresses.sql",
+        "0011_load_balancing.sql",
         "0012_public_models.sql",
     ]
     assert {
@@ -947,7 +963,7 @@ AFTER_RENUMBERING = [
     "0008_pods.sql",
     "0009_usage.sql",
     "0010_user_settings.sql",
-    "0011_worker_addresses.sql",
+    "0011_load_balancing.sql",
     "0012_public_models.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
@@ -965,7 +981,7 @@ BOTH_RECORDS = sorted(
         "0008_pods.sql",
         "0009_usage.sql",
         "0010_user_settings.sql",
-        "0011_worker_addresses.sql",
+        "0011_load_balancing.sql",
         "0012_public_models.sql",
     ]
 )

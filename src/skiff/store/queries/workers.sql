@@ -60,3 +60,23 @@ DELETE FROM workers WHERE id = :worker_id;
 
 -- name: delete_stop_signals_of_worker
 DELETE FROM stop_signals WHERE worker_id = :worker_id;
+
+-- name: set_lb_demand
+INSERT INTO lb_demand (replica_id, endpoint_id, in_flight, waiting, updated_at)
+VALUES (:replica_id, :endpoint_id, :in_flight, :waiting, :now)
+ON CONFLICT (replica_id, endpoint_id) DO UPDATE SET
+    in_flight = excluded.in_flight, waiting = excluded.waiting, updated_at = excluded.updated_at;
+
+-- name: clear_lb_demand
+DELETE FROM lb_demand WHERE replica_id = :replica_id AND endpoint_id = :endpoint_id;
+
+-- What the other replicas hold now, per load-balancing endpoint (rows of the gone left out).
+-- name: lb_demand_of_others
+SELECT endpoint_id, SUM(in_flight) AS in_flight, SUM(waiting) AS waiting
+FROM lb_demand
+WHERE replica_id <> :replica_id AND updated_at >= :since
+GROUP BY endpoint_id;
+
+-- Rows of replicas gone long since.
+-- name: drop_stale_lb_demand
+DELETE FROM lb_demand WHERE updated_at < :before;
