@@ -342,3 +342,20 @@ def test_a_request_to_a_follower_replica_starts_a_worker_from_zero(
     finally:
         follower.stop()
         leader.stop()
+
+
+def test_a_caller_that_leaves_mid_stream_frees_the_worker(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server, idleTimeout=60)
+    with lb_server.http.stream(
+        "GET", f"/lb/{endpoint['id']}/stream", params={"n": 50, "pause": 0.5}
+    ) as response:
+        first = next(response.iter_lines())
+        assert first == "data: 0"
+        [worker] = workers_of(lb_server, endpoint["id"])
+        assert worker["state"] == "running"
+    # The caller is gone: its request no longer counts, and the worker is idle again.
+    lb_server.wait_for(
+        lambda: [w["state"] for w in workers_of(lb_server, endpoint["id"])] == ["idle"],
+        timeout=10,
+        what="the worker idle after the caller left",
+    )

@@ -12,18 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
 from skiff.api import credentials, errors
 from skiff.domain.balancing import endpoint_of_host
 from skiff.domain.endpoints import EndpointType
 from skiff.errors import Invalid, SkiffError
 from skiff.services.hub import Services
-from skiff.services.lb_proxy import Forwarding
+from skiff.services.lb_proxy import Forwarding, Upstream
 
 PREFIX = "/lb"
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -47,13 +48,17 @@ def build(services: Services) -> Starlette:
         except SkiffError as exc:
             services.metrics.lb_request(endpoint.id, exc.status_code, time.monotonic() - began)
             raise
-        services.metrics.lb_request(endpoint.id, upstream.status, time.monotonic() - began)
-        response = StreamingResponse(upstream.chunks(), status_code=upstream.status)
-        # As the worker wrote them, repeated ones (Set-Cookie) included.
-        response.raw_headers = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in upstream.headers
-        ]
+        try:
+            services.metrics.lb_request(endpoint.id, upstream.status, time.monotonic() - began)
+            response = _Passthrough(upstream)
+            # As the worker wrote them, repeated ones (Set-Cookie) included.
+            response.raw_headers = [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in upstream.headers
+            ]
+        except BaseException:
+            await upstream.aclose()
+            raise
         return response
 
     app = Starlette(
@@ -64,6 +69,23 @@ def build(services: Services) -> Starlette:
     )
     errors.install(app, "error")
     return app
+
+
+class _Passthrough(StreamingResponse):
+    """The worker's answer as it comes, given back whatever ends it: Starlette's streaming
+    (which stops when the caller goes away) inside a ``finally`` that gives the worker's lease
+    back and closes its connection, shielded so a cancellation cannot skip it."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        super().__init__(upstream.chunks(), status_code=upstream.status)
+        self._upstream = upstream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._upstream.aclose()
 
 
 def _forwarding(request: Request) -> Forwarding:

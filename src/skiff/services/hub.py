@@ -255,6 +255,6 @@ class Services:
             lb_proxy=LbProxy(balancer),
             public_models=public_models,
             lb_health=LbHealth(
-                store, workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
+                workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
             ),
         )

@@ -18,13 +18,11 @@ import logging
 import httpx
 
 from skiff.domain.balancing import PingAnswer, ping_answer
-from skiff.domain.endpoints import EndpointType
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.balancer import Balancer
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
-from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +43,12 @@ _CHECKED = (
 class LbHealth:
     def __init__(
         self,
-        store: Store,
         workers: Workers,
         fleet: Fleet,
         balancer: Balancer,
         wakeups: Wakeups,
         interval: float,
     ) -> None:
-        self._store = store
         self._workers = workers
         self._fleet = fleet
         self._balancer = balancer
@@ -79,16 +75,11 @@ class LbHealth:
             await asyncio.sleep(self._interval)
 
     async def check_all(self) -> None:
-        """Ping every load-balancing worker this replica runs, all at once."""
-        checks = []
-        for endpoint in await self._store.list_endpoints(None):
-            if endpoint.spec.type is not EndpointType.LB:
-                continue
-            for worker in await self._workers.of_endpoint(endpoint.id):
-                if self._checked(worker):
-                    checks.append(self.check(worker))
-        await asyncio.gather(*checks)
-        known = {w.id for w in await self._workers.all()}
+        """Ping every load-balancing worker this replica runs, all at once. One read of the
+        worker records a pass: only load-balancing workers have a health address."""
+        workers = await self._workers.all()
+        await asyncio.gather(*(self.check(w) for w in workers if self._checked(w)))
+        known = {w.id for w in workers}
         for worker_id in [w for w in self._failures if w not in known]:
             del self._failures[worker_id]
 

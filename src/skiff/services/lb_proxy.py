@@ -83,7 +83,9 @@ class _Body:
 
 
 class Upstream:
-    """The worker's answer: status and headers now, the body through ``chunks``."""
+    """The worker's answer: status and headers now, the body through ``chunks``. However the
+    answer ends (its end, a broken connection, the caller gone before or during the body),
+    ``aclose`` gives the lease back once and closes the connection to the worker."""
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class Upstream:
         self._balancer = balancer
         self.lease = lease
         self._response = response
+        self._released = False
         self.status = response.status_code
         self.headers = [
             (name, value)
@@ -101,20 +104,26 @@ class Upstream:
             if name.lower() not in NOT_RETURNED
         ]
 
+    def _release(self, broken: bool = False) -> None:
+        if not self._released:
+            self._released = True
+            self._balancer.release(self.lease, connection_failed=broken)
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        broken = False
         try:
             async for chunk in self._response.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            broken = True
+            # Given back first: nothing below may keep the lease held.
+            self._release(broken=True)
             log.warning(
                 "worker %s broke off its answer to a request: %r", self.lease.worker_id, exc
             )
             raise
-        finally:
-            await self._response.aclose()
-            self._balancer.release(self.lease, connection_failed=broken)
+
+    async def aclose(self) -> None:
+        self._release()
+        await self._response.aclose()
 
 
 class LbProxy:
