@@ -3,7 +3,7 @@ ready worker and its answer streamed back as it comes (``services/lb_proxy.py``)
 
 The caller's key is checked as the job interface checks it (``Authorization``, the endpoint
 must be the key's user's); it is not passed on to the worker. With ``SKIFF_LB_DOMAIN`` set,
-``{endpoint_id}.{domain}/any/path`` reaches the same place (``HostRouting``), as the hosted
+``{endpoint_id}.{domain}/any/path`` reaches the same place (``host_routed``), as the hosted
 platform's ``https://ENDPOINT_ID.api.runpod.ai/path``.
 """
 
