@@ -136,6 +136,10 @@ def serve(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # httpx logs every request it makes at INFO: the health checks of load-balancing workers
+    # (twice a second each) and every request passed to them would bury the server's own log.
+    # Failures are logged by skiff where they matter.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     def announce(issued: IssuedKey) -> None:
         click.echo(
