@@ -98,8 +98,12 @@ def test_a_streamed_answer_arrives_as_the_worker_writes_it(lb_server: Server) ->
 
 
 def test_requests_are_spread_across_the_workers(lb_server: Server) -> None:
-    endpoint = lb_endpoint(lb_server, workersMax=2, scalerValue=1, idleTimeout=30)
+    endpoint = lb_endpoint(lb_server, workersMin=2, workersMax=2, scalerValue=1, idleTimeout=30)
     url = f"/lb/{endpoint['id']}/generate"
+    # Both up first: how fast a second one starts on a loaded machine is not this test's subject.
+    lb_server.wait_for(
+        lambda: len(ready_workers(lb_server, endpoint["id"])) == 2, what="two ready workers"
+    )
 
     def call(i: int) -> tuple[int, str]:
         answer = lb_server.http.post(url, json={"prompt": str(i), "sleep": 0.05})

@@ -46,8 +46,8 @@ READY_SECONDS = 0.5
 RECHECK_SECONDS = 1.0
 #: The ``Retry-After`` of a request that found no worker ready.
 RETRY_AFTER_SECONDS = 5
-#: Several replicas: how often each refreshes its counts in the store, and how old another's
-#: may be and still count (a replica gone stops counting after this).
+#: Several replicas: how often each refreshes its counts on the board (the store), and how
+#: old another's may be and still count (a replica gone stops counting after this).
 BOARD_SECONDS = 1.0
 BOARD_FRESH_SECONDS = 5.0
 
@@ -132,7 +132,6 @@ class Balancer:
         """``board``: where replicas share their counts (None: this replica is alone)."""
         self._board = board
         self._posted: dict[str, Demand] = {}
-        self._others: tuple[float, dict[str, Demand]] = (float("-inf"), {})
         self._workers = workers
         self._wakeups = wakeups
         self.wait_seconds = wait_seconds
@@ -156,17 +155,13 @@ class Balancer:
         return Demand(self._in_flight.get(endpoint_id, 0), self._waiting.get(endpoint_id, 0))
 
     async def total_demand(self, endpoint_id: str) -> Demand:
-        """Every replica's requests for the endpoint (the others' from a reading at most
-        ``BOARD_SECONDS`` old)."""
+        """Every replica's requests for the endpoint: the others' as the board has them now.
+        Read afresh on every call: a stale "waiting" beside a worker that is busy with that
+        very request would count it twice (and start a worker nobody needs)."""
         mine = self.demand(endpoint_id)
         if self._board is None:
             return mine
-        read_at, others = self._others
-        now = self._monotonic()
-        if now - read_at >= BOARD_SECONDS:
-            others = await self._board.others(BOARD_FRESH_SECONDS)
-            self._others = (now, others)
-        theirs = others.get(endpoint_id, Demand(0, 0))
+        theirs = (await self._board.others(BOARD_FRESH_SECONDS)).get(endpoint_id, Demand(0, 0))
         return Demand(mine.in_flight + theirs.in_flight, mine.waiting + theirs.waiting)
 
     async def _post(self, endpoint_id: str) -> None:
@@ -273,6 +268,12 @@ class Balancer:
                     ready = await self._ready_workers(endpoint.id, fresh=waiting)
                     lease = self._take(endpoint.id, ready)
                     if lease is not None:
+                        if waiting:
+                            # Off the board as waiting (and on it as in flight) before its
+                            # worker is recorded busy: the scaler never counts it twice.
+                            waiting = False
+                            self._stop_waiting(endpoint.id)
+                            await self._post(endpoint.id)
                         await self._sync_state(lease.worker_id)
                         return lease
                     if endpoint.spec.workersMax == 0:
@@ -284,9 +285,8 @@ class Balancer:
                     if not waiting:
                         waiting = True
                         self._waiting[endpoint.id] += 1
-                        if self._board is not None:
-                            # On the board before the scaler is woken, wherever it runs.
-                            await self._post(endpoint.id)
+                        # On the board before the scaler is woken, wherever it runs.
+                        await self._post(endpoint.id)
                         self._wakeups.notify(Wake.SCALER)
                     left = deadline - self._monotonic()
                     if left <= 0:
@@ -299,10 +299,13 @@ class Balancer:
                     if self._wakeups.closing:
                         raise NoWorkerReady("the server is shutting down", RETRY_AFTER_SECONDS)
         finally:
-            if waiting:
-                self._waiting[endpoint.id] -= 1
-                if not self._waiting[endpoint.id]:
-                    del self._waiting[endpoint.id]
+            if waiting:  # gave up (or was given up): the board hears at its next refresh
+                self._stop_waiting(endpoint.id)
+
+    def _stop_waiting(self, endpoint_id: str) -> None:
+        self._waiting[endpoint_id] -= 1
+        if not self._waiting[endpoint_id]:
+            del self._waiting[endpoint_id]
 
     def _take(self, endpoint_id: str, ready: list[Worker]) -> Lease | None:
         by_id = {w.id: w for w in ready if not self.is_out(w.id)}
