@@ -232,6 +232,8 @@ def _body_routes(ids: dict[str, str]) -> list[tuple[str, str, dict[str, str]]]:
         ("PATCH", f"/v1/templates/{template}", {"readme": '"r"', "dockerStartCmd": "[]"}),
         ("POST", f"/v1/templates/{template}/update", {"imageName": '"x"', "ports": "[]"}),
         ("POST", "/v1/endpoints", {"templateId": t, "computeType": '"CPU"', "workersMax": "0"}),
+        ("POST", "/v1/endpoints", {"templateId": t, "type": '"LB"', "workersMax": "0"}),
+        ("POST", "/v1/models", {"modelId": '"h-m"', "endpointId": f'"{endpoint}"'}),
         ("PATCH", f"/v1/endpoints/{endpoint}", {"workersMax": "0", "scalerValue": "4"}),
         ("POST", f"/v1/endpoints/{endpoint}/update", {"name": '"h"', "gpuTypeIds": "[]"}),
         ("PATCH", f"/v1/endpoints/{endpoint}", {"networkVolumeId": "null"}),
@@ -457,6 +459,14 @@ def test_hostile_text_is_refused_naming_its_field_on_every_store(
             b'{"templateId": "t", "scalerValue": 18446744073709551616}',
             "scalerValue",
         ),
+        ("/v1/endpoints", b'{"templateId": "t", "type": "L\\u0000B"}', "type"),
+        ("/v1/models", b'{"modelId": "m\\u0000", "endpointId": "e"}', "modelId"),
+        (
+            "/v1/models",
+            b'{"modelId": "m", "endpointId": "e", "description": "\\udfff"}',
+            "description",
+        ),
+        ("/v1/models", b'{"modelId": "Not An Id", "endpointId": "e"}', "modelId"),
         (
             f"/v2/{hostile_ids['endpoint']}/run",
             b'{"input": {}, "webhok": "https://x.example/"}',

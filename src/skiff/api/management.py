@@ -170,7 +170,9 @@ def build(services: Services) -> FastAPI:
         version="0.1.0",
         description=(
             "Management REST interface of skiff: container registry auths, templates, "
-            "serverless endpoints, network volumes and the webhook signing secret. "
+            "serverless endpoints (queue-based, or load balancing with `type: LB`: their "
+            "requests go to `/lb/{endpointId}/...`, passed to the workers' own HTTP servers), "
+            "network volumes, pods, billing, public models and the webhook signing secret. "
             "Authenticate with `Authorization: Bearer <API key>`. "
             'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
         ),
