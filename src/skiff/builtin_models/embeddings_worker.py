@@ -62,12 +62,12 @@ def embed(job_input: dict[str, Any]) -> dict[str, Any]:
     """The plain form: ``texts`` (or ``text``) to vectors."""
     given = job_input.get("texts", job_input.get("text"))
     texts = _texts(given, "texts")
-    vectors = model().encode(texts)
+    vectors, tokens = model().embed(texts)
     return {
         "model": MODEL_ID,
         "dimensions": int(vectors.shape[1]),
         "embeddings": vectors.tolist(),
-        "tokens": model().tokens(texts),
+        "tokens": tokens,
     }
 
 
@@ -87,8 +87,8 @@ def openai(route: str, body: dict[str, Any] | None) -> dict[str, Any]:
         raise BadInput("encoding_format must be float or base64")
     if body.get("dimensions") not in (None, 384):
         raise BadInput("dimensions: this model's vectors have 384")
-    vectors = model().encode(texts)
-    tokens = sum(model().tokens(texts))
+    vectors, counts = model().embed(texts)
+    tokens = sum(counts)
     data = []
     for index, vector in enumerate(vectors):
         value: Any = (

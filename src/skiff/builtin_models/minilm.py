@@ -86,13 +86,23 @@ class MiniLM:
 
     def encode(self, texts: Sequence[str]) -> Array:
         """One L2-normalised vector per text, ``(len(texts), 384)``."""
-        out = [self._encode_batch(texts[i : i + BATCH]) for i in range(0, len(texts), BATCH)]
-        return np.concatenate(out) if out else np.zeros((0, DIMENSIONS), np.float32)
+        return self.embed(texts)[0]
+
+    def embed(self, texts: Sequence[str]) -> tuple[Array, list[int]]:
+        """``encode`` and ``tokens`` from one tokenization."""
+        vectors, counts = [], []
+        for i in range(0, len(texts), BATCH):
+            batch_vectors, batch_counts = self._encode_batch(texts[i : i + BATCH])
+            vectors.append(batch_vectors)
+            counts.extend(batch_counts)
+        if not vectors:
+            return np.zeros((0, DIMENSIONS), np.float32), []
+        return np.concatenate(vectors), counts
 
     def _linear(self, x: Array, name: str) -> Array:
         return (x @ self._w[f"{name}.weight"].T + self._w[f"{name}.bias"]).astype(np.float32)
 
-    def _encode_batch(self, texts: Sequence[str]) -> Array:
+    def _encode_batch(self, texts: Sequence[str]) -> tuple[Array, list[int]]:
         encodings = self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.float32)
@@ -136,4 +146,5 @@ class MiniLM:
         summed = (x * mask[:, :, None]).sum(1)
         pooled = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return cast(Array, (pooled / np.maximum(norms, 1e-12)).astype(np.float32))
+        unit = cast(Array, (pooled / np.maximum(norms, 1e-12)).astype(np.float32))
+        return unit, [int(n) for n in mask.sum(1)]

@@ -131,7 +131,8 @@ class Balancer:
     ) -> None:
         """``board``: where replicas share their counts (None: this replica is alone)."""
         self._board = board
-        self._posted: dict[str, Demand] = {}
+        #: Endpoints whose counts on the board are not zero: refreshed until they are.
+        self._posted: set[str] = set()
         self._workers = workers
         self._wakeups = wakeups
         self.wait_seconds = wait_seconds
@@ -171,9 +172,9 @@ class Balancer:
         current = self.demand(endpoint_id)
         await self._board.post(endpoint_id, current)
         if current.in_flight or current.waiting:
-            self._posted[endpoint_id] = current
+            self._posted.add(endpoint_id)
         else:
-            self._posted.pop(endpoint_id, None)
+            self._posted.discard(endpoint_id)
 
     async def run_board(self) -> None:
         """Several replicas: keep this replica's counts on the board fresh (every replica runs
@@ -181,7 +182,7 @@ class Balancer:
         if self._board is None:
             return
         while not self._wakeups.closing:
-            wanted = set(self._posted) | set(self._in_flight) | set(self._waiting)
+            wanted = self._posted | set(self._in_flight) | set(self._waiting)
             for endpoint_id in wanted:
                 try:
                     await self._post(endpoint_id)

@@ -218,9 +218,9 @@ class Services:
                 wakeups,
                 workers,
                 fleet,
+                balancer,
                 settings.scaler_interval_seconds,
                 start_timeout=settings.worker_start_timeout_seconds,
-                balancer=balancer,
             ),
             reaper=Reaper(
                 store,

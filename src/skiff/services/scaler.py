@@ -53,9 +53,9 @@ class Scaler:
         wakeups: Wakeups,
         workers: Workers,
         fleet: Fleet,
+        balancer: Balancer,
         interval: float,
         start_timeout: float = 600.0,
-        balancer: Balancer | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -65,8 +65,8 @@ class Scaler:
         self._interval = interval
         #: A worker that has not called in this long after its start is a failed start.
         self._start_timeout = start_timeout
-        #: Load-balancing endpoints' requests (none counted without one).
-        self._balancer = balancer or Balancer(workers, wakeups, wait_seconds=0)
+        #: Load-balancing endpoints' requests, this replica's and the others'.
+        self._balancer = balancer
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
