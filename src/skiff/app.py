@@ -137,6 +137,9 @@ def create_app(
         # Usages a dead leader left open end where it last saw them, before its workers are
         # swept and forgotten (which would end them now, billing the time no server ran).
         await services.meter.resume()
+        await sweep()
+
+    async def sweep() -> None:
         # Containers outlive the server that started them; they are found by their labels.
         await services.fleet.sweep_dead(
             cluster.alive,
@@ -164,6 +167,7 @@ def create_app(
         },
         on_gain=take_up_lead,
         on_loss=lose_lead,
+        on_sweep=sweep,
         interval=settings.leader_check_seconds,
         on_follow=follow,
     )

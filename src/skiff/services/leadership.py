@@ -1,14 +1,16 @@
 """The singleton loops (scaler, reaper, webhook sender) run on exactly one replica: the one
 holding the cluster's leader lock.
 
-Every replica campaigns every ``interval`` seconds. The one that wins first cleans up after the
-replicas that died (``on_gain``: their workers' jobs go back to the queue), then starts the
-loops; while it leads it repeats that clean-up every ``sweep_every`` seconds. A replica that
-loses the lock (its database session dropped) stops the loops at once and then ``on_loss``
-(it ends its own workers, so that only the new leader decides how many run); a follower runs
-``on_follow`` every ``sweep_every`` seconds (it forgets records of its own workers that no
-process backs, e.g. exits it could not record while the database was away). With one replica
-(SQLite) the lock is always this replica's, and this is simply "start the loops".
+Every replica campaigns every ``interval`` seconds. The one that wins first takes up the lead
+(``on_gain``: it resumes metering and cleans up after the replicas that died, their workers'
+jobs going back to the queue), then starts the loops; while it leads it repeats the clean-up
+alone (``on_sweep``) every ``sweep_every`` seconds — not ``on_gain`` whole, which would resume
+metering anew each time (the time of a thing that began before the sweep would count from
+it). A replica that loses the lock (its database session dropped) stops the loops at once and
+then ``on_loss`` (it ends its own workers, so that only the new leader decides how many run); a
+follower runs ``on_follow`` every ``sweep_every`` seconds (it forgets records of its own workers
+that no process backs, e.g. exits it could not record while the database was away). With one
+replica (SQLite) the lock is always this replica's, and this is simply "start the loops".
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Leadership:
         on_gain: Hook,
         on_loss: Hook,
         interval: float,
+        on_sweep: Hook | None = None,
         on_follow: Hook | None = None,
         sweep_every: float = 5.0,
     ) -> None:
@@ -42,6 +45,7 @@ class Leadership:
         self._loops = loops
         self._on_gain = on_gain
         self._on_loss = on_loss
+        self._on_sweep = on_sweep
         self._on_follow = on_follow
         self._interval = interval
         self._sweep_every = sweep_every
@@ -82,8 +86,8 @@ class Leadership:
                 await self._on_gain()
                 self._next_sweep = loop.time() + self._sweep_every
                 self._start_loops()
-            elif leading and loop.time() >= self._next_sweep:
-                await self._on_gain()
+            elif leading and self._on_sweep is not None and loop.time() >= self._next_sweep:
+                await self._on_sweep()
                 self._next_sweep = loop.time() + self._sweep_every
             elif not leading and self._tasks:
                 await self._step_down()
