@@ -42,6 +42,9 @@ from skiff.providers.docker_pods import DockerPodProvider
 from skiff.providers.gpus import inventory
 from skiff.providers.local import LocalProvider
 from skiff.providers.local_pods import LocalPodProvider
+from skiff.providers.ray import RayProvider
+from skiff.providers.ray_cluster import RayConnection
+from skiff.providers.ray_pods import RayPodProvider
 from skiff.services.auth import IssuedKey
 from skiff.services.hub import Services
 from skiff.services.leadership import Leadership
@@ -69,10 +72,35 @@ def open_cluster(settings: Settings) -> Cluster:
     return LocalCluster(settings.peer_url())
 
 
+def open_ray(settings: Settings) -> RayConnection | None:
+    """The Ray cluster workers and pods are placed on (``SKIFF_PROVIDER=ray``), not yet
+    connected; None for any other provider."""
+    if settings.provider != "ray":
+        return None
+    if not settings.ray_address:
+        raise ValueError(
+            "SKIFF_PROVIDER=ray needs SKIFF_RAY_ADDRESS: the Ray cluster to place workers on "
+            "(ray://head-host:10001, or the head's host:port on a Ray node)"
+        )
+    return RayConnection(settings.ray_address, settings.ray_namespace)
+
+
 def open_provider(
-    settings: Settings, exits: WorkerExits, worker_logs: WorkerLogs, owner: str
+    settings: Settings,
+    exits: WorkerExits,
+    worker_logs: WorkerLogs,
+    owner: str,
+    ray: RayConnection | None = None,
 ) -> WorkerProvider:
-    """``SKIFF_PROVIDER``: processes on this host, or containers of the templates' images."""
+    """``SKIFF_PROVIDER``: processes on this host, containers of the templates' images, or
+    processes on the nodes of a Ray cluster (``ray``)."""
+    if ray is not None:
+        return RayProvider(
+            ray,
+            exits.report,
+            logs=worker_logs.sink,
+            placement_seconds=settings.ray_placement_seconds,
+        )
     if settings.provider == "docker":
         return DockerProvider(
             exits.report,
@@ -83,8 +111,18 @@ def open_provider(
     return LocalProvider(exits.report, logs=worker_logs.sink)
 
 
-def open_pod_provider(settings: Settings) -> PodProviders:
-    """Pods run where workers do: processes on this host, or containers of their images."""
+def open_pod_provider(settings: Settings, ray: RayConnection | None = None) -> PodProviders:
+    """Pods run where workers do: processes on this host, containers of their images, or
+    processes on the nodes of a Ray cluster (``ray``)."""
+    if ray is not None:
+        cluster = ray
+
+        def on_nodes(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
+            return RayPodProvider(
+                cluster, on_exit, logs=logs, placement_seconds=settings.ray_placement_seconds
+            )
+
+        return on_nodes
     if settings.provider == "docker":
         server = server_identity(socket.gethostname(), settings.data_dir)
 
@@ -106,17 +144,19 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
     event loop, so it is built before the server starts."""
     exits = WorkerExits()
     worker_logs = WorkerLogs(settings.data_dir, settings.log_max_bytes, settings.log_backups)
+    ray = open_ray(settings)
     return Services.build(
         settings,
         store,
         clock,
         cluster,
-        provider=open_provider(settings, exits, worker_logs, cluster.replica_id),
+        provider=open_provider(settings, exits, worker_logs, cluster.replica_id, ray),
         exits=exits,
         worker_logs=worker_logs,
-        gpus=inventory(settings.gpus),
+        # A Ray cluster's GPUs are its nodes', read once connected (services/cluster_inventory.py).
+        gpus=[] if settings.provider == "ray" else inventory(settings.gpus),
         worker_limit=settings.max_workers or host_worker_limit(),
-        pod_provider=open_pod_provider(settings),
+        pod_provider=open_pod_provider(settings, ray),
     )
 
 
@@ -137,13 +177,18 @@ def create_app(
         # Usages a dead leader left open end where it last saw them, before its workers are
         # swept and forgotten (which would end them now, billing the time no server ran).
         await services.meter.resume()
+        if services.cluster_inventory is not None:
+            # A cluster's workers outlive the leader that placed them: taken over, on the GPUs
+            # the cluster has now, rather than swept.
+            await services.cluster_inventory.refresh()
+            await services.fleet.adopt()
         await sweep()
 
     async def sweep() -> None:
         # Containers outlive the server that started them; they are found by their labels.
         await services.fleet.sweep_dead(
             cluster.alive,
-            same_host=isinstance(cluster, LocalCluster) or settings.provider == "docker",
+            same_host=isinstance(cluster, LocalCluster) or settings.provider in ("docker", "ray"),
         )
         await services.fleet.forget_stale_own(leading=True)
 
@@ -155,16 +200,17 @@ def create_app(
     async def follow() -> None:
         await services.fleet.forget_stale_own(leading=False)
 
+    loops = {
+        "scaler": services.scaler.run,
+        "reaper": services.reaper.run,
+        "webhooks": services.webhooks.run,
+        "pods": services.pod_runner.run,
+        "meter": services.meter.run,
+        "lb-health": services.lb_health.run,
+    }
     leadership = Leadership(
         cluster,
-        {
-            "scaler": services.scaler.run,
-            "reaper": services.reaper.run,
-            "webhooks": services.webhooks.run,
-            "pods": services.pod_runner.run,
-            "meter": services.meter.run,
-            "lb-health": services.lb_health.run,
-        },
+        loops,
         on_gain=take_up_lead,
         on_loss=lose_lead,
         on_sweep=sweep,
@@ -184,6 +230,9 @@ def create_app(
         # Wake-ups notified here reach the other replicas from now on (``Wakeups`` was given
         # the cluster's publish, which sends nothing until the cluster has started).
         await cluster.start(services.wakeups.deliver_all, leadership.lost)
+        if isinstance(services.fleet.provider, RayProvider):
+            # Before the first campaign, which takes over the workers an earlier leader placed.
+            services.fleet.provider.connection.connect()
         if isinstance(services.fleet.provider, DockerProvider):
             # An earlier run's containers outlive it (a process would have died with it):
             # ended before this run answers, so none of them takes a job from it.
@@ -194,6 +243,14 @@ def create_app(
         leading = asyncio.create_task(leadership.run(), name="leadership")
         # Every replica shares its load-balancing counts, the leader's scaler reads them.
         board = asyncio.create_task(services.balancer.run_board(), name="lb-board")
+        # A cluster's GPUs, read by every replica: the leader places workers on them, every
+        # replica shows them and says why a worker waits.
+        reading = asyncio.create_task(
+            services.cluster_inventory.run()
+            if services.cluster_inventory is not None
+            else asyncio.sleep(0),
+            name="cluster-inventory",
+        )
         # What start-up made (modules, the app and its routes, models) lives as long as the
         # process: out of the collector's sight, its full collections no longer rescan all of
         # it, whose pauses stalled every request under load (docs/performance.md).
@@ -207,11 +264,14 @@ def create_app(
             await leadership.stop()
             leading.cancel()
             board.cancel()
-            await asyncio.gather(leading, board, return_exceptions=True)
+            reading.cancel()
+            await asyncio.gather(leading, board, reading, return_exceptions=True)
             await services.webhooks.aclose()
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()
             await services.fleet.shutdown()
+            if isinstance(services.fleet.provider, RayProvider):
+                services.fleet.provider.connection.close()
             await services.lb_health.aclose()
             await services.lb_proxy.aclose()
             await services.balancer.aclose()

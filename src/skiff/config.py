@@ -126,10 +126,19 @@ class Settings(BaseSettings):
     #: plain httptools protocol, the same answers through the ASGI app, without those rules;
     #: the way to run on a uvicorn other than the tested one, which ``serve`` otherwise refuses.
     fast_http: bool = True
-    #: Where workers run: ``local`` (processes on this host running the template's command)
-    #: or ``docker`` (containers of the template's image, through the Docker Engine API at
-    #: ``DOCKER_HOST``; providers/docker.py).
-    provider: Literal["local", "docker"] = "local"
+    #: Where workers run: ``local`` (processes on this host running the template's command),
+    #: ``docker`` (containers of the template's image, through the Docker Engine API at
+    #: ``DOCKER_HOST``; providers/docker.py) or ``ray`` (processes running the template's
+    #: command on the nodes of the Ray cluster at ``ray_address``; providers/ray.py).
+    provider: Literal["local", "docker", "ray"] = "local"
+    #: The Ray cluster (``SKIFF_PROVIDER=ray``): ``ray://head:10001`` (Ray Client), or the head's
+    #: ``host:port`` (or ``auto``) where this host is a Ray node itself.
+    ray_address: str | None = None
+    #: The Ray namespace of this installation's actors: two installations sharing a cluster
+    #: each take over only their own workers.
+    ray_namespace: str = Field(default="skiff", min_length=1, max_length=100)
+    #: How long a worker may wait to be placed on a Ray node before its start counts as failed.
+    ray_placement_seconds: float = Field(default=60.0, gt=0, le=3600)
 
     def sqlite_path(self) -> Path:
         named = sqlite_file_of(self.database_url)

@@ -318,9 +318,13 @@ def build(services: Services) -> Any:
     def resolve_gpu_types(
         _obj: Any, _info: Info, input: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        counts: dict[str, int] = {}
+        # The most of a type one worker can have: what one machine holds.
+        per_machine: dict[tuple[str, str], int] = {}
         for gpu in services.gpus.gpus:
-            counts[gpu.name] = counts.get(gpu.name, 0) + 1
+            per_machine[gpu.name, gpu.node] = per_machine.get((gpu.name, gpu.node), 0) + 1
+        counts: dict[str, int] = {}
+        for (name, _node), count in per_machine.items():
+            counts[name] = max(counts.get(name, 0), count)
         wanted = (input or {}).get("id")
         prices = services.billing.prices.gpu_hour
         return [
@@ -681,7 +685,7 @@ def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
         parsed = parse_port(port)
         ports.append(
             {
-                "ip": services.pod_runner.public_host,
+                "ip": services.pod_runner.host_of(pod),
                 "isIpPublic": True,
                 "privatePort": parsed.number,
                 "publicPort": host_port,

@@ -99,7 +99,7 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
     urls = {
         port: url
         for port, host_port in placement.portMappings.items()
-        if (url := runner.port_url(port, host_port)) is not None
+        if (url := runner.port_url(pod, port, host_port)) is not None
     }
     return PodOut(
         id=pod.id,
@@ -129,7 +129,7 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
         createdAt=times.iso(pod.createdAt),
         status=runtime_status(pod),
         problem=placement.problem,
-        publicIp=runner.public_host,
+        publicIp=runner.host_of(pod),
         portMappings=placement.portMappings,
         urls=urls,
         restartedFor=restarted_for,

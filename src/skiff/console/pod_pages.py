@@ -45,7 +45,7 @@ def routes(console: Console) -> list[BaseRoute]:
         runner = services.pod_runner
         status = runtime_status(pod)
         ports = [
-            (port, runner.port_url(port, host_port), host_port)
+            (port, runner.port_url(pod, port, host_port), host_port)
             for port, host_port in pod.placement.portMappings.items()
         ]
         uptime = None

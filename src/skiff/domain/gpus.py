@@ -12,6 +12,9 @@ class Gpu:
     index: int
     #: The product name exactly as NVML reports it, which is also its ``gpuTypeIds`` value.
     name: str
+    #: The machine it is on, for a provider that places workers across several (the Ray
+    #: node's id); "" for this host. A worker's GPUs are all on one machine.
+    node: str = ""
 
 
 def parse_declared(spec: str) -> list[Gpu]:
@@ -40,15 +43,16 @@ def parse_declared(spec: str) -> list[Gpu]:
 
 
 def choose(wanted_types: list[str], count: int, free: Iterable[Gpu]) -> list[Gpu] | None:
-    """``count`` free GPUs of the first type in ``wanted_types`` that has that many, else of the
-    next type; any type when the list is empty (in inventory order). None when none has room.
-    A worker's GPUs are always of one type."""
-    by_type: dict[str, list[Gpu]] = {}
+    """``count`` free GPUs of the first type in ``wanted_types`` that has that many on one
+    machine, else of the next type; any type when the list is empty (in inventory order). None
+    when none has room. A worker's GPUs are always of one type, on one machine (the first, in
+    inventory order, with room)."""
+    by_type: dict[str, dict[str, list[Gpu]]] = {}
     for gpu in sorted(free, key=lambda g: g.index):
-        by_type.setdefault(gpu.name, []).append(gpu)
+        by_type.setdefault(gpu.name, {}).setdefault(gpu.node, []).append(gpu)
     order = wanted_types or list(by_type)
     for name in order:
-        candidates = by_type.get(name, [])
-        if len(candidates) >= count:
-            return candidates[:count]
+        for candidates in by_type.get(name, {}).values():
+            if len(candidates) >= count:
+                return candidates[:count]
     return None

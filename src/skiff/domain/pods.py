@@ -277,6 +277,9 @@ class PodPlacement(BaseModel):
     gpuIds: list[int] = Field(default_factory=list)
     #: ``"8888/http"`` -> the host port it is published on.
     portMappings: dict[str, int] = Field(default_factory=dict)
+    #: The address its ports are reached at when it runs on another machine (a Ray node's);
+    #: None: the server's public host.
+    host: str | None = None
     #: Why it is not running although it should (no GPU free, a failed pull), else None.
     problem: str | None = None
     #: Being restarted in place: its ports may come back on other host ports.

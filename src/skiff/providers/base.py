@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+from skiff.domain.gpus import Gpu
 
 #: Called with (worker id, exit code) when a worker's process ends, whoever ended it.
 ExitCallback = Callable[[str, int], Awaitable[None]]
@@ -57,6 +59,12 @@ class Launch:
     #: A load-balancing endpoint's worker: the ports it serves on, to be reachable from this
     #: host (``served_at``); None for a queue worker, which calls in instead.
     serves: ServedPorts | None = None
+    #: The GPUs it was given (all of one type, on one machine): where a provider that places
+    #: workers across machines puts it. Empty for a CPU worker.
+    gpus: tuple[Gpu, ...] = ()
+    #: A CPU endpoint's vCPUs (``domain/containers.py``), reserved where the provider can;
+    #: None: no reservation.
+    vcpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +167,50 @@ class WorkerProvider(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class FoundWorker:
+    """A worker an earlier leader placed that still runs (``SpansMachines.found``)."""
+
+    worker_id: str
+    endpoint_id: str
+    pid: int | None
+    node: str
+    gpu_type: str | None
+    gpu_count: int
+    served: ServedAt | None
+
+
+@runtime_checkable
+class SpansMachines(Protocol):
+    """A worker provider that places workers across a cluster of machines (``providers/ray.py``)
+    rather than on this host: its GPUs are the cluster's, read again as machines come and go,
+    and its workers outlive the replica that placed them, to be taken over by the next leader."""
+
+    async def gpu_inventory(self) -> list[Gpu]:
+        """Every GPU of the machines in the cluster now, each with its machine (``Gpu.node``)."""
+        ...
+
+    async def worker_limit(self) -> int:
+        """How many workers the cluster can hold (``providers/capacity.py``'s rule over all of
+        its CPUs and memory), for ``SKIFF_MAX_WORKERS`` left unset."""
+        ...
+
+    async def found(self) -> list[FoundWorker]:
+        """Workers running in the cluster that this replica did not start (an earlier leader
+        did): not yet followed. Each is then taken over (``take_over``) or stopped."""
+        ...
+
+    async def take_over(self, worker_id: str) -> None:
+        """Follow a found worker as if this replica had started it: its output into its log,
+        its exit reported."""
+        ...
+
+    async def unreachable(self, url: str) -> list[str]:
+        """The machines that cannot reach ``url`` (the server, as workers call it), each with
+        why; empty when every one can."""
+        ...
+
+
 # -- pods -----------------------------------------------------------------------------------
 
 
@@ -188,6 +240,9 @@ class PodLaunch:
     memory_bytes: int | None = None
     disk_gb: int | None = None
     credentials: RegistryCredentials | None = None
+    #: The GPUs it was given, with their machine (where a provider that spans machines puts
+    #: it); ``gpu_indices`` are theirs.
+    gpus: tuple[Gpu, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +253,11 @@ class PodInstance:
     pod_id: str
     version: int
     port_mappings: dict[str, int]
+    #: Where its ports are reached, for an instance on another machine (a Ray node's
+    #: address); None: the server's public host.
+    host: str | None = None
+    #: The machine holding its GPUs (``Gpu.node``), for a provider that spans machines.
+    node: str = ""
 
 
 #: Called with (pod id, exit code) when a pod's instance ends by itself (not when stopped).

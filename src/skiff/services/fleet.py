@@ -23,6 +23,7 @@ from skiff.config import Settings
 from skiff.domain.balancing import PortProblem, container_ports, separate_health_port
 from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
+from skiff.domain.gpus import Gpu
 from skiff.domain.placement import Blocker, gpus_busy_blocker, missing_gpus, worker_limit_blocker
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -33,6 +34,7 @@ from skiff.providers.base import (
     Launch,
     RegistryCredentials,
     ServedPorts,
+    SpansMachines,
     WorkerProvider,
     WorkerStartError,
 )
@@ -261,6 +263,7 @@ class Fleet:
                 standby,
                 worker_limit_blocker(self.running_count(), self.worker_limit),
             )
+        gpus: list[Gpu] | None = []
         if endpoint.spec.computeType is ComputeType.GPU:
             gpus = self._gpus.allocate(worker.id, endpoint.spec.gpuTypeIds, endpoint.spec.gpuCount)
             if gpus is None:
@@ -295,6 +298,8 @@ class Fleet:
             if self.provider.runs_images
             else None,
             serves=serves,
+            gpus=tuple(gpus or ()),
+            vcpus=limits.vcpus if (limits := cpu_limits(endpoint.spec)) else None,
         )
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.
@@ -565,6 +570,56 @@ class Fleet:
             failures,
             delay,
         )
+
+    async def adopt(self) -> list[Worker]:
+        """Take over the workers an earlier leader placed that still run (a provider that
+        spans machines keeps them when the leader dies): recorded as this replica's, their
+        GPUs held, their output and exit followed. One that no record wants (its endpoint is
+        gone, or it was being stopped) is stopped instead."""
+        provider = self.provider
+        if not isinstance(provider, SpansMachines):
+            return []
+        adopted = []
+        for found in await provider.found():
+            record = await self._workers.get(found.worker_id)
+            if (
+                record is None
+                or record.kind is not WorkerKind.LOCAL
+                or record.state is WorkerState.STOPPING
+            ):
+                await provider.stop(found.worker_id, 0)
+                continue
+            fields: dict[str, object] = {"owner": self._workers.replica_id, "pid": found.pid}
+            if found.gpu_type is not None and found.gpu_count:
+                held = self._gpus.hold(found.worker_id, found.node, found.gpu_type, found.gpu_count)
+                if held is None:
+                    log.warning(
+                        "worker %s holds %d x %s that the inventory does not show free",
+                        found.worker_id,
+                        found.gpu_count,
+                        found.gpu_type,
+                    )
+                else:
+                    fields |= {
+                        "gpu": found.gpu_type,
+                        "gpu_ids": ",".join(str(g.index) for g in held),
+                    }
+            if found.served is not None:
+                fields |= {
+                    "address": found.served.address,
+                    "health_address": found.served.health_address,
+                }
+            await self._workers.update(record, **fields)
+            self._launched[found.worker_id] = found.endpoint_id
+            await provider.take_over(found.worker_id)
+            adopted.append(record)
+        if adopted:
+            log.info(
+                "took over %d worker(s) an earlier leader placed: %s",
+                len(adopted),
+                ", ".join(w.id for w in adopted),
+            )
+        return adopted
 
     async def sweep_dead(
         self, alive: Callable[[set[str]], Awaitable[set[str]]], same_host: bool

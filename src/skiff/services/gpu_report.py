@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from skiff.domain.gpu_holders import gpu_holders
 from skiff.domain.gpus import Gpu
 from skiff.domain.users import User
+from skiff.services.gpus import GpuPool
 from skiff.store.base import Store
 
 #: What a GPU held by someone else's worker or pod shows.
@@ -23,12 +24,14 @@ class GpuRow:
 
 
 class GpuReport:
-    def __init__(self, store: Store, inventory: list[Gpu]) -> None:
+    def __init__(self, store: Store, pool: GpuPool) -> None:
         self._store = store
-        self._inventory = inventory
+        #: The inventory as it is now (a cluster's changes as machines come and go).
+        self._pool = pool
 
     async def rows(self, user: User) -> list[GpuRow]:
-        if not self._inventory:
+        inventory = self._pool.gpus
+        if not inventory:
             return []
         owners = {e.id: e.userId for e in await self._store.list_endpoints(None)}
         workers = await self._store.list_workers(None)
@@ -47,5 +50,5 @@ class GpuReport:
         )
         return [
             GpuRow(gpu, shown.get(gpu.index) or (ANOTHER_USERS if gpu.index in others else None))
-            for gpu in self._inventory
+            for gpu in inventory
         ]

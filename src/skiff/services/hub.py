@@ -9,11 +9,12 @@ from skiff.cluster.base import Cluster
 from skiff.config import Settings
 from skiff.domain.billing import load_prices
 from skiff.domain.gpus import Gpu
-from skiff.providers.base import WorkerProvider
+from skiff.providers.base import SpansMachines, WorkerProvider
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
 from skiff.services.balancer import Balancer, StoreBoard
 from skiff.services.billing import Billing
+from skiff.services.cluster_inventory import ClusterInventory
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
@@ -73,6 +74,9 @@ class Services:
     openai_calls: OpenAICalls
     metrics: Metrics
     cluster: Cluster
+    #: Where workers run across a cluster of machines (the Ray provider): its GPUs and
+    #: capacity, read again by the leader. None for this host's own.
+    cluster_inventory: ClusterInventory | None
     peer_logs: PeerLogs
     logs: EndpointLogs
     placement: Placement
@@ -147,6 +151,18 @@ class Services:
             volumes=volumes,
         )
         placement = Placement(store, gpu_pool, fleet)
+        cluster_inventory = (
+            ClusterInventory(
+                provider,
+                gpu_pool,
+                fleet,
+                wakeups,
+                provider.worker_url(settings.base_url()),
+                fixed_limit=settings.max_workers is not None,
+            )
+            if isinstance(provider, SpansMachines)
+            else None
+        )
         board = None if cluster.alone else StoreBoard(store, clock, cluster.replica_id)
         balancer = Balancer(workers, wakeups, settings.lb_wait_seconds, board=board)
         # After the fleet's: by the time the balancer hears of an exit, the record is gone.
@@ -246,7 +262,8 @@ class Services:
             volumes=volumes,
             pods=Pods(store, clock, wakeups, pod_runner, pod_dirs),
             pod_runner=pod_runner,
-            gpu_report=GpuReport(store, gpus),
+            gpu_report=GpuReport(store, gpu_pool),
+            cluster_inventory=cluster_inventory,
             meter=meter,
             billing=Billing(store, clock, load_prices(settings.prices)),
             user_settings=UserSettings(store),

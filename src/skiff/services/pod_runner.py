@@ -177,11 +177,19 @@ class PodRunner:
             update={
                 "owner": self._replica_id,
                 "portMappings": instance.port_mappings,
+                "host": instance.host,
                 "version": instance.version,
                 "restarts": pod.restarts,
             }
         )
-        if placement.gpuIds:
+        if placement.gpuIds and instance.node and placement.gpuName:
+            # On a cluster's machine: GPUs of its type on that machine, as this leader numbers
+            # them (another leader's numbers may differ).
+            held = self._gpus.hold(
+                gpu_holder(pod.id), instance.node, placement.gpuName, len(placement.gpuIds)
+            )
+            placement.gpuIds = [g.index for g in held or []]
+        elif placement.gpuIds:
             # Its GPUs are held again, as they were when it started.
             by_index = {g.index: g for g in self._gpus.gpus}
             wanted = [by_index[i] for i in placement.gpuIds if i in by_index]
@@ -264,6 +272,7 @@ class PodRunner:
             gpuName=gpus[0].name if gpus else None,
             gpuIds=[g.index for g in gpus],
             portMappings=instance.port_mappings,
+            host=instance.host,
             version=pod.version,
             restarts=pod.restarts,
         )
@@ -308,6 +317,7 @@ class PodRunner:
             mount_path=spec.volumeMountPath,
             home=home,
             gpu_indices=tuple(g.index for g in gpus),
+            gpus=tuple(gpus),
             vcpus=vcpus,
             memory_bytes=memory,
             disk_gb=spec.containerDiskInGb or None,
@@ -430,8 +440,13 @@ class PodRunner:
             await asyncio.wait(set(self._starting.values()), timeout=10)
         await self.provider.close()
 
-    def port_url(self, port: str, host_port: int) -> str | None:
+    def host_of(self, pod: Pod) -> str:
+        """The address users reach the pod's ports at: its machine's when it runs on another
+        (a Ray node), else the server's public host."""
+        return pod.placement.host or self.public_host
+
+    def port_url(self, pod: Pod, port: str, host_port: int) -> str | None:
         """The URL of an ``http`` port as users reach it; None for a ``tcp`` one."""
         if parse_port(port).protocol.value != "http":
             return None
-        return f"http://{self.public_host}:{host_port}"
+        return f"http://{self.host_of(pod)}:{host_port}"

@@ -49,3 +49,11 @@ def test_an_empty_type_list_takes_any_type_in_inventory_order() -> None:
 
 def test_a_type_the_host_does_not_have_is_never_chosen() -> None:
     assert choose(["NVIDIA B200"], 1, FLEET) is None
+
+
+def test_a_workers_gpus_are_all_on_one_machine_of_a_cluster() -> None:
+    # Two of a type free, but one on each node: a 2-GPU worker fits on neither.
+    spread = [Gpu(0, RTX, node="a"), Gpu(1, RTX, node="b"), Gpu(2, RTX, node="b")]
+    assert choose([RTX], 2, spread) == [Gpu(1, RTX, node="b"), Gpu(2, RTX, node="b")]
+    assert choose([RTX], 2, spread[:2]) is None
+    assert choose([RTX], 1, spread) == [Gpu(0, RTX, node="a")]
