@@ -159,14 +159,22 @@ class RayCluster:
     def start(self, gpu_types: list[str | None]) -> None:
         """The head with the first type, then one node per further type, one at a time."""
         for position, gpu_type in enumerate(gpu_types):
-            node = self._start_node(gpu_type, head=position == 0)
-            deadline = time.monotonic() + 90
-            while "block forever" not in node.log.read_text(errors="replace"):
-                if node.proc is None or node.proc.poll() is not None:
-                    raise RuntimeError(f"ray start failed:\n{node.log.read_text()[-3000:]}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"ray start hung:\n{node.log.read_text()[-3000:]}")
-                time.sleep(0.2)
+            self._started(self._start_node(gpu_type, head=position == 0))
+
+    def add_node(self, gpu_type: str | None) -> Node:
+        """A further node joining the running cluster."""
+        return self._started(self._start_node(gpu_type, head=False))
+
+    @staticmethod
+    def _started(node: Node) -> Node:
+        deadline = time.monotonic() + 90
+        while "block forever" not in node.log.read_text(errors="replace"):
+            if node.proc is None or node.proc.poll() is not None:
+                raise RuntimeError(f"ray start failed:\n{node.log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ray start hung:\n{node.log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        return node
 
     def stop(self) -> None:
         for node in reversed(self.nodes):

@@ -270,12 +270,13 @@ def create_app(
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()
             await services.fleet.shutdown()
-            if isinstance(services.fleet.provider, RayProvider):
-                services.fleet.provider.connection.close()
             await services.lb_health.aclose()
             await services.lb_proxy.aclose()
             await services.balancer.aclose()
             await services.pod_runner.shutdown()
+            if isinstance(services.fleet.provider, RayProvider):
+                # Last: the pods, left running, are followed until here.
+                services.fleet.provider.connection.close()
             await cluster.close()
             await store.close()
 

@@ -392,10 +392,14 @@ def logs(
 @main.command()
 @_data_dir_option
 def gpus(data_dir: Path | None, database_url: str | None) -> None:
-    """List this host's GPUs (NVML, or SKIFF_GPUS) and the worker or pod holding each."""
+    """List this host's GPUs (NVML, or SKIFF_GPUS) and the worker or pod holding each; with
+    SKIFF_PROVIDER=ray, the Ray cluster's, node by node."""
     from skiff.providers.gpus import inventory
 
     settings = _settings(data_dir=data_dir, database_url=database_url)
+    if settings.provider == "ray":
+        _cluster_gpus(settings)
+        return
     try:
         fleet = inventory(settings.gpus)
     except ValueError as exc:
@@ -411,6 +415,41 @@ def gpus(data_dir: Path | None, database_url: str | None) -> None:
     click.echo(f"{'GPU':<4} {'TYPE':<32} HELD BY")
     for gpu in fleet:
         click.echo(f"{gpu.index:<4} {gpu.name:<32} {holder.get(gpu.index, '-')}")
+
+
+def _cluster_gpus(settings: Settings) -> None:
+    """``skiff gpus`` on a Ray cluster: what its nodes declare, held by which actor."""
+    from skiff.providers import ray, ray_pods
+    from skiff.providers.ray_cluster import Placed, RayConnection
+
+    if not settings.ray_address:
+        raise click.ClickException("SKIFF_PROVIDER=ray needs SKIFF_RAY_ADDRESS")
+    connection = RayConnection(settings.ray_address, settings.ray_namespace)
+    try:
+        connection.connect()
+    except Exception as exc:
+        raise click.ClickException(f"cannot reach the Ray cluster: {exc}") from None
+
+    def worker(placed: Placed) -> str:
+        return f"{placed.info['endpoint_id']}/{placed.name.removeprefix(ray.ACTOR_PREFIX)}"
+
+    def pod(placed: Placed) -> str:
+        return f"pod {placed.name.removeprefix(ray_pods.ACTOR_PREFIX)}"
+
+    try:
+        rows = asyncio.run(
+            connection.holders({ray.ACTOR_PREFIX: worker, ray_pods.ACTOR_PREFIX: pod})
+        )
+    finally:
+        connection.close()
+    if not rows:
+        click.echo(
+            "no GPUs: no node of the Ray cluster declares a skiff_gpu:<type> resource (docs/ray.md)"
+        )
+        return
+    click.echo(f"{'GPU':<4} {'TYPE':<32} {'NODE':<14} HELD BY")
+    for gpu, holder in rows:
+        click.echo(f"{gpu.index:<4} {gpu.name:<32} {gpu.node[:12]:<14} {holder or '-'}")
 
 
 _URL_OPTION = click.option(

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -180,6 +181,9 @@ def test_a_gpu_pod_runs_on_its_types_node_restarts_in_place_and_hands_its_gpu_ba
     assert (first["pod"], first["cuda"], first["gpus"]) == (pod_id, "0", "1")
     assert cluster.available(f"skiff_gpu:{L4}") == 0
     assert cluster.actors("skiff") == [f"skiff-pod-{pod_id}"]
+    # `skiff gpus` shows the cluster's GPUs, node by node, and who holds each.
+    rows = skiff_gpus(cluster)
+    assert rows[L4][-1] == f"pod {pod_id}" and rows[A40][-1] == rows[L40S][-1] == "-"
     # Its disk is kept across a restart, in the same actor on the same node.
     assert httpx.post(url, content=b"kept").status_code == 200
     assert server.http.post(f"/v1/pods/{pod_id}/restart").status_code == 200
@@ -236,6 +240,83 @@ def test_a_cpu_worker_reserves_its_vcpus_on_some_node(
     server.wait_for(lambda: cluster.available("CPU") == 3, what="the CPU to be free again")
 
 
+def skiff_gpus(cluster: RayCluster) -> dict[str, list[str]]:
+    """``skiff gpus`` run by an operator on a Ray cluster: its rows by GPU type."""
+    env = os.environ | {"SKIFF_PROVIDER": "ray", "SKIFF_RAY_ADDRESS": cluster.address}
+    shown = subprocess.run(
+        [sys.executable, "-m", "skiff", "gpus"], env=env, capture_output=True, check=True
+    ).stdout.decode()
+    header, *lines = shown.strip().splitlines()
+    assert header.split() == ["GPU", "TYPE", "NODE", "HELD", "BY"], shown
+    rows = {}
+    for line in lines:
+        for name in (A40, L4, L40S):
+            if name + " " in line:
+                rows[name] = line.replace(name, "").split(maxsplit=2)
+    return rows
+
+
+def test_a_load_balancing_worker_on_a_node_is_reached_at_the_nodes_address(
+    server: Server,
+) -> None:
+    made = server.create_endpoint("lb_worker.py", type="LB", workersMax=1, vcpuCount=1)
+    answer = server.http.post(f"/lb/{made['id']}/generate", json={"prompt": "hello"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["prompt"] == "hello"
+    (worker,) = workers_of(server, made["id"])
+    assert worker["id"] == answer.json()["worker"]
+    server.http.delete(f"/v1/endpoints/{made['id']}")
+
+
+def test_a_worker_that_dies_at_start_is_backed_off_with_its_last_lines_shown(
+    server: Server,
+) -> None:
+    made = server.create_endpoint("crash_worker.py", workersMin=1, workersMax=1, vcpuCount=1)
+    failure = server.wait_for(
+        lambda: server.http.get(f"/v1/endpoints/{made['id']}").json().get("lastWorkerFailure"),
+        what="the failed start to be recorded",
+    )
+    assert "exited with code 3 right after it started" in failure["error"]
+    assert any("missing.safetensors" in line for line in failure["lastLogLines"]), failure
+    server.http.delete(f"/v1/endpoints/{made['id']}")
+
+
+def test_a_template_change_rolls_the_workers_onto_fresh_actors(
+    server: Server, cluster: RayCluster
+) -> None:
+    template = server.create_template("ray_worker.py")
+    made = server.http.post(
+        "/v1/endpoints",
+        json={
+            "templateId": template["id"],
+            "computeType": "GPU",
+            "gpuTypeIds": [A40],
+            "workersMin": 1,
+            "workersMax": 1,
+        },
+    )
+    eid = made.json()["id"]
+    (old,) = server.wait_for(
+        lambda: [w for w in workers_of(server, eid) if w["state"] == "idle"],
+        what="the first worker",
+    )
+    changed = server.http.patch(f"/v1/templates/{template['id']}", json={"env": {"V": "2"}})
+    assert changed.status_code == 200, changed.text
+    (new,) = server.wait_for(
+        lambda: (
+            [w for w in workers_of(server, eid) if w["id"] != old["id"]]
+            if old["id"] not in {w["id"] for w in workers_of(server, eid)}
+            else []
+        ),
+        timeout=90,
+        what="the old worker to be replaced",
+    )
+    assert new["gpu"] == A40
+    assert cluster.actors("skiff") == [f"skiff-worker-{new['id']}"]
+    server.http.delete(f"/v1/endpoints/{eid}")
+    server.wait_for(lambda: not cluster.actors("skiff"), what="the actor to go")
+
+
 def test_a_node_stopped_mid_job_sends_the_job_to_another_node_and_leaves_the_inventory(
     server: Server, cluster: RayCluster, runpod_sdk: Any
 ) -> None:
@@ -253,6 +334,26 @@ def test_a_node_stopped_mid_job_sends_the_job_to_another_node_and_leaves_the_inv
     assert replacement["id"] == output["worker"] and replacement["gpu"] == A40
     server.wait_for(lambda: L40S not in gpu_types(server), what="the node's GPU to go")
     assert "its Ray actor is gone" in server.tail_log()
+    server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_a_node_that_joins_adds_its_gpus_and_a_waiting_worker_starts_there(
+    server: Server, cluster: RayCluster, runpod_sdk: Any
+) -> None:
+    h100 = "NVIDIA H100 80GB HBM3"
+    eid = gpu_endpoint(server, [h100], workersMax=1)
+    job = runpod_sdk.Endpoint(eid).run({})
+    health = server.wait_for(
+        lambda: server.http.get(f"/v2/{eid}/health").json().get("placement"),
+        what="the job to wait for a GPU",
+    )
+    assert health["cause"] == "no-gpu", health
+    cluster.add_node(h100)
+    server.wait_for(lambda: h100 in gpu_types(server), what="the new node's GPU")
+    output = job.output(timeout=120)
+    assert output is not None and output["cuda"] == "0"
+    (worker,) = workers_of(server, eid)
+    assert worker["gpu"] == h100
     server.http.delete(f"/v1/endpoints/{eid}")
 
 

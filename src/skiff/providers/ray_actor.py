@@ -28,6 +28,9 @@ from typing import Any
 KEPT_BYTES = 4 * 1024 * 1024
 #: The most one ``read`` returns.
 CHUNK = 256 * 1024
+#: After a process ends, how long its output is still read for when something that left its
+#: group holds the pipe open.
+DRAIN_SECONDS = 2.0
 #: What of the node's own environment a worker does not inherit: Ray's, skiff's and runpod's.
 _NOT_INHERITED = ("RAY_", "SKIFF_", "RUNPOD_")
 
@@ -77,6 +80,9 @@ class WorkerProcess:
         #: Bumped at each start: the end of a process restarted away is not the actor's end.
         self._generation = 0
         self._env: dict[str, str] = {}
+        #: Serializes ``stop`` and ``restart`` (the actor answers several calls at once).
+        self._lifecycle = threading.Lock()
+        self._stopped = False
         try:
             self._start()
         except OSError as exc:
@@ -115,7 +121,7 @@ class WorkerProcess:
         env = self._environment() if self._proc is None else self._env
         self._env = env
         argv = [sys.executable, "-S", "-I", "-c", _SHIM, str(os.getpid()), *self.spec["argv"]]
-        self._proc = subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
             env=env,
             cwd=self.spec["cwd"] if os.path.isdir(self.spec.get("cwd") or "") else env["HOME"],
@@ -125,12 +131,15 @@ class WorkerProcess:
             start_new_session=True,
         )
         with self._cond:
+            self._proc = proc
             self._generation += 1
             self._exit = None
             generation = self._generation
-        threading.Thread(target=self._pump, args=(self._proc, generation), daemon=True).start()
+        pump = threading.Thread(target=self._pump, args=(proc,), daemon=True)
+        pump.start()
+        threading.Thread(target=self._wait, args=(proc, pump, generation), daemon=True).start()
 
-    def _pump(self, proc: subprocess.Popen[bytes], generation: int) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         while chunk := os.read(fd, 64 * 1024):
@@ -142,11 +151,18 @@ class WorkerProcess:
                     self._base += excess
                     self._dropped += excess
                 self._cond.notify_all()
+        proc.stdout.close()
+
+    def _wait(self, proc: subprocess.Popen[bytes], pump: threading.Thread, generation: int) -> None:
+        """The process's end: what it left in its group is ended (the SDK's heartbeat process,
+        which would hold the output open for ever), the rest of its output read, and its exit
+        code given to the next ``read`` after that output."""
         code = proc.wait()
-        # The leader is gone; end what it left in its group (the SDK's heartbeat process).
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.stdout.close()
+        # Something that left the group (its own session) may still hold the pipe: not waited
+        # for long.
+        pump.join(DRAIN_SECONDS)
         with self._cond:
             if generation == self._generation:
                 self._exit = code
@@ -204,7 +220,13 @@ class WorkerProcess:
             return data, start + len(data), ended
 
     def stop(self, grace: float) -> int | None:
-        """SIGTERM to the worker's group, ``grace`` seconds, then SIGKILL; its exit code."""
+        """SIGTERM to the process's group, ``grace`` seconds, then SIGKILL; its exit code. A
+        stopped process is not started again (a ``restart`` that comes after does nothing)."""
+        with self._lifecycle:
+            self._stopped = True
+            return self._end(grace)
+
+    def _end(self, grace: float) -> int | None:
         proc = self._proc
         if proc is None:
             return None
@@ -219,15 +241,23 @@ class WorkerProcess:
 
     def restart(self, grace: float) -> str | None:
         """Stop the process and start it again as it was (a pod's restart: its home kept);
-        None, or why it could not start again."""
-        with self._cond:
-            # The end of the process stopped now is not the end of the actor's.
-            self._generation += 1
-        self.stop(grace)
-        try:
-            self._start()
-        except OSError as exc:
-            return f"the command could not start again on {socket.gethostname()}: {exc}"
+        None, or why it could not start again (the actor's end, then, as for an exit)."""
+        with self._lifecycle:
+            if self._stopped:
+                return "it was stopped"
+            with self._cond:
+                # The end of the process stopped now is not the end of the actor's.
+                self._generation += 1
+            self._end(grace)
+            try:
+                self._start()
+            except OSError as exc:
+                with self._cond:
+                    self._error = (
+                        f"the command could not start again on {socket.gethostname()}: {exc}"
+                    )
+                    self._cond.notify_all()
+                return self._error
         return None
 
 

@@ -11,6 +11,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,11 @@ READ_WAIT_SECONDS = 1.0
 ACTOR_CONCURRENCY = 4
 #: The exit code reported for a process whose actor died (its node died, or it was killed).
 ACTOR_LOST = -9
+#: How long an actor found running is given to say what it is before it is ended.
+DESCRIBE_SECONDS = 10.0
+#: How long reading a process's output may keep failing (the connection to the cluster
+#: interrupted, the actor briefly unreachable) before its actor counts as lost.
+READ_FAILURES_SECONDS = 30.0
 #: How long a node is given to reach the server's URL (it may still be starting).
 REACH_SECONDS = 15.0
 
@@ -48,6 +55,14 @@ async def call(ref: Any, timeout: float | None = None) -> Any:
     if timeout is None:
         return await _resolved(ref)
     return await asyncio.wait_for(_resolved(ref), timeout)
+
+
+def _died(exc: BaseException) -> bool:
+    """Whether a failed call says the actor is dead for good (its node died, it was killed),
+    rather than out of reach for a moment."""
+    from ray.exceptions import ActorDiedError
+
+    return isinstance(exc, ActorDiedError)
 
 
 def first_line(exc: BaseException) -> str:
@@ -76,6 +91,8 @@ class RayConnection:
         self.namespace = namespace
         self._ray: Any = None
         self._actor_class: Any = None
+        #: Set once the server stops: what then fails is the connection going, not an actor.
+        self.closing = False
         #: (node, GPU type, ordinal on the node) -> the index skiff numbers the GPU by, stable
         #: while this server runs, so that nodes coming and going never renumber the others.
         self._numbers: dict[tuple[str, str, int], int] = {}
@@ -92,13 +109,22 @@ class RayConnection:
         import ray.cloudpickle
 
         if not ray.is_initialized():
-            ray.init(
-                address=self.address,
-                namespace=self.namespace,
-                # Processes' output comes through their logs, not the server's console.
-                log_to_driver=False,
-                logging_level=logging.WARNING,
-            )
+            # Ray takes over SIGTERM (and its core, SIGINT's report) for a driver: the server's
+            # own handlers, which stop it gracefully, are put back.
+            kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+            try:
+                ray.init(
+                    address=self.address,
+                    namespace=self.namespace,
+                    # Processes' output comes through their logs, not the server's console.
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                )
+            finally:
+                if threading.current_thread() is threading.main_thread():
+                    for sig, handler in kept.items():
+                        if handler is not None:
+                            signal.signal(sig, handler)
         # Sent by value: the nodes need Ray, not skiff.
         ray.cloudpickle.register_pickle_by_value(ray_actor)  # type: ignore[no-untyped-call]
         self._ray = ray
@@ -106,6 +132,7 @@ class RayConnection:
         log.info("connected to the Ray cluster at %s", self.address)
 
     def close(self) -> None:
+        self.closing = True
         if self._ray is not None and self._ray.is_initialized():
             self._ray.shutdown()
 
@@ -131,6 +158,26 @@ class RayConnection:
                     index = self._numbers.setdefault((node_id, name, ordinal), len(self._numbers))
                     gpus.append(Gpu(index=index, name=name, node=node_id))
         return sorted(gpus, key=lambda g: g.index)
+
+    async def holders(
+        self, kinds: dict[str, Callable[[Placed], str]]
+    ) -> list[tuple[Gpu, str | None]]:
+        """Every GPU of the cluster with what holds it, as the cluster itself says (``skiff
+        gpus`` on a Ray cluster): the actors whose names start with a prefix of ``kinds``, by
+        their node and GPU type, each named by the prefix's function."""
+        gpus = await self.gpu_inventory()
+        free: dict[tuple[str, str], list[Gpu]] = {}
+        for gpu in gpus:
+            free.setdefault((gpu.node, gpu.name), []).append(gpu)
+        held: dict[int, str] = {}
+        for prefix, named in kinds.items():
+            for _actor, placed in await self.find(prefix):
+                count = int(placed.info.get("gpu_count") or 0)
+                mine = free.get((placed.node, str(placed.info.get("gpu_type"))), [])
+                for gpu in mine[:count]:
+                    held[gpu.index] = named(placed)
+                del mine[:count]
+        return [(gpu, held.get(gpu.index)) for gpu in gpus]
 
     async def worker_limit(self) -> int:
         resources = await asyncio.to_thread(self.ray.cluster_resources)
@@ -191,6 +238,10 @@ class RayConnection:
             }
         else:
             options["scheduling_strategy"] = "SPREAD"
+        leftover = self.get(name)
+        if leftover is not None:
+            # One an earlier leader left that nobody took over (it was never placed, say).
+            self.kill(leftover)
         actor = self._actor_class.options(**options).remote(spec)
         try:
             info = await call(actor.describe.remote(), placement_seconds)
@@ -225,11 +276,16 @@ class RayConnection:
             name = str(entry.get("name", ""))
             if entry.get("namespace") != self.namespace or not name.startswith(prefix):
                 continue
+            actor = self.get(name)
+            if actor is None:
+                continue
             try:
-                actor = self.ray.get_actor(name, namespace=self.namespace)
-                info = await call(actor.describe.remote(), 10)
+                info = await call(actor.describe.remote(), DESCRIBE_SECONDS)
             except Exception as exc:
-                log.info("Ray actor %s could not be taken over: %s", name, first_line(exc))
+                # Dead, or never placed (its leader died while Ray looked for room): ended, so
+                # that it neither runs unowned later nor holds its name.
+                log.info("Ray actor %s could not be taken over (%s): ended", name, first_line(exc))
+                self.kill(actor)
                 continue
             found.append((actor, _placed(name, info)))
         return found
@@ -283,9 +339,26 @@ class Followed:
     async def _watch(self, key: str, actor: Any, sink: LogSink) -> None:
         code: int | None = None
         offset = 0
+        failing_since: float | None = None
+        loop = asyncio.get_running_loop()
         try:
             while code is None:
-                data, offset, code = await call(actor.read.remote(offset, READ_WAIT_SECONDS))
+                try:
+                    data, offset, code = await call(actor.read.remote(offset, READ_WAIT_SECONDS))
+                except Exception as exc:
+                    if self._connection.closing:
+                        sink.close()
+                        return
+                    now = loop.time()
+                    failing_since = failing_since if failing_since is not None else now
+                    if _died(exc) or now - failing_since > READ_FAILURES_SECONDS:
+                        raise
+                    log.info(
+                        "%s: reading its output failed, trying again: %s", key, first_line(exc)
+                    )
+                    await asyncio.sleep(1.0)
+                    continue
+                failing_since = None
                 if data:
                     sink.feed(data)
         except asyncio.CancelledError:
@@ -298,7 +371,7 @@ class Followed:
         sink.close()
         self._followed.pop(key, None)
         self._connection.kill(actor)
-        if key in self._quiet:
+        if key in self._quiet or self._connection.closing:
             self._quiet.discard(key)
             return
         try:
@@ -322,6 +395,12 @@ class Followed:
             self._connection.kill(actor)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(task), 10)
+        if not task.done():
+            # Its end never came through (the actor hangs): the actor goes, and with it the
+            # process and the read the watcher waits on.
+            self._connection.kill(actor)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), 10)
 
     async def forget(self) -> None:
         """Stop following every process (the server stops; the actors go on, for the next

@@ -593,17 +593,21 @@ class Fleet:
             if found.gpu_type is not None and found.gpu_count:
                 held = self._gpus.hold(found.worker_id, found.node, found.gpu_type, found.gpu_count)
                 if held is None:
+                    # Its GPUs are not in the inventory as free: kept, it would hold GPUs the
+                    # pool gives out again. Ended; the scaler starts another where there is room.
                     log.warning(
-                        "worker %s holds %d x %s that the inventory does not show free",
+                        "worker %s holds %d x %s the inventory does not show free: ended",
                         found.worker_id,
                         found.gpu_count,
                         found.gpu_type,
                     )
-                else:
-                    fields |= {
-                        "gpu": found.gpu_type,
-                        "gpu_ids": ",".join(str(g.index) for g in held),
-                    }
+                    await provider.stop(found.worker_id, 0)
+                    await self._dispatch.worker_lost(record, "its GPUs could not be accounted for")
+                    continue
+                fields |= {
+                    "gpu": found.gpu_type,
+                    "gpu_ids": ",".join(str(g.index) for g in held),
+                }
             if found.served is not None:
                 fields |= {
                     "address": found.served.address,
@@ -638,6 +642,10 @@ class Fleet:
         for worker in dead:
             if same_host and worker.pid is not None:
                 self.provider.kill_leftover(worker.id, worker.pid)
+            elif isinstance(self.provider, SpansMachines):
+                # A cluster's actor is found by the worker's id, with or without a pid (one
+                # still being placed has none).
+                self.provider.kill_leftover(worker.id, worker.pid or 0)
             await self._dispatch.worker_lost(worker, "the replica that ran the worker is gone")
         return dead
 

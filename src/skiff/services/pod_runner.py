@@ -188,7 +188,14 @@ class PodRunner:
             held = self._gpus.hold(
                 gpu_holder(pod.id), instance.node, placement.gpuName, len(placement.gpuIds)
             )
-            placement.gpuIds = [g.index for g in held or []]
+            if held is None:
+                # Not free in the inventory: kept, its GPUs would be given out again. Ended;
+                # the pass that follows starts it afresh where there is room.
+                log.warning("pod %s: its GPUs could not be accounted for; starting it anew", pod.id)
+                await self.provider.stop(pod.id, self._stop_grace)
+                await self._store.set_pod_placement(pod.id, PodPlacement(), pod.lastStartedAt)
+                return pod.restarts
+            placement.gpuIds = [g.index for g in held]
         elif placement.gpuIds:
             # Its GPUs are held again, as they were when it started.
             by_index = {g.index: g for g in self._gpus.gpus}

@@ -142,3 +142,58 @@ def _alive(pid: int) -> bool:
         return False
     stat = os.popen(f"ps -o stat= -p {pid}").read().strip()
     return not stat.startswith("Z")
+
+
+def test_the_exit_comes_although_a_child_left_in_its_group_holds_the_output_open(
+    tmp_path: Path,
+) -> None:
+    # As the runpod SDK's heartbeat process would: alive after the worker, holding its stdout.
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print('hi', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    out, exit_code = read_all(WorkerProcess(spec(tmp_path, code)), timeout=20)
+    assert (out, exit_code) == (b"hi\n", 3)
+
+
+def test_a_restart_runs_the_command_again_and_only_the_last_exit_counts(tmp_path: Path) -> None:
+    code = "import os, time; print('start', os.getpid(), flush=True); time.sleep(60)"
+    process = WorkerProcess(spec(tmp_path, code, cwd=None))
+    data, offset, _ = process.read(0, 30)
+    assert data.startswith(b"start")
+    assert process.restart(0.5) is None
+    more, offset, code_now = process.read(offset, 30)
+    # The first process's end is not the actor's: no exit, the second one's output follows.
+    assert more.startswith(b"start") and more != data and code_now is None
+    process.stop(0.5)
+    _, exit_code = read_all_from(process, offset)
+    assert exit_code < 0
+    # Once stopped, it is not started again.
+    assert process.restart(0.5) == "it was stopped"
+
+
+def test_a_restart_that_cannot_start_the_command_again_ends_the_actor_saying_why(
+    tmp_path: Path,
+) -> None:
+    code = "import time; print('up', flush=True); time.sleep(60)"
+    process = WorkerProcess(spec(tmp_path, code, cwd=None))
+    _, offset, _ = process.read(0, 30)
+    # Its home, where it runs, is gone.
+    (tmp_path / "home").rmdir()
+    problem = process.restart(0.5)
+    assert problem is not None and "could not start again" in problem
+    out, exit_code = read_all_from(process, offset)
+    assert exit_code == 127 and b"could not start again" in out
+
+
+def read_all_from(process: WorkerProcess, offset: int) -> tuple[bytes, int]:
+    out = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        data, offset, code = process.read(offset, 0.5)
+        out += data
+        if code is not None:
+            return out, code
+    raise AssertionError(f"no exit; output so far: {out!r}")
