@@ -27,6 +27,7 @@ from bench import (
     b4_queue,
     b5_scale,
     b6_default_workers,
+    b7_ray,
     g0_generator,
     machine,
     pinning,
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Callable[[Options], BenchResult]] = {
     "B4": b4_queue.run,
     "B5": b5_scale.run,
     "B6": b6_default_workers.run,
+    "B7": b7_ray.run,
 }
 DEFAULT_OUT = pinning.REPO_ROOT / "bench" / "results"
 #: B4's queue in a full run. A million jobs take about 7 minutes to queue at the /run rate

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ from bench import servers
 from bench.common import BODY
 from bench.load import percentile
 from bench.results import BenchResult, Options, Row
+
+#: Whether a repetition's worker (its record, as ``/v1`` showed it) has ended.
+WorkerGone = Callable[[dict[str, Any]], bool]
 
 #: With flashboot: (key, row label), in order.
 FLASH_PHASES = [
@@ -147,11 +151,15 @@ def _once_flashboot(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
     }
 
 
-def _once(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
+def _once(
+    skiff: servers.Skiff, opts: Options, worker_gone: WorkerGone | None = None
+) -> dict[str, float]:
+    """One cold start, phase by phase (ms). ``worker_gone``: whether the repetition's worker
+    has ended (by default: its process on this host has exited)."""
     endpoint = skiff.create_endpoint(
         opts.worker_env(), workersMin=0, workersMax=1, flashboot=False, idleTimeout=3600
     )
-    t = _one_job(skiff, endpoint)
+    t = _one_job(skiff, endpoint, worker_gone)
     spawned = _ts(t.worker["startedAt"])
     marks = t.marks
     ms = 1000.0
@@ -164,6 +172,7 @@ def _once(skiff: servers.Skiff, opts: Options) -> dict[str, float]:
         "answer": (t.replied - marks["first-job"]) * ms,
         "to_handler_total": (marks["first-job"] - t.submitted) * ms,
         "total": (t.replied - t.submitted) * ms,
+        "to_claim": (t.claimed - t.submitted) * ms,
         "delay_time": float(t.body.get("delayTime", -1)),
         "completed": float(t.completed),
     }
@@ -182,7 +191,7 @@ class _Timed:
     marks: dict[str, float]
 
 
-def _one_job(skiff: servers.Skiff, endpoint: str) -> _Timed:
+def _one_job(skiff: servers.Skiff, endpoint: str, worker_gone: WorkerGone | None = None) -> _Timed:
     """Send the job, read back the moments, then delete the endpoint and wait its worker out."""
     submitted = time.time()
     answer = skiff.http.post(
@@ -198,8 +207,8 @@ def _one_job(skiff: servers.Skiff, endpoint: str) -> _Timed:
     marks = _marks(skiff.log_lines(endpoint))
     job = skiff.http.get(f"/v2/{endpoint}/requests", params={"limit": 1}).json()["requests"][0]
     skiff.delete_endpoint(endpoint)
-    if worker.get("pid"):
-        skiff.wait_for("the worker to exit", lambda: _gone(int(worker["pid"])), timeout_s=30)
+    gone = worker_gone or _process_gone
+    skiff.wait_for("the worker to exit", lambda: gone(worker), timeout_s=30)
     completed = answer.status_code == 200 and body.get("status") == "COMPLETED"
     return _Timed(submitted, replied, _ts(job["startedAt"]), body, completed, worker, marks)
 
@@ -215,6 +224,11 @@ def _marks(lines: list[dict[str, object]]) -> dict[str, float]:
     if missing:
         raise RuntimeError(f"the worker log lacks BENCH {sorted(missing)}: {lines[-20:]}")
     return marks
+
+
+def _process_gone(worker: dict[str, Any]) -> bool:
+    """The worker's process on this host has exited (or it never had one)."""
+    return not worker.get("pid") or _gone(int(worker["pid"]))
 
 
 def _gone(pid: int) -> bool:

@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.ray_nodes import RayCluster, ray_available, ray_cluster
 from harness import WORKERS, Server, running
 
 from pgtest import PG_DSN
-from ray_cluster import RayCluster, ray_available, ray_cluster
 
 A40, L4, L40S = "NVIDIA A40", "NVIDIA L4", "NVIDIA L40S"
 

@@ -1,4 +1,5 @@
-"""A real Ray cluster of several nodes on this one machine, for the Ray provider's tests.
+"""A real Ray cluster of several nodes on this one machine, for the Ray provider's tests and
+its benchmark (B7).
 
 Each node (the head too) runs in a PID namespace of its own (``unshare --pid``), so that
 ``ray stop --force`` run inside one stops that node alone, as on a machine of its own, and the
@@ -99,6 +100,8 @@ class RayCluster:
     root: Path
     port: int = field(default_factory=_free_port)
     nodes: list[Node] = field(default_factory=list)
+    #: Logical CPUs each node declares.
+    cpus: int = 1
 
     @property
     def address(self) -> str:
@@ -106,7 +109,7 @@ class RayCluster:
 
     def _start_node(self, gpu_type: str | None, head: bool) -> Node:
         node = Node(gpu_type, self.root / f"node-{len(self.nodes)}.log")
-        argv = [str(RAY), "start", "--block", "--num-cpus", "1", "--disable-usage-stats"]
+        argv = [str(RAY), "start", "--block", "--num-cpus", str(self.cpus), "--disable-usage-stats"]
         if head:
             argv += ["--head", "--port", str(self.port), "--include-dashboard", "false"]
         else:
@@ -183,10 +186,11 @@ class RayCluster:
 
 
 @contextlib.contextmanager
-def ray_cluster(root: Path, gpu_types: list[str | None]) -> Iterator[RayCluster]:
-    """A started cluster, ended on every way out."""
+def ray_cluster(root: Path, gpu_types: list[str | None], cpus: int = 1) -> Iterator[RayCluster]:
+    """A started cluster (a node per entry of ``gpu_types``, the first its head), ended on
+    every way out."""
     root.mkdir(parents=True, exist_ok=True)
-    cluster = RayCluster(root)
+    cluster = RayCluster(root, cpus=cpus)
     try:
         cluster.start(gpu_types)
         yield cluster
