@@ -483,6 +483,17 @@ def test_a_public_url_that_no_node_reaches_is_reported_at_start(
         assert unreachable in lonely.tail_log()
 
 
+def test_a_cluster_address_nothing_answers_at_stops_the_server_saying_so(tmp_path: Path) -> None:
+    env: dict[str, str | None] = {
+        "SKIFF_PROVIDER": "ray",
+        "SKIFF_RAY_ADDRESS": f"127.0.0.1:{_free_port()}",
+    }
+    server = Server(tmp_path / "data", env=env)
+    with pytest.raises(RuntimeError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1"):
+        server.start()
+    server.stop()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -73,7 +73,10 @@ class PodOut(BaseModel):
         "waiting (wanted, not placed: see problem), stopped, terminating"
     )
     problem: str | None = Field(description="Why it does not run although it should")
-    publicIp: str
+    publicIp: str = Field(
+        description="The address its ports are reached at: the server's public host, or the "
+        "address of the Ray node it runs on (SKIFF_PROVIDER=ray)"
+    )
     portMappings: dict[str, int] = Field(
         description='Each port ("8888/http") and the host port it is reached on'
     )

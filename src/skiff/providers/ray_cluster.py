@@ -12,7 +12,9 @@ import concurrent.futures
 import contextlib
 import logging
 import signal
+import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,8 @@ READ_WAIT_SECONDS = 1.0
 ACTOR_CONCURRENCY = 4
 #: The exit code reported for a process whose actor died (its node died, or it was killed).
 ACTOR_LOST = -9
+#: How long the server tries to open a connection to the cluster's address at its start.
+CONNECT_SECONDS = 10.0
 #: How long an actor found running is given to say what it is before it is ended.
 DESCRIBE_SECONDS = 10.0
 #: How long reading a process's output may keep failing (the connection to the cluster
@@ -104,9 +108,16 @@ class RayConnection:
         return self._ray
 
     def connect(self) -> None:
-        """Join the cluster as a driver (blocking: done once, at start)."""
+        """Join the cluster as a driver (blocking: done once, at start). ``ClusterUnreachable``
+        when nothing answers at the address: Ray itself would retry for minutes."""
         import ray
         import ray.cloudpickle
+
+        problem = _unreachable(self.address)
+        if problem is not None:
+            raise ClusterUnreachable(
+                f"cannot reach the Ray cluster at {self.address} (SKIFF_RAY_ADDRESS): {problem}"
+            )
 
         if not ray.is_initialized():
             # Ray takes over SIGTERM (and its core, SIGINT's report) for a driver: the server's
@@ -300,6 +311,29 @@ class RayConnection:
         """End the actor and free its resources (a detached actor lives until killed)."""
         with contextlib.suppress(Exception):
             self.ray.kill(actor, no_restart=True)
+
+
+class ClusterUnreachable(RuntimeError):
+    """Nothing answers at the cluster's address."""
+
+
+def _unreachable(address: str, seconds: float = CONNECT_SECONDS) -> str | None:
+    """Why a TCP connection to ``address`` (``host:port`` or ``ray://host:port``) fails, trying
+    for ``seconds`` (a cluster may be starting too); None when one opens, or when the address
+    names no port to try (``auto``)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                return str(exc) or type(exc).__name__
+            time.sleep(0.5)
+        else:
+            return None
 
 
 def _placed(name: str, info: dict[str, Any]) -> Placed:
