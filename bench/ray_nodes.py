@@ -64,9 +64,12 @@ class Node:
         if self.proc is None or self.proc.poll() is not None:
             return None
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        with contextlib.suppress(OSError, ValueError):
-            return int(children.read_text().split()[0])
-        return None
+        try:
+            found = children.read_text().split()
+        except OSError:
+            return None
+        # None once it has ended and unshare has not yet (``ray stop`` ends it too).
+        return int(found[0]) if found else None
 
     def ray_stop(self) -> None:
         """``ray stop --force`` on this node, as its operator would run it there."""

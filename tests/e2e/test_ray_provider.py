@@ -228,7 +228,14 @@ def test_a_cpu_worker_reserves_its_vcpus_on_some_node(
     template = server.create_template("ray_worker.py")
     made = server.http.post(
         "/v1/endpoints",
-        json={"templateId": template["id"], "computeType": "CPU", "vcpuCount": 1, "workersMax": 1},
+        json={
+            "templateId": template["id"],
+            "computeType": "CPU",
+            "vcpuCount": 1,
+            "workersMax": 1,
+            # Idle for as long as the test looks at what it holds.
+            "idleTimeout": 60,
+        },
     )
     assert made.status_code == 200, made.text
     eid = made.json()["id"]
