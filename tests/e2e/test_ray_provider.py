@@ -111,7 +111,8 @@ def test_workers_go_to_the_preferred_type_first_and_to_the_next_when_it_is_full(
 ) -> None:
     eid = gpu_endpoint(server, [L4, L40S], workersMax=2, scalerType="REQUEST_COUNT", scalerValue=1)
     endpoint = runpod_sdk.Endpoint(eid)
-    first = endpoint.run({"sleep": 4})
+    # Long enough that the second job finds the first worker busy, however slow a start is.
+    first = endpoint.run({"sleep": 10})
     server.wait_for(lambda: first.status() == "IN_PROGRESS", what="the first job to start")
     second = endpoint.run({"sleep": 1})
     outputs = [first.output(timeout=120), second.output(timeout=120)]
