@@ -325,6 +325,49 @@ def test_a_template_change_rolls_the_workers_onto_fresh_actors(
     server.wait_for(lambda: not cluster.actors("skiff"), what="the actor to go")
 
 
+def test_a_flashboot_standby_actor_takes_the_first_job_and_another_is_kept(
+    server: Server, cluster: RayCluster
+) -> None:
+    eid = gpu_endpoint(server, [A40], workersMax=1, idleTimeout=1, flashboot=True)
+    (standby,) = server.wait_for(
+        lambda: [w for w in workers_of(server, eid) if w["state"] == "standby"],
+        timeout=90,
+        what="a standby worker",
+    )
+    server.wait_for(
+        lambda: cluster.actors("skiff") == [f"skiff-worker-{standby['id']}"],
+        what="its actor",
+    )
+    done = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}, timeout=120).json()
+    assert done["status"] == "COMPLETED", done
+    # Promoted, not replaced: the standby's process ran it.
+    assert done["output"]["worker"] == standby["id"]
+    server.wait_for(
+        lambda: [w["state"] for w in workers_of(server, eid)] == ["standby"],
+        timeout=60,
+        what="one standby again",
+    )
+    server.http.delete(f"/v1/endpoints/{eid}")
+    server.wait_for(lambda: not cluster.actors("skiff"), what="the actor to go")
+
+
+def test_a_job_past_its_execution_timeout_ends_its_worker_on_the_node_and_another_serves(
+    server: Server, cluster: RayCluster, runpod_sdk: Any
+) -> None:
+    eid = gpu_endpoint(server, [A40], workersMax=1)
+    endpoint = runpod_sdk.Endpoint(eid)
+    stuck = endpoint.run({"input": {"sleep": 120}, "policy": {"executionTimeout": 5000}})
+    server.wait_for(lambda: stuck.status() == "TIMED_OUT", timeout=60, what="TIMED_OUT")
+    (first,) = workers_of(server, eid)
+    # The synchronous handler cannot let go: after the stop grace its worker (and actor) is
+    # ended, and a new one on the same node's GPU serves the next job.
+    after = endpoint.run_sync({}, timeout=120)
+    assert after["worker"] != first["id"] and after["cuda"] == "0"
+    assert cluster.actors("skiff") == [f"skiff-worker-{after['worker']}"]
+    server.http.delete(f"/v1/endpoints/{eid}")
+    server.wait_for(lambda: not cluster.actors("skiff"), what="the actor to go")
+
+
 def test_a_node_stopped_mid_job_sends_the_job_to_another_node_and_leaves_the_inventory(
     server: Server, cluster: RayCluster, runpod_sdk: Any
 ) -> None:
