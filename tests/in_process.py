@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from skiff.app import create_app
+from skiff.clock import Clock
 from skiff.config import Settings
 from skiff.services.hub import Services
 
@@ -69,9 +70,11 @@ class InProcess:
 
 
 @contextlib.asynccontextmanager
-async def running(data_dir: Path, **more: Any) -> AsyncIterator[InProcess]:
-    """The app on ``data_dir`` with its lifespan running, and its clients; ``more`` are further
-    settings."""
+async def running(
+    data_dir: Path, clock: Clock | None = None, **more: Any
+) -> AsyncIterator[InProcess]:
+    """The app on ``data_dir`` with its lifespan running, and its clients; ``clock``: its time
+    (the system's by default); ``more`` are further settings."""
     settings = Settings(
         data_dir=data_dir,
         api_key=ADMIN_KEY,
@@ -79,7 +82,7 @@ async def running(data_dir: Path, **more: Any) -> AsyncIterator[InProcess]:
         wait_poll_seconds=1.0,
         **more,
     )
-    app = create_app(settings)
+    app = create_app(settings, clock=clock)
     transport = httpx.ASGITransport(app=app)
     base = "http://skiff.test"
     async with (

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from in_process import InProcess, running
+from skiff.clock import ManualClock
 from skiff.domain.billing import Usage, UsageKind
 
 RTX = "NVIDIA GeForce RTX 4090"
@@ -132,7 +133,17 @@ async def test_a_user_sees_only_their_own_usage(priced: InProcess) -> None:
     assert (bobs["timeBilledMs"], mine["timeBilledMs"]) == (120_000, 60_000)
 
 
-async def test_a_network_volume_and_a_pod_are_metered_and_priced(priced: InProcess) -> None:
+async def test_a_network_volume_and_a_pod_are_metered_and_priced(tmp_path: Path) -> None:
+    table = tmp_path / "prices.toml"
+    table.write_text(PRICES)
+    # Time stands still but for the minute the test moves it on: the volume's time billed is
+    # exactly that minute, from its creation on.
+    clock = ManualClock(dt.datetime.now(dt.UTC).timestamp())
+    async with running(tmp_path / "data", clock=clock, prices=table) as priced:
+        await _volume_and_pod_metered(priced, clock)
+
+
+async def _volume_and_pod_metered(priced: InProcess, clock: ManualClock) -> None:
     volume = (await priced.http.post("/v1/networkvolumes", json={"name": "v", "size": 73})).json()
     pod = await priced.http.post(
         "/v1/pods",
@@ -145,9 +156,11 @@ async def test_a_network_volume_and_a_pod_are_metered_and_priced(priced: InProce
         },
     )
     assert pod.json()["costPerHr"] == pytest.approx(0.08)  # 4 vCPUs at 0.02
+    clock.advance(60)
     await priced.services.meter.pass_once()
     (record,) = (await priced.http.get("/v1/billing/networkvolumes")).json()
     assert record["networkVolumeId"] == volume["id"] and record["diskSpaceBilledGb"] == 73
+    assert record["timeBilledMs"] == 60_000
 
 
 @pytest.mark.parametrize(
