@@ -732,6 +732,16 @@ def test_billing_shows_the_month_a_chart_by_day_and_a_csv(
             f"/v2/{endpoint['id']}/runsync", json={"input": {"n": 1}}, timeout=120
         )
         assert done.json()["status"] == "COMPLETED", done.text
+        # The meter opens the worker's usage at its next pass (every 2 s) after the worker is
+        # billable: the page is read once the records show it.
+        priced.wait_for(
+            lambda: any(
+                r.get("endpointId") == endpoint["id"]
+                for r in priced.http.get("/v1/billing/endpoints").json()
+            ),
+            timeout=30,
+            what="the worker's usage in the billing records",
+        )
         sign_in(page, priced)
         page.goto(f"{priced.url}/console/endpoints/{endpoint['id']}")
         expect_text(page.locator("[data-worker-cost]"), r"\$72\.0000 per worker-hour")
