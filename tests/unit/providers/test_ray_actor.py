@@ -32,15 +32,7 @@ def spec(tmp_path: Path, code: str, **more: Any) -> dict[str, Any]:
 
 
 def read_all(process: WorkerProcess, timeout: float = 30) -> tuple[bytes, int]:
-    out = b""
-    offset = 0
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data, offset, code = process.read(offset, 0.5)
-        out += data
-        if code is not None:
-            return out, code
-    raise AssertionError(f"no exit; output so far: {out!r}")
+    return read_all_from(process, 0, timeout)
 
 
 def test_the_worker_gets_the_nodes_environment_beneath_its_own_without_rays(
@@ -188,9 +180,9 @@ def test_a_restart_that_cannot_start_the_command_again_ends_the_actor_saying_why
     assert exit_code == 127 and b"could not start again" in out
 
 
-def read_all_from(process: WorkerProcess, offset: int) -> tuple[bytes, int]:
+def read_all_from(process: WorkerProcess, offset: int, timeout: float = 30) -> tuple[bytes, int]:
     out = b""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         data, offset, code = process.read(offset, 0.5)
         out += data
