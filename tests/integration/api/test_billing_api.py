@@ -144,7 +144,11 @@ async def test_a_network_volume_and_a_pod_are_metered_and_priced(tmp_path: Path)
 
 
 async def _volume_and_pod_metered(priced: InProcess, clock: ManualClock) -> None:
-    volume = (await priced.http.post("/v1/networkvolumes", json={"name": "v", "size": 73})).json()
+    # A size any test machine has free: a volume must fit on the disk, and one of 73 GB was
+    # refused now and then in CI once the suite's images had filled the disk.
+    made = await priced.http.post("/v1/networkvolumes", json={"name": "v", "size": 3})
+    assert made.status_code == 200, made.text
+    volume = made.json()
     pod = await priced.http.post(
         "/v1/pods",
         json={
@@ -158,23 +162,9 @@ async def _volume_and_pod_metered(priced: InProcess, clock: ManualClock) -> None
     assert pod.json()["costPerHr"] == pytest.approx(0.08)  # 4 vCPUs at 0.02
     clock.advance(60)
     await priced.services.meter.pass_once()
-    records = (await priced.http.get("/v1/billing/networkvolumes")).json()
-    assert len(records) == 1, await _metering_state(priced, clock)
-    (record,) = records
-    assert record["networkVolumeId"] == volume["id"] and record["diskSpaceBilledGb"] == 73
+    (record,) = (await priced.http.get("/v1/billing/networkvolumes")).json()
+    assert record["networkVolumeId"] == volume["id"] and record["diskSpaceBilledGb"] == 3
     assert record["timeBilledMs"] == 60_000
-
-
-async def _metering_state(app: InProcess, clock: ManualClock) -> str:
-    """What the meter had to go on, for a failure's message."""
-    store = app.services.store
-    meter = app.services.meter
-    usages = await store.usages_of(await admin_id(app), 0, 1e12)
-    return (
-        f"now={clock.now()} resumed_at={meter._resumed_at} "
-        f"volumes={await store.all_network_volumes()} open={await store.open_usages()} "
-        f"usages={usages}"
-    )
 
 
 @pytest.mark.parametrize(
