@@ -3,11 +3,15 @@ HTTP servers, ``tests/e2e/workers/lb_worker.py``) and passes requests straight t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,6 +81,86 @@ def test_the_worker_answer_comes_back_as_the_worker_wrote_it(lb_server: Server) 
     # The worker's own 404, not skiff's.
     assert missing.status_code == 404
     assert missing.json() == {"detail": "Not Found"}
+
+
+def test_the_worker_gets_the_request_as_the_caller_sent_it(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    url = f"/lb/{endpoint['id']}/echo/a%20b/caf%C3%A9?q=a+b&r=%2B1&r=2"
+    body = os.urandom(300_000)
+
+    def pieces() -> Iterator[bytes]:  # a body of unknown length: sent chunked
+        for start in range(0, len(body), 65_536):
+            yield body[start : start + 65_536]
+
+    sized = lb_server.http.put(url, content=body, headers={"X-Trace": "t1"})
+    chunked = lb_server.http.post(url, content=pieces())
+
+    assert sized.status_code == 200, sized.text
+    seen = sized.json()
+    assert (seen["method"], seen["raw_path"], seen["query"]) == (
+        "PUT",
+        "/echo/a%20b/caf%C3%A9",
+        "q=a+b&r=%2B1&r=2",
+    )
+    assert (seen["body_length"], seen["body_sha"]) == (len(body), hashlib.sha256(body).hexdigest())
+    headers = {name.lower(): value for name, value in seen["headers"]}
+    assert headers["x-trace"] == "t1"
+    assert headers["content-length"] == str(len(body))
+    assert headers["x-forwarded-prefix"] == f"/lb/{endpoint['id']}"
+    # The caller's client's own headers pass as they are; skiff adds none of its own (no
+    # user agent or accepted encodings the caller did not send), and never the caller's key.
+    assert headers["user-agent"].startswith("python-httpx")
+    assert "authorization" not in headers
+    assert chunked.status_code == 200, chunked.text
+    streamed = chunked.json()
+    assert (streamed["body_length"], streamed["body_sha"]) == (
+        len(body),
+        hashlib.sha256(body).hexdigest(),
+    )
+
+
+def test_skiff_adds_no_headers_of_its_own(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    raw = _raw_request(lb_server, f"GET /lb/{endpoint['id']}/echo/x HTTP/1.1")
+
+    names = {name.lower() for name, _ in raw["headers"]}
+    assert names == {
+        "host",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+        "x-forwarded-prefix",
+    }, raw["headers"]
+
+
+def _raw_request(server: Server, request_line: str) -> dict[str, Any]:
+    """A request with nothing but a host and the key (no client's defaults); its JSON answer."""
+    url = httpx.URL(server.url)
+    key = str(server.http.headers["authorization"])
+    with socket.create_connection((url.host, url.port), timeout=30) as conn:
+        conn.sendall(
+            f"{request_line}\r\nHost: {url.host}\r\nAuthorization: {key}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := conn.recv(65_536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    if b"transfer-encoding: chunked" in head.lower():
+        body = _dechunk(body)
+    return dict(json.loads(body))
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = b""
+    while True:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return out
+        out += rest[:size]
+        body = rest[size + 2 :]
 
 
 def test_a_streamed_answer_arrives_as_the_worker_writes_it(lb_server: Server) -> None:

@@ -2,10 +2,15 @@
 
 ``forward`` leases the least busy ready worker (``Balancer``), sends it the request (its body
 streamed through as it arrives) and returns the worker's answer once its status and headers
-are in; the body then flows through ``Upstream.chunks`` untouched (``aiter_raw``: a compressed
-body stays compressed, its length as the worker said), so server-sent events and chunked
-answers reach the caller as the worker writes them. The lease is given back when the body
-ends, whichever way.
+are in; the body then flows through ``Upstream.chunks`` untouched (no decompression: a
+compressed body stays compressed, its length as the worker said), so server-sent events and
+chunked answers reach the caller as the worker writes them. The lease is given back when the
+body ends, whichever way.
+
+The client is aiohttp's rather than httpx's (which the rest of skiff uses): on this path it
+costs about a quarter of the CPU per request (docs/performance.md, B8), and a proxy pays it on
+every request. It adds none of its own headers (no ``User-Agent``, ``Accept`` or
+``Accept-Encoding`` the caller did not send): the worker sees the caller's request.
 
 A connection the worker refused (nothing of the request sent) goes to another worker: that
 is safe for any method. Once any of the request may have reached the worker, nothing is
@@ -15,11 +20,14 @@ the body ends the answer early (its head is sent already).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from skiff.domain.endpoints import Endpoint
 from skiff.errors import BadGateway
@@ -85,23 +93,24 @@ class _Body:
 class Upstream:
     """The worker's answer: status and headers now, the body through ``chunks``. However the
     answer ends (its end, a broken connection, the caller gone before or during the body),
-    ``aclose`` gives the lease back once and closes the connection to the worker."""
+    ``aclose`` gives the lease back once and closes the connection to the worker (or hands it
+    back to the pool, when the body was read to its end)."""
 
     def __init__(
         self,
         balancer: Balancer,
         lease: Lease,
-        response: httpx.Response,
+        response: aiohttp.ClientResponse,
     ) -> None:
         self._balancer = balancer
         self.lease = lease
         self._response = response
         self._released = False
-        self.status = response.status_code
+        self.status = response.status
         self.headers = [
-            (name, value)
-            for name, value in response.headers.multi_items()
-            if name.lower() not in NOT_RETURNED
+            (name.decode("latin-1"), value.decode("latin-1"))
+            for name, value in response.raw_headers
+            if name.decode("latin-1").lower() not in NOT_RETURNED
         ]
 
     def _release(self, broken: bool = False) -> None:
@@ -111,9 +120,9 @@ class Upstream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.aiter_raw():
+            async for chunk in self._response.content.iter_any():
                 yield chunk
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             # Given back first: nothing below may keep the lease held.
             self._release(broken=True)
             log.warning(
@@ -123,46 +132,55 @@ class Upstream:
 
     async def aclose(self) -> None:
         self._release()
-        await self._response.aclose()
+        if self._response.content.at_eof():
+            self._response.release()  # read to its end: the connection is good for another
+        else:
+            self._response.close()
 
 
 class LbProxy:
     def __init__(self, balancer: Balancer) -> None:
         self._balancer = balancer
-        self._client: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
+    def _client(self) -> aiohttp.ClientSession:
+        # Made on first use: a session belongs to the running event loop.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                # Every request in flight holds a connection to its worker: no cap here (the
+                # balancer's leases are what bounds them).
+                connector=aiohttp.TCPConnector(limit=0),
+                auto_decompress=False,
                 trust_env=False,
-                follow_redirects=False,
-                # Generous pools: every request in flight holds a connection to its worker.
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=200),
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
             )
-        return self._client
+        return self._session
 
     async def forward(self, endpoint: Endpoint, request: Forwarding) -> Upstream:
         body = _Body(request.body)
         headers = _forwarded_headers(request)
         # The answer's head must come within the endpoint's execution timeout, and so must
         # each piece of its body after the one before.
-        timeout = httpx.Timeout(
-            endpoint.spec.executionTimeoutMs / 1000, connect=CONNECT_TIMEOUT_SECONDS
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=CONNECT_TIMEOUT_SECONDS,
+            sock_read=endpoint.spec.executionTimeoutMs / 1000,
         )
+        client = self._client()
         for attempt in range(1, MAX_CONNECT_TRIES + 1):
             lease = await self._balancer.acquire(endpoint)
-            url = httpx.URL(f"http://{lease.address}{request.path}", query=request.query)
-            outgoing = self.client.build_request(
-                request.method,
-                url,
-                headers=headers,
-                content=body if _has_body(request.headers) else None,
-                timeout=timeout,
-            )
+            url = _worker_url(lease.address, request)
             try:
-                response = await self.client.send(outgoing, stream=True)
-            except httpx.ConnectError as exc:
+                response = await client.request(
+                    request.method,
+                    url,
+                    headers=headers,
+                    data=body if _has_body(request.headers) else None,
+                    timeout=timeout,
+                    allow_redirects=False,
+                    compress=None,
+                )
+            except aiohttp.ClientConnectorError as exc:
                 self._balancer.release(lease, connection_failed=True)
                 if body.started or attempt == MAX_CONNECT_TRIES:
                     raise BadGateway(
@@ -170,13 +188,13 @@ class LbProxy:
                         f"reached: {exc}"
                     ) from None
                 continue  # nothing reached that worker: another may take it
-            except httpx.TimeoutException:
+            except TimeoutError:
                 self._balancer.release(lease)
                 raise BadGateway(
                     f"worker {lease.worker_id} of endpoint {endpoint.id} did not answer within "
                     f"{endpoint.spec.executionTimeoutMs / 1000:g} s (executionTimeoutMs)"
                 ) from None
-            except httpx.HTTPError as exc:
+            except aiohttp.ClientError as exc:
                 self._balancer.release(lease, connection_failed=True)
                 raise BadGateway(
                     f"worker {lease.worker_id} of endpoint {endpoint.id} failed the request: "
@@ -189,8 +207,23 @@ class LbProxy:
         raise AssertionError("unreachable: the last try raises")  # pragma: no cover
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            # Lets the connections' transports close before the loop goes (aiohttp's advice).
+            await asyncio.sleep(0)
+
+
+#: What a path segment may hold unescaped (RFC 3986 pchar, and the separating slash).
+PATH_SAFE = "/!$&'()*+,;=:@-._~"
+
+
+def _worker_url(address: str, request: Forwarding) -> URL:
+    """The worker's URL for the request: its path escaped again as it came (the route gives
+    it decoded), its query byte for byte."""
+    target = f"http://{address}{quote(request.path, safe=PATH_SAFE)}"
+    if request.query:
+        target += "?" + request.query.decode("latin-1")
+    return URL(target, encoded=True)
 
 
 def _has_body(headers: Sequence[tuple[str, str]]) -> bool:

@@ -6,6 +6,7 @@ on ``PORT``, ``GET /ping`` on ``PORT_HEALTH`` (200 ready, 204 still initializing
 """
 
 import asyncio
+import hashlib
 import os
 import socket
 import threading
@@ -45,6 +46,20 @@ async def generate(request: Request) -> dict[str, object]:
         "authorization": request.headers.get("authorization"),
         "forwarded_prefix": request.headers.get("x-forwarded-prefix"),
         "query": str(request.url.query),
+    }
+
+
+@app.api_route("/echo/{rest:path}", methods=["GET", "POST", "PUT"])
+async def echo(request: Request) -> dict[str, object]:
+    """What reached the worker: the request line and headers as sent, and the body's bytes."""
+    body = await request.body()
+    return {
+        "method": request.method,
+        "raw_path": request.scope["raw_path"].decode("latin-1"),
+        "query": request.scope["query_string"].decode("latin-1"),
+        "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers.raw],
+        "body_length": len(body),
+        "body_sha": hashlib.sha256(body).hexdigest(),
     }
 
 
