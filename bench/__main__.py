@@ -28,6 +28,7 @@ from bench import (
     b5_scale,
     b6_default_workers,
     b7_ray,
+    b8_lb,
     g0_generator,
     machine,
     pinning,
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[Options], BenchResult]] = {
     "B5": b5_scale.run,
     "B6": b6_default_workers.run,
     "B7": b7_ray.run,
+    "B8": b8_lb.run,
 }
 DEFAULT_OUT = pinning.REPO_ROOT / "bench" / "results"
 #: B4's queue in a full run. A million jobs take about 7 minutes to queue at the /run rate
