@@ -83,6 +83,15 @@ def test_the_worker_answer_comes_back_as_the_worker_wrote_it(lb_server: Server) 
     assert missing.json() == {"detail": "Not Found"}
 
 
+def test_a_large_header_in_the_answer_passes_through(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+
+    answer = lb_server.http.get(f"/lb/{endpoint['id']}/big-header", params={"size": 40_000})
+
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-big"] == "b" * 40_000
+
+
 def test_the_worker_gets_the_request_as_the_caller_sent_it(lb_server: Server) -> None:
     endpoint = lb_endpoint(lb_server)
     url = f"/lb/{endpoint['id']}/echo/a%20b/caf%C3%A9?q=a+b&r=%2B1&r=2"

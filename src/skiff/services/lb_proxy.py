@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_SECONDS = 5.0
 #: How many workers a request whose connection was refused tries in all.
 MAX_CONNECT_TRIES = 3
+#: The longest header line (and status line) a worker's answer may have.
+HEADER_LINE_BYTES = 65_536
 #: Headers that concern one hop only (RFC 9110 7.6.1), never passed on either way.
 HOP_BY_HOP = frozenset(
     {
@@ -153,6 +155,10 @@ class LbProxy:
                 auto_decompress=False,
                 trust_env=False,
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+                # aiohttp's own bound is 8 KiB a header line, less than a large cookie or token
+                # needs; uvicorn, on skiff's side of the proxy, takes the same 64 KiB.
+                max_line_size=HEADER_LINE_BYTES,
+                max_field_size=HEADER_LINE_BYTES,
             )
         return self._session
 
@@ -198,7 +204,7 @@ class LbProxy:
                 self._balancer.release(lease, connection_failed=True)
                 raise BadGateway(
                     f"worker {lease.worker_id} of endpoint {endpoint.id} failed the request: "
-                    f"{exc!r}"
+                    f"{_why(exc)}"
                 ) from None
             except BaseException:
                 self._balancer.release(lease)
@@ -211,6 +217,14 @@ class LbProxy:
             await self._session.close()
             # Lets the connections' transports close before the loop goes (aiohttp's advice).
             await asyncio.sleep(0)
+
+
+def _why(exc: aiohttp.ClientError) -> str:
+    """A failure in a few words: a bad answer's own message, not the request it came from (its
+    repr holds every header the caller sent)."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"{type(exc).__name__}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 #: What a path segment may hold unescaped (RFC 3986 pchar, and the separating slash).

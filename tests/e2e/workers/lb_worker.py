@@ -81,6 +81,11 @@ async def cookies() -> Response:
     return response
 
 
+@app.get("/big-header")
+async def big_header(size: int) -> Response:
+    return Response("ok", headers={"x-big": "b" * size})
+
+
 @app.get("/teapot")
 async def teapot() -> Response:
     return Response("short and stout", status_code=418)
