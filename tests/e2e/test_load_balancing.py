@@ -83,6 +83,20 @@ def test_the_worker_answer_comes_back_as_the_worker_wrote_it(lb_server: Server) 
     assert missing.json() == {"detail": "Not Found"}
 
 
+def test_a_connection_the_worker_closed_while_idle_is_not_reused(lb_server: Server) -> None:
+    endpoint = lb_endpoint(lb_server)
+    url = f"/lb/{endpoint['id']}/generate"
+    first = lb_server.http.post(url, json={"prompt": "before"})
+    # uvicorn, in the worker, closes a connection idle for 5 s; skiff's pool would keep it
+    # longer.
+    time.sleep(6)
+
+    after = [lb_server.http.post(url, json={"prompt": "after"}) for _ in range(3)]
+
+    assert first.status_code == 200, first.text
+    assert [a.status_code for a in after] == [200] * 3, [a.text for a in after]
+
+
 def test_a_large_header_in_the_answer_passes_through(lb_server: Server) -> None:
     endpoint = lb_endpoint(lb_server)
 
