@@ -17,8 +17,6 @@ skiff gets.
 
 from __future__ import annotations
 
-import sys
-import uuid
 from typing import Any
 
 from bench import servers
@@ -42,7 +40,9 @@ def run(opts: Options) -> BenchResult:
     through: dict[int, Any] = {}
     straight: dict[int, Any] = {}
     with servers.skiff(opts.logs, "b8", opts.scratch) as skiff:
-        endpoint = _lb_endpoint(skiff)
+        endpoint = skiff.create_endpoint(
+            {}, WORKER, type="LB", workersMin=1, workersMax=1, scalerValue=1000, idleTimeout=3600
+        )
         port = skiff.wait_for(
             "the load-balancing worker to listen", lambda: _worker_port(skiff, endpoint), 120
         )
@@ -117,30 +117,6 @@ def run(opts: Options) -> BenchResult:
         "worker_straight": {level: summary(r) for level, r in straight.items()},
     }
     return result
-
-
-def _lb_endpoint(skiff: servers.Skiff) -> str:
-    template = skiff.http.post(
-        "/v1/templates",
-        json={
-            "name": f"bench-lb-{uuid.uuid4().hex[:8]}",
-            "imageName": "local/bench",
-            "dockerStartCmd": [sys.executable, str(WORKER)],
-        },
-    )
-    body = {
-        "templateId": template.json()["id"],
-        "computeType": "CPU",
-        "type": "LB",
-        "workersMin": 1,
-        "workersMax": 1,
-        "scalerValue": 1000,
-        "idleTimeout": 3600,
-    }
-    made = skiff.http.post("/v1/endpoints", json=body)
-    if made.status_code >= 300:
-        raise RuntimeError(f"creating B8's endpoint: {made.status_code} {made.text}")
-    return str(made.json()["id"])
 
 
 def _worker_port(skiff: servers.Skiff, endpoint: str) -> int | None:

@@ -235,15 +235,15 @@ class Skiff(Launched):
             raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text}")
         return response.json() if response.content else None
 
-    def create_endpoint(self, env: dict[str, str], **fields: Any) -> str:
-        """A CPU endpoint whose workers run ``bench/handler.py``; its id."""
+    def create_endpoint(self, env: dict[str, str], script: Path = HANDLER, **fields: Any) -> str:
+        """A CPU endpoint whose workers run ``script`` (``bench/handler.py``); its id."""
         template = self._ok(
             self.http.post(
                 "/v1/templates",
                 json={
                     "name": f"bench-{uuid.uuid4().hex[:8]}",
                     "imageName": "local/bench",
-                    "dockerStartCmd": [sys.executable, str(HANDLER)],
+                    "dockerStartCmd": [sys.executable, str(script)],
                 },
             )
         )

@@ -51,11 +51,7 @@ def build(services: Services) -> Starlette:
         try:
             services.metrics.lb_request(endpoint.id, upstream.status, time.monotonic() - began)
             response = _Passthrough(upstream)
-            # As the worker wrote them, repeated ones (Set-Cookie) included.
-            response.raw_headers = [
-                (name.lower().encode("latin-1"), value.encode("latin-1"))
-                for name, value in upstream.headers
-            ]
+            response.raw_headers = upstream.raw_headers
         except BaseException:
             await upstream.aclose()
             raise

@@ -59,7 +59,7 @@ HOP_BY_HOP = frozenset(
 #: for skiff (the worker's code never sees it).
 NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization"}
 #: Not passed back: skiff's server writes its own ``date`` and ``server``, as a proxy does.
-NOT_RETURNED = HOP_BY_HOP | {"date", "server"}
+NOT_RETURNED = frozenset(name.encode("latin-1") for name in HOP_BY_HOP | {"date", "server"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +109,12 @@ class Upstream:
         self._response = response
         self._released = False
         self.status = response.status
-        self.headers = [
-            (name.decode("latin-1"), value.decode("latin-1"))
+        #: As the worker wrote them (repeated ones such as Set-Cookie included), names in lower
+        #: case: the bytes an ASGI answer sends.
+        self.raw_headers = [
+            (name.lower(), value)
             for name, value in response.raw_headers
-            if name.decode("latin-1").lower() not in NOT_RETURNED
+            if name.lower() not in NOT_RETURNED
         ]
 
     def _release(self, broken: bool = False) -> None:
