@@ -8,6 +8,13 @@ raises its ``QueryError`` with the message); an unknown or revoked key is a 401,
 reports as an authentication error. An operation skiff does not serve yet is refused by the
 schema, by name, never answered with a made-up success.
 
+Any key holder can send anything, so a request is bounded before it costs much
+(``api/graphql_limits.py``): its body is refused with a 413 past ``BODY_LIMIT`` before it is
+read (``body_gate.BodyGate``, as on ``/v1``), its query past the parser's, the shape's and the
+cost's limits before it is run. An error's message is short and never quotes the query or the
+variables back; an expected error (a refusal, a syntax error, a pod not found) is logged in
+one line at INFO, only a resolver's unexpected failure at ERROR with its traceback.
+
 Served: who you are (``myself``: id, network volumes, endpoints, pods), the GPU types of this
 host (``gpuTypes``), a pod (``pod``); pods created (GPU and CPU), stopped, resumed and
 terminated; templates, endpoints (and an endpoint's template) and registry auths created, a
@@ -26,19 +33,45 @@ from graphql import GraphQLError, GraphQLResolveInfo
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import request_response
+from starlette.types import ASGIApp
 
-from skiff.api import credentials
+from skiff.api import credentials, errors
+from skiff.api.graphql_limits import (
+    BODY_LIMIT,
+    parse_query,
+    short,
+    unstorable,
+    unstorable_value,
+    validate_query,
+)
+from skiff.body_gate import BodyGate
 from skiff.domain import instance_ids, times
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
 from skiff.domain.pods import Pod, PodCreate, parse_port, runtime_status
 from skiff.domain.registry_auths import RegistryAuthCreate, RegistryAuthCredentials
 from skiff.domain.templates import TemplateCreate
 from skiff.domain.users import User
-from skiff.errors import Conflict, Invalid, NotFound, Unauthorized
+from skiff.errors import Conflict, Invalid, NotFound
 from skiff.services.hub import Services
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+
+#: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
+USER = "skiff.graphql.user"
+
+
+class _Unlogged(logging.LoggerAdapter[logging.Logger]):
+    """ariadne logs every error at ERROR with a traceback, a "pod not found" as much as a
+    crash, so a key holder could fill the log: ``_error_format`` logs each error instead, at
+    the level it deserves."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        return None
+
+
+_UNLOGGED = _Unlogged(log)
 
 #: What a resolver is told: its context holds the caller (``{"user": User}``).
 Info = GraphQLResolveInfo[dict[str, Any]]
@@ -278,8 +311,8 @@ type EnvVar {
 """
 
 
-def build(services: Services) -> Any:
-    """The ``/graphql`` handler (a Starlette endpoint)."""
+def build(services: Services) -> ASGIApp:
+    """The ``/graphql`` handler (an ASGI app, its body gated)."""
     query = QueryType()
     mutation = MutationType()
     user_type = ObjectType("User")
@@ -543,31 +576,52 @@ def build(services: Services) -> Any:
         SDL, query, mutation, user_type, gpu_type, pod_type, endpoint_type
     )
 
+    async def admit(request: Request) -> int:
+        key = credentials.api_key(request.headers.get("authorization"))
+        request.scope[USER] = await services.auth.authenticate(key)
+        return BODY_LIMIT
+
     async def endpoint(request: Request) -> Response:
-        try:
-            user = await services.auth.authenticate(
-                credentials.api_key(request.headers.get("authorization"))
-            )
-        except Unauthorized as exc:
-            return _json({"errors": [{"message": exc.message}]}, 401)
+        user: User | None = request.scope.get(USER)
+        if user is None:  # no body: the gate let it through unchecked
+            try:
+                user = await services.auth.authenticate(
+                    credentials.api_key(request.headers.get("authorization"))
+                )
+            except Exception as exc:
+                return await _refuse(request, exc)
         try:
             data = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return _json({"errors": [{"message": "the body is not JSON"}]}, 400)
-        if not isinstance(data, dict) or not isinstance(data.get("query"), str):
-            return _json({"errors": [{"message": 'expected {"query": "..."}'}]}, 400)
-        if "\x00" in data["query"] or "\\u0000" in data["query"]:
-            # No name or id holds one, and PostgreSQL text cannot: refused before any lookup.
-            return _json({"errors": [{"message": "NUL characters are not accepted"}]}, 200)
+            return _refused("the body is not JSON", 400)
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("query"), str)
+            or not isinstance(data.get("variables"), dict | None)
+            or not isinstance(data.get("operationName"), str | None)
+        ):
+            expected = 'expected {"query": "...", "variables": {...}, "operationName": "..."}'
+            return _refused(expected, 400)
+        # No name or id holds NUL, and PostgreSQL text cannot: refused before any lookup (the
+        # query's strings, however escaped, are checked by graphql_limits.StorableStrings).
+        why = unstorable(data["query"]) or unstorable_value(data.get("variables"))
+        if why is not None:
+            return _refused(why, 200)
         _ok, result = await graphql(
             schema,
             data,
             context_value={"user": user},
+            query_parser=parse_query,
+            query_validator=validate_query,
+            # ariadne's cost does not see introspection's fields; no client of skiff's needs them.
+            introspection=False,
+            logger=_UNLOGGED,
             error_formatter=_error_format,
         )
         return _json(result, 200)
 
-    return endpoint
+    # The key and the body's size are checked from the headers, before the body is read.
+    return BodyGate(request_response(endpoint), admit=admit, refuse=_refuse)
 
 
 async def _acting(action: Any) -> Any:
@@ -660,13 +714,16 @@ def _validation_message(exc: ValidationError) -> str:
 
 
 def _error_format(error: GraphQLError, _debug: bool = False) -> dict[str, Any]:
-    """GraphQL's error shape. A resolver's unexpected failure is logged, and its text (which
-    may name internals) is not sent."""
-    message = error.message
+    """GraphQL's error shape: the message alone (cut short), no locations, no source. A
+    resolver's unexpected failure is logged with its traceback, and its text (which may name
+    internals) is not sent; any other error is expected, one line at INFO."""
+    message = short(error.message)
     original = error.original_error
     if original is not None and not isinstance(original, GraphQLError):
         log.error("a GraphQL resolver failed", exc_info=original)
         message = "internal error: the server's log has the details"
+    else:
+        log.info("GraphQL error: %s", message)
     formatted: dict[str, Any] = {"message": message}
     if error.path:
         formatted["path"] = error.path
@@ -675,6 +732,28 @@ def _error_format(error: GraphQLError, _debug: bool = False) -> dict[str, Any]:
 
 def _json(body: Any, status: int) -> Response:
     return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def _refused(message: str, status: int) -> Response:
+    """A request refused before GraphQL runs (not JSON, NUL), logged as its errors are."""
+    log.info("GraphQL request refused: %s", message)
+    return _json({"errors": [{"message": message}]}, status)
+
+
+_plain_refusal = errors.responder("message")
+
+
+async def _refuse(request: Request, exc: Exception) -> Response:
+    """The answer ``/v1`` gives to a refusal before the body (401, 413, 429, the database
+    unreachable), with its status and headers, in GraphQL's error shape."""
+    plain = await _plain_refusal(request, exc)
+    answer = _json(
+        {"errors": [{"message": orjson.loads(plain.body)["message"]}]}, plain.status_code
+    )
+    for name in ("www-authenticate", "retry-after"):
+        if name in plain.headers:
+            answer.headers[name] = plain.headers[name]
+    return answer
 
 
 def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
