@@ -77,6 +77,14 @@ class Settings(BaseSettings):
     lb_wait_seconds: float = Field(default=60.0, gt=0, le=3600)
     #: How often the leader pings each load-balancing worker's ``GET /ping``.
     lb_ping_interval_seconds: float = Field(default=0.5, gt=0, le=60)
+    #: Load-balancing endpoints: the most requests one endpoint may have in flight on this
+    #: server (waiting for a worker, at one, or streaming its answer back); one more is answered
+    #: 503 with ``Retry-After``. Each holds the caller's connection and a socket to the worker
+    #: for up to the endpoint's ``executionTimeoutMs``: 256 keeps one endpoint whose worker
+    #: stops answering to about 512 open files, so it cannot take those of the rest of the
+    #: server (a common open-file limit is 1,024), while staying well above the requests one
+    #: worker process serves at once. 0: no cap.
+    lb_max_in_flight: int = Field(default=256, ge=0)
     #: A domain under which each load-balancing endpoint also answers by host name, as on the
     #: hosted platform: ``{endpoint_id}.{lb_domain}/any/path``. Unset: ``/lb/{id}/...`` only.
     lb_domain: str | None = None

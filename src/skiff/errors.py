@@ -8,7 +8,9 @@ SkiffError
 ├── Forbidden           403: a known caller, not allowed this (not an administrator, ...)
 ├── PayloadTooLarge     413: a body over the limit of its route
 ├── TooManyRequests     429: over a rate or concurrency limit; ``retry_after`` seconds
-│   └── NoWorkerReady   503: a load-balancing endpoint has no worker ready in time
+│   ├── NoWorkerReady   503: a load-balancing endpoint has no worker ready in time
+│   └── EndpointBusy    503: a load-balancing endpoint has its cap of requests in flight
+│                       (services/lb_proxy.py)
 └── BadGateway          502: a load-balancing worker failed the request passed to it
 """
 

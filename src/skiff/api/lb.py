@@ -5,38 +5,76 @@ The caller's key is checked as the job interface checks it (``Authorization``, t
 must be the key's user's); it is not passed on to the worker. With ``SKIFF_LB_DOMAIN`` set,
 ``{endpoint_id}.{domain}/any/path`` reaches the same place (``host_routed``), as the hosted
 platform's ``https://ENDPOINT_ID.api.runpod.ai/path``.
+
+Each endpoint has at most ``SKIFF_LB_MAX_IN_FLIGHT`` requests in flight (``InFlight``); one more
+is answered 503 with ``Retry-After``. A caller that leaves ends its request at once, whether it
+was waiting for a worker, for the worker's answer head, or in the middle of the answer's body:
+the connection to the worker is closed (its socket freed) and the lease given back, rather than
+held for the endpoint's ``executionTimeoutMs``. ``_Caller`` watches for that; ASGI says it
+with ``http.disconnect`` from ``receive``. These requests always come through ASGI (uvicorn's
+own request cycle): the fast protocol (``api/lean_http.py``) serves ``/v2`` routes only and
+leaves a load-balancing host's requests to that cycle.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
-import anyio
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from skiff.api import credentials, errors
 from skiff.domain.balancing import endpoint_of_host
-from skiff.domain.endpoints import EndpointType
+from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.errors import Invalid, SkiffError
 from skiff.services.hub import Services
-from skiff.services.lb_proxy import Forwarding, Upstream
+from skiff.services.lb_proxy import Forwarding, InFlight, has_body
 
 PREFIX = "/lb"
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def build(services: Services) -> Starlette:
-    async def proxy(request: Request) -> Response:
+    proxy = _Proxy(services, InFlight(services.settings.lb_max_in_flight))
+    app = Starlette(
+        routes=[
+            Route("/{endpoint_id}", proxy, methods=METHODS),
+            Route("/{endpoint_id}/{path:path}", proxy, methods=METHODS),
+        ]
+    )
+    # Errors raised before the answer starts (a bad key, a 502, a 503) are answered by these,
+    # as for any route.
+    errors.install(app, "error")
+    return app
+
+
+class _Proxy:
+    """The route itself, a plain ASGI app rather than a request handler and a response: one
+    function sees the request from its key check to its answer's last byte, which is what
+    lets the in-flight count and the watch for the caller leaving cover all of it."""
+
+    def __init__(self, services: Services, in_flight: InFlight) -> None:
+        self._services = services
+        #: Read by tests (the slots given back); one per app, so one per server.
+        self.in_flight = in_flight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         began = time.monotonic()
-        endpoint_id = request.path_params["endpoint_id"]
-        user = await services.auth.authenticate(
-            credentials.api_key(request.headers.get("authorization"))
-        )
+        services = self._services
+        endpoint_id: str = scope["path_params"]["endpoint_id"]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        authorization = host = None
+        for name, value in headers:  # names come lower-cased (ASGI); the first of each counts
+            if name == "authorization" and authorization is None:
+                authorization = value
+            elif name == "host" and host is None:
+                host = value
+        user = await services.auth.authenticate(credentials.api_key(authorization))
         endpoint = await services.endpoints.for_jobs(user, endpoint_id)
         if endpoint.spec.type is not EndpointType.LB:
             raise Invalid(
@@ -44,67 +82,154 @@ def build(services: Services) -> Starlette:
                 f"/v2/{endpoint_id}/run or /runsync"
             )
         try:
-            upstream = await services.lb_proxy.forward(endpoint, _forwarding(request))
+            self.in_flight.enter(endpoint.id)
         except SkiffError as exc:
             services.metrics.lb_request(endpoint.id, exc.status_code, time.monotonic() - began)
             raise
         try:
-            services.metrics.lb_request(endpoint.id, upstream.status, time.monotonic() - began)
-            response = _Passthrough(upstream)
-            response.raw_headers = upstream.raw_headers
-        except BaseException:
-            await upstream.aclose()
-            raise
-        return response
-
-    app = Starlette(
-        routes=[
-            Route("/{endpoint_id}", proxy, methods=METHODS),
-            Route("/{endpoint_id}/{path:path}", proxy, methods=METHODS),
-        ]
-    )
-    errors.install(app, "error")
-    return app
-
-
-class _Passthrough(StreamingResponse):
-    """The worker's answer as it comes, given back whatever ends it: Starlette's streaming
-    (which stops when the caller goes away) inside a ``finally`` that gives the worker's lease
-    back and closes its connection, shielded so a cancellation cannot skip it."""
-
-    def __init__(self, upstream: Upstream) -> None:
-        super().__init__(upstream.chunks(), status_code=upstream.status)
-        self._upstream = upstream
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
+            await self._pass_on(endpoint, scope, receive, send, headers, host, began)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._upstream.aclose()
+            self.in_flight.leave(endpoint.id)
+
+    async def _pass_on(
+        self,
+        endpoint: Endpoint,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: list[tuple[str, str]],
+        host: str | None,
+        began: float,
+    ) -> None:
+        """The request to a worker and its answer back, ended at once if the caller leaves."""
+        task = asyncio.current_task()
+        assert task is not None  # an ASGI app always runs in a task
+        caller = _Caller(receive, task)
+        if has_body(headers):
+            # Its reader starts the watch once the body is all in: ``receive`` has one reader.
+            body = caller.body()
+        else:
+            body = None
+            caller.watch()
+        client = scope.get("client")
+        forwarding = Forwarding(
+            method=scope["method"],
+            path="/" + scope["path_params"].get("path", ""),
+            query=scope.get("query_string", b""),
+            headers=headers,
+            body=body,
+            client=client[0] if client else None,
+            scheme=scope.get("scheme", "http"),
+            host=host,
+            # The endpoint as the caller named it.
+            prefix=scope.get("skiff.lb_prefix", f"{PREFIX}/{scope['path_params']['endpoint_id']}"),
+        )
+        metrics = self._services.metrics
+        try:
+            try:
+                upstream = await self._services.lb_proxy.forward(endpoint, forwarding)
+            except SkiffError as exc:
+                metrics.lb_request(endpoint.id, exc.status_code, time.monotonic() - began)
+                raise
+            try:
+                metrics.lb_request(endpoint.id, upstream.status, time.monotonic() - began)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": upstream.status,
+                        "headers": upstream.raw_headers,
+                    }
+                )
+                async for chunk in upstream.chunks():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                # Read to its end, the connection goes back to the pool; cut short (the caller
+                # left, the worker broke off), it is closed.
+                await upstream.aclose()
+        except asyncio.CancelledError:
+            # The caller left (``_Caller`` cancelled this task): the work above is undone
+            # (aiohttp closed the connection to the worker, the lease and the in-flight count
+            # are given back on the way out), and there is nobody to answer. Any other
+            # cancellation (the server stopping) goes on.
+            if caller.gone and task.uncancel() == 0:
+                return
+            raise
+        except Exception:
+            # Whatever turned this task's cancel into another error (none in this path does
+            # today) left it counted: taken back, so later waits in the task are not affected.
+            if caller.gone:
+                task.uncancel()
+            raise
+        finally:
+            caller.done()
 
 
-def _forwarding(request: Request) -> Forwarding:
-    endpoint_id = request.path_params["endpoint_id"]
-    path = "/" + request.path_params.get("path", "")
-    scope = request.scope
-    return Forwarding(
-        method=request.method,
-        path=path,
-        query=scope.get("query_string", b""),
-        headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
-        body=_body(request),
-        client=request.client.host if request.client else None,
-        scheme=request.url.scheme,
-        host=request.headers.get("host"),
-        prefix=scope.get("skiff.lb_prefix", f"{PREFIX}/{endpoint_id}"),
-    )
+class _Caller:
+    """Whether the caller of one request is still there. ``receive`` says ``http.disconnect``
+    when it leaves; the request's body comes through it as well, so this is its one reader: the
+    body (``body``), then a watch (``watch``), a task reading on until the disconnect. A caller
+    that leaves while the request is being handled cancels the handling task (``gone`` then
+    says why it was cancelled), wherever it waits: for a worker, the answer's head, a piece of
+    its body, or the caller's own connection to take more.
 
+    The cancel is only ever asked for while the handler waits inside the part that expects it
+    (``done`` ends that part, before anything else is awaited): both this watch and the body
+    run only while the handler is suspended, so the cancel lands where it is caught."""
 
-async def _body(request: Request) -> AsyncIterator[bytes]:
-    async for chunk in request.stream():
-        if chunk:
-            yield chunk
+    __slots__ = ("_listener", "_receive", "_task", "gone", "watching")
+
+    def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+        self._receive = receive
+        self._task = task
+        self._listener: asyncio.Task[None] | None = None
+        #: Whether the handler is still inside the part that expects the cancel.
+        self.watching = True
+        #: Whether the caller left while it was: the handler's cancel is this one's.
+        self.gone = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The request's body, for the worker, as it arrives; then the watch."""
+        receive = self._receive
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # Gone halfway through its body. Raised, not just ended: an ended body would
+                # reach the worker as a whole, shorter, request.
+                self._left()
+                raise ClientDisconnect()
+            chunk: bytes = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                break
+        self.watch()
+
+    def watch(self) -> None:
+        """Watch for the caller leaving from now on (its body, if any, all read)."""
+        if self.watching and self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(self._until_gone())
+
+    async def _until_gone(self) -> None:
+        receive = self._receive
+        while (await receive())["type"] != "http.disconnect":
+            pass  # what is left of an empty body
+        # uvicorn also says ``http.disconnect`` once the answer is complete: by then the
+        # handler has called ``done``, and this does nothing.
+        self._left()
+
+    def _left(self) -> None:
+        if self.watching and not self.gone:
+            self.gone = True
+            self._task.cancel()
+
+    def done(self) -> None:
+        """The handler is past the part that expects the cancel: no cancel from now on, and the
+        watch ends (it would end by itself once the answer is complete, a moment later)."""
+        self.watching = False
+        listener = self._listener
+        if listener is not None and not listener.done():
+            listener.cancel()
 
 
 def host_routed(scope: Scope, domain: str) -> Scope | None:

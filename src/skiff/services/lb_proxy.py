@@ -16,6 +16,12 @@ A connection the worker refused (nothing of the request sent) goes to another wo
 is safe for any method. Once any of the request may have reached the worker, nothing is
 retried: a failure before the answer's head is a 502 naming the worker, one in the middle of
 the body ends the answer early (its head is sent already).
+
+A request in flight holds the caller's connection and, once at a worker, a socket to it, for
+up to the endpoint's ``executionTimeoutMs``: ``InFlight`` caps how many each endpoint may have
+(``SKIFF_LB_MAX_IN_FLIGHT``), so one stuck worker cannot take the server's open files, and the
+caller of ``forward`` ends a request whose caller left (``api/lb.py``) rather than leave it to
+that timeout.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import aiohttp
 from yarl import URL
 
 from skiff.domain.endpoints import Endpoint
-from skiff.errors import BadGateway
+from skiff.errors import BadGateway, TooManyRequests
 from skiff.services.balancer import Balancer, Lease
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,10 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_SECONDS = 5.0
 #: How many workers a request whose connection was refused tries in all.
 MAX_CONNECT_TRIES = 3
+#: The ``Retry-After`` of a request refused because its endpoint has too many in flight: the
+#: same as for no worker ready (``balancer.RETRY_AFTER_SECONDS``), the other 503 of these
+#: endpoints; a full endpoint frees slots as its requests end, not from one second to the next.
+BUSY_RETRY_AFTER_SECONDS = 5
 #: The longest header line (and status line) a worker's answer may have.
 HEADER_LINE_BYTES = 65_536
 #: Headers that concern one hop only (RFC 9110 7.6.1), never passed on either way.
@@ -71,12 +81,53 @@ class Forwarding:
     path: str
     query: bytes
     headers: Sequence[tuple[str, str]]
-    body: AsyncIterator[bytes]
+    #: None when the request has none (see ``has_body``): nothing is sent after its head.
+    body: AsyncIterator[bytes] | None
     #: What the worker is told about the original request (``X-Forwarded-*``).
     client: str | None
     scheme: str
     host: str | None
     prefix: str
+
+
+class EndpointBusy(TooManyRequests):
+    """The endpoint has ``InFlight.cap`` requests in flight already: 503 with ``Retry-After``,
+    as for no worker ready (``NoWorkerReady``)."""
+
+    status_code = 503
+
+
+class InFlight:
+    """Each endpoint's requests in flight through this server's proxy, from when the endpoint
+    is known (waiting for a worker included) until the answer is out or abandoned, capped at
+    ``cap`` per endpoint (0: no cap). Whoever ``enter``s must ``leave`` once, however the
+    request ends."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._counts: dict[str, int] = {}
+
+    def enter(self, endpoint_id: str) -> None:
+        """Count one more request for the endpoint, or raise ``EndpointBusy`` (counting
+        nothing) when it has ``cap`` already."""
+        count = self._counts.get(endpoint_id, 0)
+        if self.cap and count >= self.cap:
+            raise EndpointBusy(
+                f"endpoint {endpoint_id} has too many requests in flight ({self.cap}, "
+                "SKIFF_LB_MAX_IN_FLIGHT); try again shortly",
+                BUSY_RETRY_AFTER_SECONDS,
+            )
+        self._counts[endpoint_id] = count + 1
+
+    def leave(self, endpoint_id: str) -> None:
+        count = self._counts[endpoint_id] - 1
+        if count:
+            self._counts[endpoint_id] = count
+        else:
+            del self._counts[endpoint_id]  # an endpoint with none keeps no entry
+
+    def of(self, endpoint_id: str) -> int:
+        return self._counts.get(endpoint_id, 0)
 
 
 class _Body:
@@ -135,6 +186,7 @@ class Upstream:
             raise
 
     async def aclose(self) -> None:
+        # Nothing in here awaits: a cancellation (the caller leaving) cannot cut it short.
         self._release()
         if self._response.content.at_eof():
             self._response.release()  # read to its end: the connection is good for another
@@ -165,7 +217,9 @@ class LbProxy:
         return self._session
 
     async def forward(self, endpoint: Endpoint, request: Forwarding) -> Upstream:
-        body = _Body(request.body)
+        """The worker's answer, once its head is in. Cancelled (the caller left), the request
+        ends there: aiohttp closes that connection to the worker, and the lease is given back."""
+        body = _Body(request.body) if request.body is not None else None
         headers = _forwarded_headers(request)
         # The answer's head must come within the endpoint's execution timeout, and so must
         # each piece of its body after the one before.
@@ -183,14 +237,14 @@ class LbProxy:
                     request.method,
                     url,
                     headers=headers,
-                    data=body if _has_body(request.headers) else None,
+                    data=body,
                     timeout=timeout,
                     allow_redirects=False,
                     compress=None,
                 )
             except aiohttp.ClientConnectorError as exc:
                 self._balancer.release(lease, connection_failed=True)
-                if body.started or attempt == MAX_CONNECT_TRIES:
+                if (body is not None and body.started) or attempt == MAX_CONNECT_TRIES:
                     raise BadGateway(
                         f"worker {lease.worker_id} of endpoint {endpoint.id} could not be "
                         f"reached: {exc}"
@@ -242,7 +296,9 @@ def _worker_url(address: str, request: Forwarding) -> URL:
     return URL(target, encoded=True)
 
 
-def _has_body(headers: Sequence[tuple[str, str]]) -> bool:
+def has_body(headers: Sequence[tuple[str, str]]) -> bool:
+    """Whether a request with these headers has a body to pass on (a ``Content-Length`` above
+    0, or a ``Transfer-Encoding``)."""
     for name, value in headers:
         lowered = name.lower()
         if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
