@@ -107,6 +107,7 @@ def open_provider(
             logs=worker_logs.sink,
             owner=owner,
             server=server_identity(socket.gethostname(), settings.data_dir),
+            pids_limit=settings.container_pids_limit,
         )
     return LocalProvider(exits.report, logs=worker_logs.sink)
 
@@ -127,7 +128,9 @@ def open_pod_provider(settings: Settings, ray: RayConnection | None = None) -> P
         server = server_identity(socket.gethostname(), settings.data_dir)
 
         def containers(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
-            return DockerPodProvider(on_exit, logs=logs, server=server)
+            return DockerPodProvider(
+                on_exit, logs=logs, server=server, pids_limit=settings.container_pids_limit
+            )
 
         return containers
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skiff.databases import sqlite_file_of
+from skiff.domain.containers import DEFAULT_PIDS_LIMIT, MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
 
 
 class Settings(BaseSettings):
@@ -147,6 +148,21 @@ class Settings(BaseSettings):
     ray_namespace: str = Field(default="skiff", min_length=1, max_length=100)
     #: How long a worker may wait to be placed on a Ray node before its start counts as failed.
     ray_placement_seconds: float = Field(default=60.0, gt=0, le=3600)
+    #: ``SKIFF_PROVIDER=docker``: the most processes and threads one worker or pod container
+    #: may hold (Docker's ``PidsLimit``), so that one tenant's fork bomb cannot exhaust the
+    #: host's. 0: skiff sets none, and the daemon's own default (``default-pids-limit``,
+    #: unlimited unless set) applies.
+    container_pids_limit: int = Field(default=DEFAULT_PIDS_LIMIT, ge=0, le=MAX_PIDS_LIMIT)
+
+    @field_validator("container_pids_limit")
+    @classmethod
+    def _pids_limit_is_none_or_workable(cls, value: int) -> int:
+        if 0 < value < MIN_PIDS_LIMIT:
+            raise ValueError(
+                f"must be 0 (no limit set by skiff) or at least {MIN_PIDS_LIMIT}: a container "
+                "counts every thread, and its runtime and the worker's own need a few dozen"
+            )
+        return value
 
     def sqlite_path(self) -> Path:
         named = sqlite_file_of(self.database_url)

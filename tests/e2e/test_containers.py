@@ -138,6 +138,25 @@ def test_a_job_runs_inside_the_templates_image(server: Server, image: str) -> No
     server.http.delete(f"/v1/endpoints/{eid}")
 
 
+def test_a_worker_container_has_a_process_limit_and_gains_no_privileges(
+    server: Server, image: str
+) -> None:
+    eid = endpoint(server, image, workersMin=1, workersMax=1)
+    try:
+        container = server.wait_for(
+            lambda: next((c for c in containers_of(eid) if c.status == "running"), None),
+            what="a running worker container",
+        )
+        host_config = container.attrs["HostConfig"]
+        assert host_config["PidsLimit"] == 4096  # SKIFF_CONTAINER_PIDS_LIMIT's default
+        assert "no-new-privileges:true" in host_config["SecurityOpt"]
+        # And the kernel applies it to the worker itself (the container's first process).
+        code, status = container.exec_run(["cat", "/proc/1/status"])
+        assert code == 0 and "NoNewPrivs:\t1" in status.decode(), status
+    finally:
+        server.http.delete(f"/v1/endpoints/{eid}")
+
+
 def test_an_authenticated_pull_runs_the_private_image(server: Server, registry: str) -> None:
     docker_client().images.remove(f"{registry}/skiff/worker:v1", force=True)
     eid = endpoint(server, f"{registry}/skiff/worker:v1", registry_auth(server, PASSWORD))

@@ -24,3 +24,19 @@ def test_the_take_wait_keeps_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("SKIFF_TAKE_WAIT_SECONDS", "80")
     with pytest.raises(ValueError, match="take_wait_seconds"):
         Settings()
+
+
+def test_the_container_pids_limit_is_4096_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKIFF_CONTAINER_PIDS_LIMIT", raising=False)
+    assert Settings().container_pids_limit == 4096
+    monkeypatch.setenv("SKIFF_CONTAINER_PIDS_LIMIT", "0")  # none set by skiff
+    assert Settings().container_pids_limit == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "8", "63", "4194305", "many"])
+def test_a_container_pids_limit_below_64_or_past_the_kernels_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("SKIFF_CONTAINER_PIDS_LIMIT", value)
+    with pytest.raises(ValueError, match="container_pids_limit"):
+        Settings()

@@ -1,11 +1,13 @@
 """The container provider's pure parts: CPU limits from flavors, labels and which containers
-are skiff's, the server URL as a container sees it, and credentials kept out of reprs."""
+are skiff's, the process limit and no-new-privileges, the server URL as a container sees it, and
+credentials kept out of reprs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from skiff.domain.containers import (
+    DEFAULT_PIDS_LIMIT,
     GIB,
     cpu_limits,
     parse_instance_id,
@@ -132,6 +134,18 @@ def test_a_cpu_worker_gets_limits_and_the_images_own_command(tmp_path: Path) -> 
     assert options["nano_cpus"] == 2_000_000_000 and options["mem_limit"] == 4 * GIB
     assert "entrypoint" not in options and "command" not in options
     assert "device_requests" not in options
+
+
+def test_a_worker_container_has_a_process_limit_and_gains_no_privileges(tmp_path: Path) -> None:
+    container = ContainerSpec(image="x")
+    options = create_options(launch(tmp_path, container), container, "r1", "s1")
+    assert options["pids_limit"] == DEFAULT_PIDS_LIMIT == 4096
+    assert options["security_opt"] == ["no-new-privileges:true"]
+    limited = create_options(launch(tmp_path, container), container, "r1", "s1", pids_limit=512)
+    assert limited["pids_limit"] == 512
+    # 0: skiff sets none, and the daemon's own default applies.
+    unset = create_options(launch(tmp_path, container), container, "r1", "s1", pids_limit=0)
+    assert "pids_limit" not in unset and unset["security_opt"] == ["no-new-privileges:true"]
 
 
 def test_a_servers_identity_survives_its_restart_and_names_its_host_and_data_dir(

@@ -24,6 +24,16 @@ MEMORY_GB_PER_VCPU = {
 }
 #: The flavor assumed when an endpoint names none (the hosted platform's first choice).
 DEFAULT_FLAVOR = CpuFlavor.cpu3c
+#: The most tasks (processes and threads: the kernel counts each thread) one worker or pod
+#: container may hold (``SKIFF_CONTAINER_PIDS_LIMIT``): room for a model server's thread pools
+#: and data-loader processes, while a fork bomb stops at its container rather than filling the
+#: host's process table.
+DEFAULT_PIDS_LIMIT = 4096
+#: Below this a container's runtime and the SDK's own threads may not even start; a typo such as
+#: 4 would give workers that fail without saying why.
+MIN_PIDS_LIMIT = 64
+#: The kernel's own ceiling on process ids (``PID_MAX_LIMIT`` on 64-bit Linux).
+MAX_PIDS_LIMIT = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ and how it runs now (``PodPlacement``) is the runner's to record.
 from __future__ import annotations
 
 import enum
-import posixpath
 from dataclasses import dataclass
 from typing import Annotated, Any, Self
 
@@ -35,6 +34,7 @@ from skiff.domain.endpoints import (
     Name,
 )
 from skiff.domain.input_types import Bool, Int, StrictInput, Text
+from skiff.domain.mount_paths import MOUNT_PATH_DESCRIPTION, check_optional_mount_path
 from skiff.domain.templates import (
     MAX_PATH_LENGTH,
     MAX_PORTS,
@@ -52,10 +52,6 @@ DEFAULT_CONTAINER_DISK_GB = 50
 DEFAULT_VOLUME_GB = 20
 DEFAULT_MOUNT_PATH = "/workspace"
 MAX_DISK_GB = 4000
-#: Where a mount may not go: it would hide what the image needs to run at all.
-RESERVED_MOUNT_PATHS = frozenset(
-    {"/", "/bin", "/dev", "/etc", "/lib", "/proc", "/sbin", "/sys", "/usr"}
-)
 
 
 class DesiredStatus(enum.StrEnum):
@@ -108,17 +104,6 @@ def _check_ports(value: list[str] | None) -> list[str] | None:
     return value
 
 
-def _check_mount_path(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not value.startswith("/"):
-        raise ValueError(f"{value!r} is not an absolute path (it must start with /)")
-    normal = posixpath.normpath(value)
-    if ".." in value.split("/") or normal in RESERVED_MOUNT_PATHS:
-        raise ValueError(f"{value!r} cannot hold the pod's volume: it would hide the system")
-    return value
-
-
 Ports = Annotated[list[Port], Field(max_length=MAX_PORTS)]
 Words = Annotated[list[Word], Field(max_length=MAX_WORDS)]
 Env = Annotated[dict[EnvName, EnvValue], Field(max_length=MAX_ENV_VARS)]
@@ -140,7 +125,8 @@ class _Changeable(StrictInput):
         default=None, ge=0, le=MAX_DISK_GB, description="The pod volume, in GB; it never shrinks"
     )
     volumeMountPath: MountPath | None = Field(
-        default=None, description="Where the pod volume (or the network volume) is mounted"
+        default=None,
+        description=MOUNT_PATH_DESCRIPTION + "; the pod volume, or the network volume",
     )
     containerRegistryAuthId: Text | None = Field(default=None, max_length=MAX_ID_LENGTH)
     locked: Bool | None = Field(
@@ -150,7 +136,7 @@ class _Changeable(StrictInput):
     _env = field_validator("env")(lambda v: v if v is None else check_env(v))
     _image = field_validator("imageName")(check_image)
     _ports = field_validator("ports")(_check_ports)
-    _mount = field_validator("volumeMountPath")(_check_mount_path)
+    _mount = field_validator("volumeMountPath")(check_optional_mount_path)
 
 
 class PodCreate(_Changeable):

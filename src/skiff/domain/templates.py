@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, StringConstraints, field_validator
 from skiff.domain.endpoints import MAX_ENV_VARS, MAX_ID_LENGTH, EnvName, EnvValue
 from skiff.domain.image_references import image_reference_problem
 from skiff.domain.input_types import Bool, Int, StrictInput, Text
+from skiff.domain.mount_paths import MOUNT_PATH_DESCRIPTION, check_mount_path
 
 #: skiff's own bounds (the v1 reference names none).
 MAX_WORDS = 1000
@@ -43,6 +44,14 @@ def check_image(value: str | None) -> str | None:
     return value
 
 
+def _mount_path_given(value: str | None) -> str:
+    # Only an explicit null gets here (a field left out is not validated): an update stores
+    # what it is given, and a template without a mount path would no longer load.
+    if value is None:
+        raise ValueError("cannot be null: leave it out to keep the template's")
+    return check_mount_path(value)
+
+
 class TemplateUpdate(StrictInput):
     """Every field optional; ``category`` and ``isServerless`` are fixed at creation. Types are
     strict (``domain/input_types.py``); the bounds are skiff's own, shown in the OpenAPI
@@ -52,7 +61,9 @@ class TemplateUpdate(StrictInput):
     imageName: Text | None = Field(default=None, min_length=1, max_length=1024)
     containerDiskInGb: Int | None = Field(default=None, ge=0, le=4000)
     volumeInGb: Int | None = Field(default=None, ge=0, le=4000)
-    volumeMountPath: Text | None = Field(default=None, max_length=MAX_PATH_LENGTH)
+    volumeMountPath: Text | None = Field(
+        default=None, max_length=MAX_PATH_LENGTH, description=MOUNT_PATH_DESCRIPTION
+    )
     dockerEntrypoint: list[Word] | None = Field(default=None, max_length=MAX_WORDS)
     dockerStartCmd: list[Word] | None = Field(default=None, max_length=MAX_WORDS)
     env: dict[EnvName, EnvValue] | None = Field(default=None, max_length=MAX_ENV_VARS)
@@ -63,6 +74,7 @@ class TemplateUpdate(StrictInput):
 
     _env = field_validator("env")(lambda v: v if v is None else check_env(v))
     _image = field_validator("imageName")(check_image)
+    _mount = field_validator("volumeMountPath")(_mount_path_given)
 
 
 class TemplateCreate(StrictInput):
@@ -71,7 +83,9 @@ class TemplateCreate(StrictInput):
     category: TemplateCategory = TemplateCategory.NVIDIA
     containerDiskInGb: Int = Field(default=50, ge=0, le=4000)
     volumeInGb: Int = Field(default=20, ge=0, le=4000)
-    volumeMountPath: Text = Field(default="/workspace", max_length=MAX_PATH_LENGTH)
+    volumeMountPath: Text = Field(
+        default="/workspace", max_length=MAX_PATH_LENGTH, description=MOUNT_PATH_DESCRIPTION
+    )
     dockerEntrypoint: list[Word] = Field(default_factory=list, max_length=MAX_WORDS)
     dockerStartCmd: list[Word] = Field(default_factory=list, max_length=MAX_WORDS)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
@@ -83,6 +97,7 @@ class TemplateCreate(StrictInput):
 
     _env = field_validator("env")(check_env)
     _image = field_validator("imageName")(check_image)
+    _mount = field_validator("volumeMountPath")(check_mount_path)
 
 
 class Template(TemplateCreate):
@@ -99,6 +114,9 @@ class Template(TemplateCreate):
 
     # A template stored before references were checked still loads (and fails its pull).
     _image = field_validator("imageName")(lambda v: v)
+    # As does one stored before mount paths were checked: a pod made from it is refused
+    # instead (services/pods.py), naming the template.
+    _mount = field_validator("volumeMountPath")(lambda v: v)
 
 
 def apply_template_update(current: Template, update: TemplateUpdate) -> Template:

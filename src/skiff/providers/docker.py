@@ -16,6 +16,9 @@ A worker's container:
   reaches the server through the host gateway (``host.docker.internal``) unless
   ``SKIFF_PUBLIC_URL`` names the address, and sees exactly its GPUs through a device request
   (the NVIDIA container toolkit), renumbered from 0 inside.
+- cannot gain privileges (``no-new-privileges``: a setuid ``sudo`` gains nothing) and holds at
+  most ``SKIFF_CONTAINER_PIDS_LIMIT`` processes and threads, so one tenant's fork bomb stops
+  at its container (``run_options``, which pods' containers share).
 - carries labels naming the worker, endpoint and owner replica, the server it belongs to
   (``server_identity``: this host and data directory, the same across restarts while the
   replica id is new each time) and skiff's own marker: only containers with the marker are
@@ -45,7 +48,7 @@ import docker  # type: ignore[import-untyped]
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # type: ignore[import-untyped]
 from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
-from skiff.domain.containers import visible_devices_inside
+from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
 from skiff.providers.base import (
     LOOPBACK,
     VOLUME_MOUNT_PATH,
@@ -69,6 +72,8 @@ WORKER_LABEL = "dev.skiff.worker-id"
 ENDPOINT_LABEL = "dev.skiff.endpoint-id"
 OWNER_LABEL = "dev.skiff.owner"
 SERVER_LABEL = "dev.skiff.server"
+#: Docker's security option that keeps every process of a container from gaining privileges.
+NO_NEW_PRIVILEGES = "no-new-privileges:true"
 #: The name a container reaches its host by (Docker's ``host-gateway``).
 HOST_GATEWAY = "host.docker.internal"
 #: Hosts that mean "this machine" to the server but the container itself inside it.
@@ -155,10 +160,21 @@ def container_environment(launch: Launch, spec: ContainerSpec) -> dict[str, str]
     return env
 
 
-def create_options(launch: Launch, spec: ContainerSpec, owner: str, server: str) -> dict[str, Any]:
+def create_options(
+    launch: Launch,
+    spec: ContainerSpec,
+    owner: str,
+    server: str,
+    pids_limit: int = DEFAULT_PIDS_LIMIT,
+) -> dict[str, Any]:
     """The arguments of ``containers.create`` for a worker (pure, so tests can read them)."""
     options = run_options(
-        spec.entrypoint, spec.command, spec.gpu_indices, spec.vcpus, spec.memory_bytes
+        spec.entrypoint,
+        spec.command,
+        spec.gpu_indices,
+        spec.vcpus,
+        spec.memory_bytes,
+        pids_limit=pids_limit,
     )
     options |= {
         "image": spec.image,
@@ -202,16 +218,25 @@ def run_options(
     gpu_indices: Sequence[int],
     vcpus: int | None,
     memory_bytes: int | None,
+    *,
+    pids_limit: int,
 ) -> dict[str, Any]:
     """What a worker's container and a pod's share of ``containers.create``'s arguments: a
     detached container that reaches the host, runs ``entrypoint``/``command`` (the image's own
-    where empty), and gets exactly its GPUs and its CPU and memory limits."""
+    where empty), and gets exactly its GPUs and its CPU and memory limits, at most
+    ``pids_limit`` processes and threads (0: none set here), and no way to gain privileges."""
     options: dict[str, Any] = {
         "extra_hosts": {HOST_GATEWAY: "host-gateway"},
         "detach": True,
         "stdin_open": False,
         "tty": False,
+        # A setuid program (sudo, su, ping) or a file capability raises no process's privileges
+        # inside: the tenant's code keeps the ones the container started with.
+        "security_opt": [NO_NEW_PRIVILEGES],
     }
+    if pids_limit:
+        # Leaving it out (0) leaves the daemon's own default-pids-limit to apply.
+        options["pids_limit"] = pids_limit
     if entrypoint:
         options["entrypoint"] = entrypoint
     if command:
@@ -313,11 +338,13 @@ class DockerProvider:
         owner: str,
         server: str,
         client: Any = None,
+        pids_limit: int = DEFAULT_PIDS_LIMIT,
     ) -> None:
         self._on_exit = on_exit
         self._logs = logs
         self._owner = owner
         self._server = server
+        self._pids_limit = pids_limit
         self._client_given = client
         self._running: dict[str, Any] = {}
         self._served: dict[str, ServedAt | None] = {}
@@ -376,7 +403,7 @@ class DockerProvider:
         return self._create(launch, launch.container, None)
 
     def _create(self, launch: Launch, spec: ContainerSpec, sink: LogSink | None) -> Any:
-        options = create_options(launch, spec, self._owner, self._server)
+        options = create_options(launch, spec, self._owner, self._server, self._pids_limit)
         return create_container(self.client, options, spec.image, spec.disk_gb, sink)
 
     async def _pump(self, worker_id: str, container: Any, sink: LogSink) -> None:

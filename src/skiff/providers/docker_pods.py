@@ -25,7 +25,7 @@ from typing import Any
 import docker  # type: ignore[import-untyped]
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
-from skiff.domain.containers import visible_devices_inside
+from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
 from skiff.domain.pods import parse_port
 from skiff.providers.base import (
     LogSink,
@@ -70,14 +70,21 @@ def pod_labels(launch: PodLaunch, server: str) -> dict[str, str]:
     }
 
 
-def pod_create_options(launch: PodLaunch, server: str) -> dict[str, Any]:
+def pod_create_options(
+    launch: PodLaunch, server: str, pids_limit: int = DEFAULT_PIDS_LIMIT
+) -> dict[str, Any]:
     """The arguments of ``containers.create`` for a pod (pure, so tests can read them)."""
     env = dict(launch.env)
     if launch.gpu_indices:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(launch.gpu_indices))
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
     options = run_options(
-        launch.entrypoint, launch.command, launch.gpu_indices, launch.vcpus, launch.memory_bytes
+        launch.entrypoint,
+        launch.command,
+        launch.gpu_indices,
+        launch.vcpus,
+        launch.memory_bytes,
+        pids_limit=pids_limit,
     )
     options |= {
         "image": launch.image,
@@ -132,11 +139,18 @@ class DockerPodProvider:
     default)."""
 
     def __init__(
-        self, on_exit: PodExitCallback, *, logs: LogSinks, server: str, client: Any = None
+        self,
+        on_exit: PodExitCallback,
+        *,
+        logs: LogSinks,
+        server: str,
+        client: Any = None,
+        pids_limit: int = DEFAULT_PIDS_LIMIT,
     ) -> None:
         self._on_exit = on_exit
         self._logs = logs
         self._server = server
+        self._pids_limit = pids_limit
         self._client_given = client
         self._running: dict[str, tuple[Any, PodInstance]] = {}
         #: Pods being stopped or restarted by skiff: their container's end is not an exit.
@@ -170,7 +184,7 @@ class DockerPodProvider:
         ensure_image(
             self.client, launch.image, launch.credentials, sink, lambda: handover.abandoned
         )
-        options = pod_create_options(launch, self._server)
+        options = pod_create_options(launch, self._server, self._pids_limit)
         container = create_container(self.client, options, launch.image, launch.disk_gb, sink)
         return start_and_hand_over(container, handover)
 

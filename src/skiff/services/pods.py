@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import ComputeType
+from skiff.domain.mount_paths import check_mount_path
 from skiff.domain.pods import (
     DesiredStatus,
     Pod,
@@ -21,6 +22,7 @@ from skiff.domain.pods import (
     apply_pod_update,
     spec_from_create,
 )
+from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.volumes import room_refusal
 from skiff.errors import Conflict, Invalid, NotFound
@@ -61,6 +63,20 @@ class PodFilters:
         )
 
 
+def _template_mount_path(template: Template) -> str:
+    """The template's ``volumeMountPath`` for a pod that gives none. A template is checked when
+    it is saved, but one stored before the rule still loads with what it held: the pod is
+    refused here (400) rather than accepted to wait for ever for a mount no provider makes."""
+    try:
+        return check_mount_path(template.volumeMountPath)
+    except ValueError as exc:
+        raise Invalid(
+            f"volumeMountPath: template {template.id}'s volumeMountPath {exc}; give the pod a "
+            "volumeMountPath, or update the template's",
+            field="volumeMountPath",
+        ) from None
+
+
 class Pods:
     def __init__(
         self, store: Store, clock: Clock, wakeups: Wakeups, runner: PodRunner, dirs: VolumeDirs
@@ -80,6 +96,8 @@ class Pods:
             if template is None:
                 raise Invalid(f"templateId: no template {data.templateId}", field="templateId")
         spec = spec_from_create(data, template)
+        if template is not None and data.volumeMountPath is None:
+            spec = spec.model_copy(update={"volumeMountPath": _template_mount_path(template)})
         await self._check_auth(user, spec.containerRegistryAuthId)
         if spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, None)

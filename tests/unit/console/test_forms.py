@@ -6,6 +6,7 @@ import pytest
 
 from skiff.console import forms
 from skiff.domain.endpoints import EndpointCreate, EndpointUpdate
+from skiff.domain.pods import PodCreate
 from skiff.domain.templates import TemplateCreate
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate
 from skiff.errors import Conflict, Invalid
@@ -110,6 +111,18 @@ def test_service_refusals_land_on_their_field_without_its_prefix() -> None:
     assert forms.service_error(missing, "name") == {"templateId": "no template x"}
     taken = Conflict("a template named 'x' already exists")
     assert forms.service_error(taken, "name") == {"name": "a template named 'x' already exists"}
+
+
+def test_a_pod_forms_mount_path_is_checked_by_the_apis_rule_at_its_field() -> None:
+    data, errors = forms.pod_data({"imageName": "busybox", "volumeMountPath": " /etc "})
+    assert errors == {} and data["volumeMountPath"] == "/etc"
+    _, invalid = forms.validate(PodCreate, data, forms.POD_FIELDS, "imageName")
+    assert list(invalid) == ["volumeMountPath"]
+    assert "system directory" in invalid["volumeMountPath"]
+    assert "/workspace" in invalid["volumeMountPath"]
+    # A template's stored value refused at the pod's creation lands there too.
+    refused = Invalid("volumeMountPath: template t's volumeMountPath ...", field="volumeMountPath")
+    assert list(forms.service_error(refused, "gpuTypeIds")) == ["volumeMountPath"]
 
 
 def test_no_volume_chosen_is_left_out_of_a_new_endpoint_and_detaches_on_an_edit() -> None:

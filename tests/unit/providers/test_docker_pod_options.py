@@ -1,11 +1,13 @@
 """What a pod's container is made with (``providers/docker_pods``), read without a daemon: its
-ports published on host ports of Docker's choosing, its GPUs, CPU limits and volume, the labels a
-restarted server finds it by, and the host ports read back from a started container."""
+ports published on host ports of Docker's choosing, its GPUs, CPU limits and volume, its process
+limit and no-new-privileges, the labels a restarted server finds it by, and the host ports read
+back from a started container."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from skiff.domain.containers import DEFAULT_PIDS_LIMIT
 from skiff.providers.base import PodLaunch
 from skiff.providers.docker_pods import (
     POD_LABEL,
@@ -66,6 +68,19 @@ def test_gpus_are_requested_by_index_and_numbered_from_zero_inside() -> None:
 def test_a_cpu_pod_gets_its_vcpus_and_memory() -> None:
     options = pod_create_options(launch(vcpus=4, memory_bytes=8 << 30), "s")
     assert options["nano_cpus"] == 4_000_000_000 and options["mem_limit"] == 8 << 30
+
+
+def test_a_pod_container_has_a_process_limit_and_gains_no_privileges() -> None:
+    options = pod_create_options(launch(), "s")
+    assert options["pids_limit"] == DEFAULT_PIDS_LIMIT == 4096
+    assert options["security_opt"] == ["no-new-privileges:true"]
+    assert pod_create_options(launch(), "s", pids_limit=100)["pids_limit"] == 100
+
+
+def test_a_pids_limit_of_zero_leaves_the_daemons_default() -> None:
+    options = pod_create_options(launch(), "s", pids_limit=0)
+    assert "pids_limit" not in options
+    assert options["security_opt"] == ["no-new-privileges:true"]
 
 
 def test_host_ports_are_read_from_a_started_containers_network_settings() -> None:
