@@ -36,6 +36,7 @@ from skiff.console import mount as console_mount
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
 from skiff.providers.base import LogSinks, PodExitCallback, PodProvider, WorkerProvider
+from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.capacity import host_worker_limit
 from skiff.providers.docker import DockerProvider, server_identity
 from skiff.providers.docker_pods import DockerPodProvider
@@ -109,7 +110,21 @@ def open_provider(
             server=server_identity(socket.gethostname(), settings.data_dir),
             pids_limit=settings.container_pids_limit,
         )
-    return LocalProvider(exits.report, logs=worker_logs.sink)
+    return LocalProvider(exits.report, logs=worker_logs.sink, sandbox=open_sandbox(settings))
+
+
+def open_sandbox(settings: Settings) -> Sandbox | None:
+    """What local workers and pods are kept from (providers/bubblewrap.py); None when the
+    operator turned the sandbox off."""
+    if not settings.sandbox:
+        return None
+    # A SQLite file named outside the data directory is hidden too (PostgreSQL's own files
+    # are its server's, out of reach already).
+    return Sandbox.for_server(
+        settings.data_dir,
+        volumes_dir=settings.volumes_path(),
+        database_file=settings.sqlite_path(),
+    )
 
 
 def open_pod_provider(settings: Settings, ray: RayConnection | None = None) -> PodProviders:
@@ -134,8 +149,10 @@ def open_pod_provider(settings: Settings, ray: RayConnection | None = None) -> P
 
         return containers
 
+    sandbox = open_sandbox(settings)
+
     def processes(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
-        return LocalPodProvider(on_exit, logs=logs)
+        return LocalPodProvider(on_exit, logs=logs, sandbox=sandbox)
 
     return processes
 

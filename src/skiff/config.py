@@ -140,6 +140,11 @@ class Settings(BaseSettings):
     #: ``DOCKER_HOST``; providers/docker.py) or ``ray`` (processes running the template's
     #: command on the nodes of the Ray cluster at ``ray_address``; providers/ray.py).
     provider: Literal["local", "docker", "ray"] = "local"
+    #: Run every local worker and pod in a sandbox (providers/bubblewrap.py): its own user, PID
+    #: and mount namespaces, the data directory and other tenants' files out of its sight.
+    #: ``off``: every worker runs as the server's own user and sees what it sees, for a server
+    #: whose users all trust each other.
+    sandbox: bool = True
     #: The Ray cluster (``SKIFF_PROVIDER=ray``): ``ray://head:10001`` (Ray Client), or the head's
     #: ``host:port`` (or ``auto``) where this host is a Ray node itself.
     ray_address: str | None = None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +20,17 @@ from pgtest import fresh_schema_sync
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running(tmp_path_factory.mktemp("skiff") / "data") as srv:
         yield srv
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A directory of the host's outside ``/tmp`` (in the checkout), removed after: a file a
+    test writes there is seen by a sandboxed worker, whose ``/tmp`` is its own."""
+    made = Path(tempfile.mkdtemp(prefix=".e2e-shared-", dir=Path(__file__).resolve().parents[2]))
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -30,16 +30,22 @@ class Server:
     """One ``skiff serve`` process and a client for its APIs."""
 
     def __init__(
-        self, data_dir: Path, port: int | None = None, env: dict[str, str | None] | None = None
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        env: dict[str, str | None] | None = None,
+        cwd: Path | None = None,
     ) -> None:
-        """``env`` adds settings to the server's environment (None removes one)."""
+        """``env`` adds settings to the server's environment (None removes one); ``cwd`` is
+        where it runs (a relative ``data_dir`` is relative to it)."""
         self.extra_env = env or {}
+        self.cwd = cwd
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = ADMIN_KEY
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir.parent / f"serve-{self.port}.log"
+        self.log_path = (cwd or Path.cwd()) / data_dir.parent / f"serve-{self.port}.log"
         self.http = httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
         )
@@ -78,6 +84,7 @@ class Server:
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,
+            cwd=self.cwd,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -102,6 +109,19 @@ class Server:
         self.proc = None
 
     # -- management helpers --------------------------------------------------------------
+    def user_key(self, user: str) -> str:
+        """A key of ``user`` (made if new), made with the CLI on this server's data directory."""
+        data_dir = self.data_dir if self.cwd is None else self.cwd / self.data_dir
+        command = ["keys", "create", "--user", user, "--data-dir", str(data_dir)]
+        made = subprocess.run(
+            [sys.executable, "-m", "skiff", *command],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SKIFF_")},
+        )
+        return made.stdout.strip()
+
     def create_template(self, script: str, **fields: Any) -> dict[str, Any]:
         body = {
             "name": fields.pop("name", f"tpl-{script}-{time.monotonic_ns()}"),

@@ -277,9 +277,10 @@ def test_a_killed_worker_fails_only_its_requests_in_flight_and_is_replaced(
 
 
 def test_a_worker_answering_204_gets_no_traffic_until_it_answers_200(
-    lb_server: Server, tmp_path: Path
+    lb_server: Server, outside_tmp: Path
 ) -> None:
-    warm = tmp_path / "warm"
+    # Outside /tmp: the sandboxed worker sees the host's files (read-only), not its /tmp.
+    warm = outside_tmp / "warm"
     endpoint = lb_endpoint(lb_server, env={"LB_WARMUP_FILE": str(warm)})
     answers: list[httpx.Response] = []
     caller = threading.Thread(

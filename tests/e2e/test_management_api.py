@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -18,23 +16,7 @@ ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 @pytest.fixture(scope="module")
 def other_key(server: Server) -> str:
     """A second user's key, made with the CLI against the running server's data directory."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "skiff",
-            "keys",
-            "create",
-            "--user",
-            "bob",
-            "--data-dir",
-            str(server.data_dir),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
+    return server.user_key("bob")
 
 
 def test_healthz_answers_without_a_key(server: Server) -> None:

@@ -79,7 +79,7 @@ def test_refresh_worker_recycles_the_worker_after_its_job(server: Server) -> Non
     first = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
     second = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
     assert first["status"] == second["status"] == "COMPLETED"
-    assert first["output"]["pid"] != second["output"]["pid"]
+    assert first["output"]["instance"] != second["output"]["instance"]
     assert first["workerId"] != second["workerId"]
 
 

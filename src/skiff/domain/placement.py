@@ -25,6 +25,8 @@ class BlockerCause(enum.StrEnum):
     WORKER_LIMIT = "worker-limit"
     #: Wanted workers wait for a GPU of its types to be free.
     GPUS_BUSY = "gpus-busy"
+    #: The server cannot make a sandbox, and the endpoint is not the administrator's.
+    NO_SANDBOX = "no-sandbox"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +88,18 @@ def why_blocked(
     throttled: int,
     running: int,
     limit: int,
+    unsandboxed: str | None = None,
 ) -> Blocker | None:
     """What keeps the endpoint's workers from running, most lasting first; None when nothing
     does. ``throttled``: its workers wanted but waiting for room; ``running``: the worker
-    processes of the whole server; ``limit``: the most it runs."""
+    processes of the whole server; ``limit``: the most it runs; ``unsandboxed``: why its
+    workers may not start without the sandbox this server cannot make
+    (services/isolation.py)."""
     missing = missing_gpus(spec, inventory)
     if missing is not None:
         return missing
+    if unsandboxed is not None:
+        return Blocker(BlockerCause.NO_SANDBOX, unsandboxed)
     if failure is not None:
         return Blocker(BlockerCause.FAILING, f"its workers fail to start: {failure}")
     if throttled:

@@ -65,6 +65,10 @@ class Launch:
     #: A CPU endpoint's vCPUs (``domain/containers.py``), reserved where the provider can;
     #: None: no reservation.
     vcpus: int | None = None
+    #: Run in the sandbox that keeps a tenant's code from the server's and other tenants'
+    #: files and processes (``providers/bubblewrap.py``). False only for an administrator's
+    #: worker on a host that cannot make one (``sandbox_problem``).
+    sandboxed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +161,13 @@ class WorkerProvider(Protocol):
         for one (an endpoint with a ``networkVolumeId`` is refused with them)."""
         ...
 
+    async def sandbox_problem(self) -> str | None:
+        """None when every worker this provider runs is kept apart from the server's and other
+        tenants' files and processes (a sandbox that works, a container), or when the operator
+        turned that off (``SKIFF_SANDBOX=off``); otherwise why not, in words for a user: then
+        only the administrator's workers start, with ``Launch.sandboxed`` False."""
+        ...
+
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """End a worker left running by an earlier server process, if it is still there."""
         ...
@@ -243,6 +254,8 @@ class PodLaunch:
     #: The GPUs it was given, with their machine (where a provider that spans machines puts
     #: it); ``gpu_indices`` are theirs.
     gpus: tuple[Gpu, ...] = ()
+    #: In the sandbox, as ``Launch.sandboxed``.
+    sandboxed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +294,11 @@ class PodProvider(Protocol):
         ...
 
     def running(self) -> list[PodInstance]: ...
+
+    async def sandbox_problem(self) -> str | None:
+        """As ``WorkerProvider.sandbox_problem``: None when pods are kept apart (or the sandbox
+        is off); otherwise why not, and only the administrator's pods start."""
+        ...
 
     async def adopt(self) -> list[PodInstance]:
         """Instances an earlier run of this server left running, taken over (their output

@@ -1,26 +1,49 @@
-"""A local worker's network volume, mounted at ``/runpod-volume`` by bubblewrap (``bwrap``).
+"""The sandbox of local workers and pods, and their volume mounts, made by bubblewrap (``bwrap``).
 
-The worker runs in a private mount namespace that shows it the host as it is (every top-level
-entry of ``/`` bound in place with its devices, so ``/dev``, ``/proc``, GPUs, ``/tmp`` and the
-worker's home are the host's own; the network, pids and users are not unshared) plus the
-volume's directory, read-write, at ``VOLUME_MOUNT_PATH``.
+**The sandbox** (``Sandbox``, on by default; ``SKIFF_SANDBOX=off`` turns it off). A user's code
+is hostile to every other user's, so each local worker and pod runs in namespaces of its own:
 
-Why each top-level entry is bound on its own rather than ``--dev-bind / /``: bwrap makes a
-mount point that does not exist, and under ``/`` bound whole it would make
-``/runpod-volume`` on the host's own root (left behind for good, and refused outright to a
-server that does not run as root). Binding the entries one by one over bwrap's own empty root
-gives the new directory a home that vanishes with the namespace. What differs from a bare
-process, as a result: ``/`` itself is a small in-memory directory (a file a worker makes
-directly in ``/`` is not the host's), a top-level entry made after the worker started is not
-seen, and mounts are ``nosuid`` (bwrap's rule), so a setuid program such as ``sudo`` does not
-raise privileges inside.
+- a user namespace in which it is uid 1000 with no capabilities (``no_new_privs`` is set by
+  bwrap), mapped outside to the server's own uid, so that the host's files it may read (a
+  checkout, a virtual environment under the server user's home) keep working;
+- a PID namespace: it sees and can signal only its own processes (no other ``/proc/*/environ``,
+  no server to signal, no ``/proc/<server>/fd`` to reach the database through);
+- a mount namespace over an empty root: every top-level entry of the host bound in place
+  read-only, a fresh ``/dev`` (plus exactly its GPUs' device nodes), ``/proc`` of its own,
+  a private ``/tmp`` and ``/run`` (the host's sockets there, Docker's and PostgreSQL's among
+  them, are not reachable), and ``hidden`` paths under empty directories or an empty file: the
+  data directory wherever it lies (database, lock, logs, every worker's and pod's home), the
+  volumes directory, the database file, and the credentials of the server's own user (its SSH
+  and cloud keys, ``/etc/shadow``). Into that come, writable, only its own home and its volume;
+- its own IPC namespace (no other tenant's System V shared memory).
+
+What it keeps: the host's network (it reaches the server at its URL), its environment, exit
+code, output (through the pipe the server reads) and its SIGTERM grace (below).
+
+A file under the host's ``/tmp`` that the command names (its program, script, working directory,
+``PYTHONPATH`` or virtual environment) stays reachable read-only: the top-level ``/tmp`` entry
+that holds it is bound in, so a template command pointing at a script there runs unchanged.
+
+Why each top-level entry is bound on its own rather than ``/`` whole: bwrap makes a mount point
+that does not exist, and under ``/`` bound whole it would make ``/runpod-volume`` on the host's
+own root (left behind for good). Binding the entries one by one over bwrap's own empty root gives
+the new directory a home that vanishes with the namespace. What differs from a bare process:
+``/`` itself is a small in-memory directory, a top-level entry made after the worker started is
+not seen, and mounts are ``nosuid``, so a setuid program such as ``sudo`` does not raise
+privileges inside.
+
+**Without the sandbox** (turned off, or for an administrator's worker on a host that cannot make
+one: ``services/fleet.py``) a worker with a volume still goes through bwrap, in a mount
+namespace that only adds the volume (``mount_command``).
 
 Signals: skiff stops a worker with SIGTERM to its process group and then SIGKILL
-(``local.py``). bwrap's own process (which waits for the worker, outside the namespace) would
-die at once of that SIGTERM, and with ``--die-with-parent`` take the worker with it unwarned.
-So bwrap is started with SIGTERM ignored (``local.py``'s shim), and the first thing run inside
-restores it (``_RESTORE_TERM``) before it becomes the worker: the worker gets its grace, and
-bwrap ends when the worker does, with its exit code.
+(``local.py``); a process group reaches into the PID namespace. bwrap's own process would die at
+once of that SIGTERM, and with ``--die-with-parent`` take the worker with it unwarned. So bwrap is
+started with SIGTERM ignored (``local.py``'s shim), and the first thing run inside restores it
+(``_RESTORE_TERM``) before it becomes the worker: the worker gets its grace, and bwrap ends when
+the worker does, with its exit code. ``--new-session`` is not used for the same reason: a worker
+in a session of its own would be out of the group the server signals (it has no terminal to
+guard anyway: its stdin is ``/dev/null``, its output a pipe).
 """
 
 from __future__ import annotations
@@ -29,14 +52,77 @@ import asyncio
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skiff.providers.base import VOLUME_MOUNT_PATH
 
 #: Debian's package that provides it, for the messages that ask for it.
 PACKAGE = "bubblewrap"
+
+#: Who the worker is inside its user namespace: an ordinary uid, not root.
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+
+#: Top-level entries that are never the host's own inside: made fresh (``/dev``, ``/proc``) or
+#: private (``/tmp``, ``/run``, whose sockets lead to the host's services).
+_OWN_ENTRIES = frozenset({"dev", "proc", "tmp", "run"})
+
+#: The host's files that stay hidden although the server's uid could read them: credentials.
+HOST_SECRETS = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/var/lib/docker",
+    "/var/lib/containers",
+    "/var/run/docker.sock",
+)
+#: The same, under the home directory of the server's own user.
+HOME_SECRETS = (
+    ".ssh",
+    ".gnupg",
+    ".docker",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".config/gcloud",
+    ".pgpass",
+    ".netrc",
+    ".git-credentials",
+    ".my.cnf",
+    ".pypirc",
+    ".bash_history",
+    ".python_history",
+    ".psql_history",
+    ".rediscli_history",
+)
+
+#: The NVIDIA nodes every GPU process needs besides its cards' own ``/dev/nvidiaN``.
+_NVIDIA_SHARED_NODES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+
+#: Run inside the namespace: SIGTERM back to its default, then become the worker.
+_RESTORE_TERM = (
+    "import os,signal,sys\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+#: How long the capability probe may take (it starts two processes).
+_PROBE_SECONDS = 10.0
+#: A failed probe is asked again after this long, not on every start or status read.
+_PROBE_RETRY_SECONDS = 30.0
 
 
 def mount_problem(mount: str) -> str | None:
@@ -48,33 +134,54 @@ def mount_problem(mount: str) -> str | None:
             f"{mount!r} is not a top-level directory (such as /workspace): a process pod's "
             "volume is mounted at the top of its file system"
         )
+    if entry in _OWN_ENTRIES:
+        return f"{mount!r} is a directory of the system; mount the volume at /workspace"
     return None
-
-
-#: Run inside the namespace: SIGTERM back to its default, then become the worker.
-_RESTORE_TERM = (
-    "import os,signal,sys\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])\n"
-)
-#: How long the capability probe may take (it starts two processes).
-_PROBE_SECONDS = 10.0
 
 
 def executable() -> str | None:
     return shutil.which("bwrap")
 
 
-def command(
+def _host_entries(root: Path, skip: Iterable[str]) -> list[str]:
+    """Every top-level entry of ``root`` bound in place read-only (a symlink made as such),
+    except ``skip``."""
+    skipped = set(skip)
+    args: list[str] = []
+    with os.scandir(root) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name in skipped:
+                continue
+            path = f"/{entry.name}"
+            if entry.is_symlink():
+                args += ["--symlink", os.readlink(entry.path), path]
+            else:
+                # -try: an entry removed since it was listed is skipped, not fatal.
+                args += ["--ro-bind-try", path, path]
+    return args
+
+
+def _volume_args(volume: Path | None, mount: str) -> list[str]:
+    if volume is None:
+        return []
+    problem = mount_problem(mount)
+    if problem is not None:
+        raise ValueError(problem)
+    # Absolute: bwrap runs in the server's directory, but a relative path handed on is a
+    # trap for whatever reads it next.
+    return ["--dir", mount.rstrip("/"), "--bind", str(volume.resolve()), mount.rstrip("/")]
+
+
+def mount_command(
     bwrap: str,
     argv: list[str],
     volume: Path,
     root: Path = Path("/"),
     mount: str = VOLUME_MOUNT_PATH,
 ) -> list[str]:
-    """``argv`` run by ``bwrap`` with ``volume`` at ``mount`` (a top-level directory:
-    ``mount_problem``). The caller starts it with SIGTERM ignored (see the module's
-    docstring)."""
+    """``argv`` run by ``bwrap`` in a mount namespace that shows it the host as it is plus
+    ``volume`` at ``mount`` (a top-level directory: ``mount_problem``): no sandbox, for a worker
+    that runs without one. The caller starts it with SIGTERM ignored."""
     problem = mount_problem(mount)
     if problem is not None:
         raise ValueError(problem)
@@ -88,15 +195,272 @@ def command(
             if entry.is_symlink():
                 args += ["--symlink", os.readlink(entry.path), path]
             else:
-                # -try: an entry removed since it was listed is skipped, not fatal.
                 args += ["--dev-bind-try", path, path]
-    args += ["--dir", f"/{entry_name}", "--bind", str(volume), f"/{entry_name}"]
+    args += ["--dir", f"/{entry_name}", "--bind", str(volume.resolve()), f"/{entry_name}"]
     return [*args, "--", sys.executable, "-S", "-I", "-c", _RESTORE_TERM, *argv]
 
 
+def _under(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _tmp_needs(paths: Iterable[str], tmp: Path) -> list[Path]:
+    """What of the host's ``tmp`` the command names (absolute paths only, resolved: a symlink
+    or ``..`` leads where it really goes, never to a second view of something hidden): the
+    directory of a named file (a script imports its neighbours), the root of a named virtual
+    environment's interpreter, a named directory; never ``tmp`` itself, never a socket."""
+    found: set[Path] = set()
+    for text in paths:
+        if not text.startswith("/"):
+            continue
+        real = Path(os.path.realpath(text))
+        # The interpreter of a virtual environment resolves to the system's: its root is what
+        # is needed (site-packages, pyvenv.cfg).
+        named = Path(os.path.normpath(text))
+        venv = named.parent.parent
+        if named.parent.name == "bin" and (venv / "pyvenv.cfg").is_file():
+            real = Path(os.path.realpath(venv))
+        try:
+            if real.is_file():
+                real = real.parent
+            elif not real.is_dir():
+                continue
+        except OSError:
+            continue
+        if real != tmp and _under(real, tmp):
+            found.add(real)
+    # A directory inside another one bound already adds nothing.
+    return sorted(p for p in found if not any(q != p and _under(p, q) for q in found))
+
+
+def _sockets_in(directory: Path) -> list[Path]:
+    """The sockets directly in ``directory``: bound read-only, a socket still takes a
+    connection, so each is covered (a tmux, ssh-agent, X11 or PostgreSQL socket of the host)."""
+    try:
+        with os.scandir(directory) as entries:
+            return [
+                Path(e.path)
+                for e in entries
+                if not e.is_symlink() and stat.S_ISSOCK(e.stat(follow_symlinks=False).st_mode)
+            ]
+    except OSError:
+        return []
+
+
+def _hide(path: Path) -> list[str]:
+    """Arguments that cover ``path`` (resolved: a hidden ``~/.ssh`` that is a symlink is
+    covered where it leads): an empty directory over a directory, the empty ``/dev/null`` over
+    anything else; nothing for a path that does not exist."""
+    path = Path(os.path.realpath(path))
+    try:
+        is_dir = path.is_dir() and not path.is_symlink()
+        exists = path.exists() or path.is_symlink()
+    except OSError:
+        return []
+    if not exists:
+        return []
+    if is_dir:
+        return ["--tmpfs", str(path)]
+    return ["--ro-bind", "/dev/null", str(path)]
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """What a sandboxed worker or pod never sees, and how to run one (the module's docstring).
+    ``hidden``: absolute paths covered inside, the data directory first."""
+
+    bwrap: str | None
+    hidden: tuple[Path, ...]
+    #: The host's root, and its ``/tmp``, as listed: tests pass their own.
+    root: Path = Path("/")
+    tmp: Path = Path("/tmp")
+    _probe: dict[str, tuple[float, str | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    _asking: asyncio.Lock = field(default_factory=asyncio.Lock, compare=False, repr=False)
+
+    @classmethod
+    def for_server(
+        cls,
+        data_dir: Path,
+        *,
+        volumes_dir: Path,
+        database_file: Path | None,
+        server_home: Path | None = None,
+        extra: Sequence[Path] = (),
+    ) -> Sandbox:
+        """The sandbox of this server's workers: the data directory, the volumes directory, the
+        SQLite file (with its journal files) where it lies outside them, the host's and the
+        server user's credentials, and ``extra``, all hidden."""
+        hidden: list[Path] = [data_dir.resolve(), volumes_dir.resolve()]
+        if database_file is not None:
+            db = database_file.resolve()
+            if not any(_under(db, h) for h in hidden):
+                hidden += [Path(f"{db}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+        hidden += [Path(p) for p in HOST_SECRETS]
+        home = server_home if server_home is not None else Path.home()
+        hidden += [home / p for p in HOME_SECRETS]
+        hidden += [p.resolve() for p in extra]
+        return cls(executable(), tuple(dict.fromkeys(hidden)))
+
+    def command(
+        self,
+        argv: list[str],
+        *,
+        home: Path,
+        cwd: Path | None,
+        env: Mapping[str, str],
+        volume: Path | None = None,
+        mount: str = VOLUME_MOUNT_PATH,
+        gpu_indices: Sequence[int] = (),
+    ) -> list[str]:
+        """``argv`` run inside the sandbox, ``home`` (and ``volume`` at ``mount``) writable,
+        in ``cwd`` (the server's own when None). The caller starts it with SIGTERM ignored."""
+        if self.bwrap is None:
+            raise FileNotFoundError(
+                2, f"bubblewrap (bwrap) is not installed (Debian's {PACKAGE} package)"
+            )
+        workdir = (cwd or Path.cwd()).resolve()
+        home = home.resolve()
+        mount_entry = mount.strip("/") if volume is not None else None
+        args = [self.bwrap, "--die-with-parent", "--tmpfs", "/"]
+        args += _host_entries(self.root, _OWN_ENTRIES | ({mount_entry} if mount_entry else set()))
+        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        # Name resolution may go through a resolver's file under /run (systemd-resolved).
+        args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
+        needed = [
+            *argv,
+            sys.executable,
+            sys.prefix,
+            *env.get("PYTHONPATH", "").split(":"),
+            env.get("VIRTUAL_ENV", ""),
+        ]
+        # What lies in a hidden path (the home, a working directory in it) is bound on its
+        # own: it must not bring in what is around the data directory.
+        resolved_hidden = [Path(os.path.realpath(p)) for p in self.hidden]
+        reachable_tmp = [
+            p
+            for p in _tmp_needs([*needed, str(workdir)], self.tmp)
+            if not any(_under(p, h) for h in resolved_hidden)
+        ]
+        for entry in reachable_tmp:
+            args += ["--ro-bind-try", str(entry), str(entry)]
+            for socket_path in _sockets_in(entry):
+                args += ["--ro-bind", "/dev/null", str(socket_path)]
+        for path in self.hidden:
+            if self._shown(Path(os.path.realpath(path)), reachable_tmp):
+                args += _hide(path)
+        # Its volume, then its home: a data directory under the volume's mount path keeps the
+        # home in sight.
+        args += _volume_args(volume, mount)
+        # After them: the home lies inside the data directory, covered just now.
+        args += ["--bind", str(home), str(home)]
+        for node in _NVIDIA_SHARED_NODES:
+            args += ["--dev-bind-try", node, node]
+        for index in gpu_indices:
+            # NVIDIA numbers its device nodes by the cards' minor numbers, which follow the PCI
+            # order NVML's indices (and CUDA_DEVICE_ORDER=PCI_BUS_ID) do.
+            args += ["--dev-bind-try", f"/dev/nvidia{index}", f"/dev/nvidia{index}"]
+        args += [
+            "--unshare-user",
+            # No user namespaces of its own inside: less of the kernel within its reach.
+            "--disable-userns",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-cgroup-try",
+            "--chdir",
+            str(workdir),
+        ]
+        return [*args, "--", sys.executable, "-S", "-I", "-c", _RESTORE_TERM, *argv]
+
+    def _shown(self, path: Path, reachable_tmp: list[Path]) -> bool:
+        """Whether ``path`` (resolved) would be seen inside at all: not when it lies in a
+        private entry (``/run``, ``/dev``, ...) or in a part of ``/tmp`` not bound in."""
+        if _under(path, self.tmp):
+            return any(_under(path, entry) for entry in reachable_tmp)
+        return not any(_under(path, self.root / name) for name in _OWN_ENTRIES)
+
+    async def problem(self) -> str | None:
+        """None when a sandbox can be made here: bwrap is installed and makes its namespaces
+        (tried for real, with a home of its own); otherwise why not, in words for a user. A
+        success is remembered; a failure is asked again after a while."""
+        async with self._asking:  # one probe at a time: the others take its answer
+            seen = self._probe.get("last")
+            if seen is not None and (seen[1] is None or time.monotonic() < seen[0]):
+                return seen[1]
+            found = await self._try()
+            self._probe["last"] = (time.monotonic() + _PROBE_RETRY_SECONDS, found)
+            return found
+
+    async def _try(self) -> str | None:
+        if sys.platform != "linux":
+            return "the sandbox of local workers needs Linux, with bubblewrap (bwrap)"
+        if self.bwrap is None:
+            return (
+                f"bubblewrap (bwrap), which makes the sandbox of local workers, is not "
+                f"installed on the server (Debian's {PACKAGE} package)"
+            )
+        # Its uid, and a file written in its home: the namespaces and the mounts both work.
+        probe = (
+            f"import os; assert os.getuid() == {SANDBOX_UID}; "
+            "open(os.path.join(os.environ['HOME'], 'probe'), 'w').close()"
+        )
+        with tempfile.TemporaryDirectory(prefix="skiff-sandbox-probe-") as home:
+            argv = [sys.executable, "-S", "-I", "-c", probe]
+            env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+            command = self.command(argv, home=Path(home), cwd=Path(home), env=env)
+            return await run_probe(command, env, "a sandboxed worker")
+
+
+async def run_probe(command: list[str], env: Mapping[str, str] | None, what: str) -> str | None:
+    """Run ``command`` (bwrap's) and say why it failed, None when it ran."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *command,
+            env=dict(env) if env is not None else None,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        return f"bwrap could not be started: {exc}"
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), _PROBE_SECONDS)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        return f"bwrap did not make its namespace within {_PROBE_SECONDS:g} s"
+    except BaseException:
+        # Cancelled (the server stops while it asks): the probe is not left to outlive the
+        # loop that watches it.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(proc.wait())
+        raise
+    if proc.returncode == 0:
+        return None
+    said = err.decode(errors="replace").strip().splitlines()
+    reason = said[-1] if said else f"exit code {proc.returncode}"
+    hint = ""
+    if any(word in reason for word in ("namespace", "uid map", "Operation not permitted")):
+        hint = (
+            "; unprivileged user namespaces may be turned off (sysctl "
+            "kernel.unprivileged_userns_clone or user.max_user_namespaces, or an AppArmor "
+            "rule), or run skiff as root"
+        )
+    return f"bwrap could not run {what} here ({reason}){hint}"
+
+
 async def problem() -> str | None:
-    """None when a volume can be mounted here: bwrap is installed and makes its namespace
-    (tried for real, with a directory of its own); otherwise why not, in words for a user."""
+    """None when a volume can be mounted into a worker that runs without the sandbox: bwrap is
+    installed and makes its mount namespace (tried for real, with a directory of its own);
+    otherwise why not, in words for a user."""
     if sys.platform != "linux":
         return "network volumes of local workers need Linux, with bubblewrap (bwrap)"
     bwrap = executable()
@@ -107,30 +471,5 @@ async def problem() -> str | None:
         )
     probe = f"import os; os.listdir({VOLUME_MOUNT_PATH!r})"
     with tempfile.TemporaryDirectory(prefix="skiff-bwrap-probe-") as volume:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *command(bwrap, [sys.executable, "-S", "-I", "-c", probe], Path(volume)),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except OSError as exc:
-            return f"bwrap could not be started: {exc}"
-        try:
-            _, err = await asyncio.wait_for(proc.communicate(), _PROBE_SECONDS)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
-            return f"bwrap did not make its namespace within {_PROBE_SECONDS:g} s"
-    if proc.returncode == 0:
-        return None
-    said = err.decode(errors="replace").strip().splitlines()
-    reason = said[-1] if said else f"exit code {proc.returncode}"
-    hint = ""
-    if any(word in reason for word in ("namespace", "uid map", "Operation not permitted")):
-        hint = (
-            "; unprivileged user namespaces may be turned off (sysctl "
-            "kernel.unprivileged_userns_clone, or an AppArmor rule), or run skiff as root"
-        )
-    return f"bwrap could not run a worker with a volume here ({reason}){hint}"
+        command = mount_command(bwrap, [sys.executable, "-S", "-I", "-c", probe], Path(volume))
+        return await run_probe(command, None, "a worker with a volume")

@@ -363,6 +363,10 @@ class DockerProvider:
     def host_environment(self) -> dict[str, str]:
         return {}
 
+    async def sandbox_problem(self) -> str | None:
+        # A container is its own sandbox: namespaces, no host files but its volume.
+        return None
+
     async def volume_mount_problem(self) -> str | None:
         # A bind mount needs nothing beyond the daemon. The directory is the daemon's host's:
         # with a remote ``DOCKER_HOST``, SKIFF_VOLUMES_DIR must be shared with that host.

@@ -266,6 +266,9 @@ class DockerPodProvider:
         finally:
             self._quiet.discard(pod_id)
 
+    async def sandbox_problem(self) -> str | None:
+        return None  # a container is its own sandbox
+
     def running(self) -> list[PodInstance]:
         return [instance for _, instance in self._running.values()]
 

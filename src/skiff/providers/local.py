@@ -9,15 +9,18 @@ A worker's stdout and stderr go through a pipe that skiff reads, not straight to
 ``LogSink`` the logs service opens for it (``providers/base.py``): that caps and rotates the log
 and stamps each line with the time it was read, wherever the log lives.
 
-A worker of an endpoint with a network volume runs through bubblewrap, in a mount namespace of
-its own that adds the volume at ``/runpod-volume`` to the host's file system
-(``bubblewrap.py``); it is otherwise the same process, in the same group, logged the same way.
+Each worker runs in the sandbox (``bubblewrap.py``: namespaces of its own, the data directory
+and other tenants' files hidden, its volume at ``/runpod-volume``) unless the sandbox is off or
+the launch runs without one (an administrator's worker on a host that cannot make one); a worker
+without it that has a network volume still goes through bubblewrap, in a mount namespace that
+only adds the volume. Either way it is the same process group, logged the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -29,6 +32,7 @@ from pathlib import Path
 from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap
 from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
+from skiff.providers.bubblewrap import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +63,20 @@ def _shimmed(argv: list[str], shim: str = _SHIM) -> list[str]:
     return [sys.executable, "-S", "-I", "-c", shim, str(os.getpid()), *argv]
 
 
-def _command(launch: Launch) -> list[str]:
-    """The worker's command line; with a network volume, run through bwrap so that the volume
-    shows at ``/runpod-volume`` (providers/bubblewrap.py)."""
+def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[str]:
+    """The worker's command line: in the sandbox when it has one, else through bwrap only to
+    show its network volume at ``/runpod-volume``, else as it is (providers/bubblewrap.py)."""
+    if launch.sandboxed and sandbox is not None:
+        command = sandbox.command(
+            launch.argv,
+            home=launch.home,
+            cwd=launch.cwd or cwd,
+            env=launch.env,
+            volume=launch.volume,
+            mount=launch.volume_mount,
+            gpu_indices=[g.index for g in launch.gpus],
+        )
+        return _shimmed(command, _SHIELDED_SHIM)
     if launch.volume is None:
         return _shimmed(launch.argv)
     bwrap = bubblewrap.executable()
@@ -71,8 +86,41 @@ def _command(launch: Launch) -> list[str]:
             f"bubblewrap (bwrap) is not installed (Debian's {bubblewrap.PACKAGE} package); it "
             "mounts the endpoint's network volume",
         )
-    command = bubblewrap.command(bwrap, launch.argv, launch.volume, mount=launch.volume_mount)
+    command = bubblewrap.mount_command(bwrap, launch.argv, launch.volume, mount=launch.volume_mount)
     return _shimmed(command, _SHIELDED_SHIM)
+
+
+#: What a sandboxed worker inherits of the server's environment (names, or their beginnings):
+#: where programs and libraries are, the locale and time zone, the GPU and maths libraries'
+#: switches. Anything else it needs comes from its template's or endpoint's ``env``.
+SANDBOX_INHERITS = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_",
+    "TZ",
+    "TERM",
+    "LD_LIBRARY_PATH",
+    "CUDA_",
+    "NVIDIA_",
+    "OPENBLAS_",
+    "OMP_",
+    "MKL_",
+)
+
+
+def _inside_numbering(launch: Launch) -> Launch:
+    """A sandboxed worker sees only its own GPUs' device nodes, which CUDA numbers from 0:
+    ``CUDA_VISIBLE_DEVICES`` is renumbered so (as inside a container). Only where the host has
+    NVIDIA's nodes: a declared fleet (``SKIFF_GPUS``) on a host without them keeps its
+    indices, which nothing enumerates."""
+    if not launch.gpus or not os.path.exists("/dev/nvidiactl"):
+        return launch
+    inside = ",".join(str(i) for i in range(len(launch.gpus)))
+    env = launch.env | {"CUDA_VISIBLE_DEVICES": inside}
+    if "NVIDIA_VISIBLE_DEVICES" in env:
+        env["NVIDIA_VISIBLE_DEVICES"] = inside
+    return dataclasses.replace(launch, env=env)
 
 
 #: After a worker's process group is gone its pipe reaches EOF at once; this long is only
@@ -105,9 +153,18 @@ class LocalProvider:
     """``logs`` opens each worker's log (``WorkerLogs.sink``): where it lives and how it is
     kept are the logs service's."""
 
-    def __init__(self, on_exit: ExitCallback, cwd: Path | None = None, *, logs: LogSinks) -> None:
+    def __init__(
+        self,
+        on_exit: ExitCallback,
+        cwd: Path | None = None,
+        *,
+        logs: LogSinks,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self._on_exit = on_exit
         self._cwd = cwd
+        #: None: the sandbox is off (``SKIFF_SANDBOX=off``), every worker runs as it is.
+        self._sandbox = sandbox
         self._logs = logs
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._watchers: set[asyncio.Task[None]] = set()
@@ -134,9 +191,11 @@ class LocalProvider:
             os.close(write_fd)
             sink.close()
             raise
+        if launch.sandboxed and self._sandbox is not None:
+            launch = _inside_numbering(launch)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *_command(launch),
+                *_command(launch, self._sandbox, self._cwd),
                 env=launch.env,
                 cwd=launch.cwd or self._cwd,
                 stdin=subprocess.DEVNULL,
@@ -231,7 +290,12 @@ class LocalProvider:
         return base_url
 
     def host_environment(self) -> dict[str, str]:
-        """The server's environment minus its secrets (``SKIFF_*``) and any ``RUNPOD_*``."""
+        """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),
+        since the server's environment may hold its own credentials (a database password, a
+        cloud key) that are no tenant's business. Without it: the server's environment minus
+        its secrets (``SKIFF_*``) and any ``RUNPOD_*``."""
+        if self._sandbox is not None:
+            return {k: v for k, v in os.environ.items() if k.startswith(SANDBOX_INHERITS)}
         return {k: v for k, v in os.environ.items() if not k.startswith(("SKIFF_", "RUNPOD_"))}
 
     async def volume_mount_problem(self) -> str | None:
@@ -241,6 +305,13 @@ class LocalProvider:
         problem = await bubblewrap.problem()
         self._mounts_volumes = problem is None
         return problem
+
+    async def sandbox_problem(self) -> str | None:
+        """Why a sandbox cannot be made here (tried for real, ``Sandbox.problem``); None when
+        it can, or when it is off."""
+        if self._sandbox is None:
+            return None
+        return await self._sandbox.problem()
 
     def kill_leftover(self, worker_id: str, pid: int) -> bool:
         """Only a process that really is that worker: its environment names the worker id,

@@ -2,10 +2,11 @@
 machinery as local workers (``local.py``): the pod's ``dockerEntrypoint + dockerStartCmd`` runs
 in its own session, its output goes into its log, and it dies with the server.
 
-Its volume is bound at its mount path through bubblewrap (``bubblewrap.py``), which can only put
-it at a top-level directory (``/workspace``, the default). Its home and working directory is its
-scratch directory, which a fresh start wipes: what a container's disk is to a container pod. Its
-ports are the ports the process opens on this host, reported as given. The image is not used.
+It runs in the sandbox of local workers (``bubblewrap.py``), its volume bound at its mount path,
+which can only be a top-level directory (``/workspace``, the default). Its home and working
+directory is its scratch directory, which a fresh start wipes: what a container's disk is to a
+container pod. Its ports are the ports the process opens on this host, reported as given. The
+image is not used.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from skiff.providers.base import (
     PodLaunch,
     WorkerStartError,
 )
+from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.local import LocalProvider
 
 log = logging.getLogger(__name__)
@@ -56,13 +58,17 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
         volume=launch.volume,
         volume_mount=launch.mount_path,
         cwd=home,
+        gpus=launch.gpus,
+        sandboxed=launch.sandboxed,
     )
 
 
 class LocalPodProvider:
-    def __init__(self, on_exit: PodExitCallback, *, logs: LogSinks) -> None:
+    def __init__(
+        self, on_exit: PodExitCallback, *, logs: LogSinks, sandbox: Sandbox | None = None
+    ) -> None:
         self._on_exit = on_exit
-        self._processes = LocalProvider(self._ended, logs=logs)
+        self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox)
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
         #: Pods skiff stops or restarts -> set once their process's end has been handled (it
         #: comes once their output is drained, after ``LocalProvider.stop`` has returned): not
@@ -108,6 +114,9 @@ class LocalPodProvider:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(10):
                 await ended.wait()
+
+    async def sandbox_problem(self) -> str | None:
+        return await self._processes.sandbox_problem()
 
     def running(self) -> list[PodInstance]:
         return [instance for instance, _ in self._instances.values()]

@@ -25,7 +25,7 @@ from typing import Any
 
 from skiff.domain.gpus import Gpu
 from skiff.providers.base import ExitCallback, FoundWorker, Launch, LogSinks, ServedAt
-from skiff.providers.ray_cluster import Followed, Placed, RayConnection
+from skiff.providers.ray_cluster import NOT_SANDBOXED, Followed, Placed, RayConnection
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,9 @@ class RayProvider:
     def host_environment(self) -> dict[str, str]:
         # The node's own environment is beneath the worker's, there (ray_actor.py).
         return {}
+
+    async def sandbox_problem(self) -> str | None:
+        return NOT_SANDBOXED
 
     async def volume_mount_problem(self) -> str | None:
         return (

@@ -26,6 +26,15 @@ from skiff.providers.capacity import worker_limit
 
 log = logging.getLogger(__name__)
 
+#: Why other users' workers and pods do not start on a Ray cluster: its nodes run them as plain
+#: processes of the node's user, with no sandbox yet (docs/ray.md), so only the
+#: administrator's run there (the rule of providers/bubblewrap.py for a host without one).
+NOT_SANDBOXED = (
+    "workers and pods on Ray nodes run without a sandbox, so only the administrator's start "
+    "there; run other users' endpoints with SKIFF_PROVIDER=local or docker, or set "
+    "SKIFF_SANDBOX=off if every user of this server is trusted"
+)
+
 #: The custom resource a node declares for each GPU type it has: ``skiff_gpu:<gpuTypeId>``.
 GPU_RESOURCE = "skiff_gpu:"
 #: How long one read of a process's output waits for some.

@@ -23,7 +23,7 @@ from skiff.providers.base import (
     PodLaunch,
     WorkerStartError,
 )
-from skiff.providers.ray_cluster import Followed, Placed, RayConnection
+from skiff.providers.ray_cluster import NOT_SANDBOXED, Followed, Placed, RayConnection
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,9 @@ class RayPodProvider:
         if self._instances.pop(pod_id, None) is None:
             return
         await self._followed.stop(pod_id, grace, quiet=True)
+
+    async def sandbox_problem(self) -> str | None:
+        return NOT_SANDBOXED
 
     def running(self) -> list[PodInstance]:
         return list(self._instances.values())

@@ -24,7 +24,13 @@ from skiff.domain.balancing import PortProblem, container_ports, separate_health
 from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
 from skiff.domain.gpus import Gpu
-from skiff.domain.placement import Blocker, gpus_busy_blocker, missing_gpus, worker_limit_blocker
+from skiff.domain.placement import (
+    Blocker,
+    BlockerCause,
+    gpus_busy_blocker,
+    missing_gpus,
+    worker_limit_blocker,
+)
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
@@ -41,6 +47,7 @@ from skiff.providers.base import (
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.gpus import GpuPool
+from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
 from skiff.services.volumes import Volumes
 from skiff.services.worker_exits import WorkerExits
@@ -87,6 +94,7 @@ class Fleet:
         logs: WorkerLogs,
         worker_limit: int,
         volumes: Volumes,
+        isolation: Isolation,
     ) -> None:
         """``provider`` runs the processes and reports each one's end to ``exits``;
         ``volumes`` finds the directory of an endpoint's network volume."""
@@ -124,6 +132,7 @@ class Fleet:
         self._gpus = gpus
         self._logs = logs
         self._volumes = volumes
+        self._isolation = isolation
 
     def home(self, worker_id: str) -> Path:
         return self._settings.data_dir / "workers" / worker_id / "home"
@@ -255,6 +264,11 @@ class Fleet:
                 await self._workers.remove(worker.id)
                 return None
             credentials = RegistryCredentials(auth.username, auth.password)
+        verdict = await self._isolation.verdict(self.provider, endpoint.userId)
+        if verdict.refused is not None:
+            # Another user's code without a sandbox: held back until the host can make one.
+            blocker = Blocker(BlockerCause.NO_SANDBOX, verdict.refused)
+            return await self._blocked(endpoint, worker, standby, blocker)
         if self.running_count() >= self.worker_limit:
             # The server runs all the workers it may: this one waits for room.
             return await self._blocked(
@@ -300,6 +314,7 @@ class Fleet:
             serves=serves,
             gpus=tuple(gpus or ()),
             vcpus=limits.vcpus if (limits := cpu_limits(endpoint.spec)) else None,
+            sandboxed=verdict.sandboxed,
         )
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.
@@ -413,6 +428,11 @@ class Fleet:
         if worker.state is not WorkerState.THROTTLED:
             await self._workers.set_state(worker, WorkerState.THROTTLED)
         return worker
+
+    async def unsandboxed(self, endpoint: Endpoint) -> str | None:
+        """Why the endpoint's workers may not start on this server without a sandbox; None
+        when they may start (services/isolation.py)."""
+        return (await self._isolation.verdict(self.provider, endpoint.userId)).refused
 
     def running_count(self) -> int:
         """Worker processes this replica runs, those on their way out included."""

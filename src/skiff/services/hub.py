@@ -20,6 +20,7 @@ from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
 from skiff.services.gpu_report import GpuReport
 from skiff.services.gpus import GpuPool
+from skiff.services.isolation import Isolation
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.lb_health import LbHealth
@@ -136,6 +137,7 @@ class Services:
         )
         gpu_pool = GpuPool(gpus)
         volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()), meter.ended)
+        isolation = Isolation(store, enabled=settings.sandbox)
         fleet = Fleet(
             settings,
             store,
@@ -149,6 +151,7 @@ class Services:
             worker_logs,
             worker_limit=worker_limit,
             volumes=volumes,
+            isolation=isolation,
         )
         placement = Placement(store, gpu_pool, fleet)
         cluster_inventory = (
@@ -212,6 +215,7 @@ class Services:
             stop_grace=settings.worker_stop_grace_seconds,
             public_host=public_host(settings.base_url()),
             usage_ended=meter.ended,
+            isolation=isolation,
         )
         return cls(
             settings=settings,

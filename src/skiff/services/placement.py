@@ -39,4 +39,5 @@ class Placement:
             throttled=throttled,
             running=running,
             limit=self._fleet.worker_limit,
+            unsandboxed=await self._fleet.unsandboxed(endpoint),
         )

@@ -16,6 +16,7 @@ it. Where the instance runs (owner, GPUs, host ports) is the runner's to record
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import socket
@@ -40,6 +41,7 @@ from skiff.providers.base import (
     RegistryCredentials,
 )
 from skiff.services.gpus import GpuPool
+from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
 from skiff.services.metering import UsageEnded, not_metered
 from skiff.services.volumes import Volumes
@@ -103,6 +105,7 @@ class PodRunner:
         stop_grace: float,
         public_host: str,
         usage_ended: UsageEnded = not_metered,
+        isolation: Isolation | None = None,
     ) -> None:
         """``pod_dirs`` keeps each pod's volume, ``homes`` each pod's scratch directory;
         ``public_host`` is the address users reach pods' ports at."""
@@ -118,6 +121,8 @@ class PodRunner:
         self._replica_id = replica_id
         self._stop_grace = stop_grace
         self.public_host = public_host
+        #: Who may run without a sandbox (services/isolation.py); None: nobody is held back.
+        self._isolation = isolation
         self._usage_ended = usage_ended
         #: pod id -> its start under way.
         self._starting: dict[str, asyncio.Task[None]] = {}
@@ -244,6 +249,13 @@ class PodRunner:
         failures = self._backoff.get(pod.id)
         if failures is not None and self._clock.now() < failures[1]:
             return
+        sandboxed = True
+        if self._isolation is not None:
+            verdict = await self._isolation.verdict(self.provider, pod.userId)
+            if verdict.refused is not None:
+                await self._say(pod, verdict.refused)
+                return
+            sandboxed = verdict.sandboxed
         holder = gpu_holder(pod.id)
         held = [a.gpu for a in self._gpus.assignments() if a.worker_id == holder]
         if pod.spec.computeType is ComputeType.GPU and not held:
@@ -253,7 +265,7 @@ class PodRunner:
                 return
             held = self._gpus.allocate(holder, pod.spec.gpuTypeIds, pod.spec.gpuCount) or []
         try:
-            launch = await self._launch(pod, held)
+            launch = dataclasses.replace(await self._launch(pod, held), sandboxed=sandboxed)
         except Exception as exc:
             self._gpus.release(holder)
             await self._failed(pod, str(exc))

@@ -6,12 +6,15 @@ import json
 import os
 import pathlib
 import sys
+import uuid
 
 volume = pathlib.Path(os.environ["RUNPOD_VOLUME_MOUNT_PATH"])
 starts = volume / "starts"
 if volume.is_dir():
     starts.write_text(str(int(starts.read_text()) + 1 if starts.exists() else 1))
 disk = pathlib.Path.home() / "scratch"
+#: This process, whatever its pid looks like from inside a sandbox's or container's namespace.
+instance = uuid.uuid4().hex
 
 
 class Answer(http.server.BaseHTTPRequestHandler):
@@ -25,6 +28,7 @@ class Answer(http.server.BaseHTTPRequestHandler):
                 "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "greeting": os.environ.get("GREETING"),
                 "pid": os.getpid(),
+                "instance": instance,
             }
         )
 

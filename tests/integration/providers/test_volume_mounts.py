@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from process_exits import Exits
 from skiff.providers import bubblewrap
 from skiff.providers.base import VOLUME_MOUNT_PATH, Launch
 from skiff.providers.local import LocalProvider
@@ -23,16 +24,6 @@ pytestmark = pytest.mark.skipif(
     bubblewrap.executable() is None,
     reason="bubblewrap (bwrap) is not installed: .ci/run installs it",
 )
-
-
-class Exits:
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.done = asyncio.Event()
-
-    async def __call__(self, worker_id: str, code: int) -> None:
-        self.codes[worker_id] = code
-        self.done.set()
 
 
 def launch(tmp_path: Path, code: str, volume: Path | None, worker_id: str = "w1") -> Launch:
