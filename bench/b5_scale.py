@@ -79,6 +79,17 @@ def run(opts: Options) -> BenchResult:
                 sample = once(skiff, opts)
                 if rep >= warmups:
                     into.append(sample)
+    # The same cold starts without the sandbox (SKIFF_SANDBOX=off), in the same run: what the
+    # sandbox costs a start (providers/bubblewrap.py).
+    bare: list[dict[str, float]] = []
+    with servers.skiff(
+        opts.logs, "b5-nosandbox", opts.scratch, settings | {"SKIFF_SANDBOX": "off"}
+    ) as skiff:
+        for rep in range(warmups + reps):
+            opts.say(f"B5 (cold, sandbox off): repetition {rep + 1 - warmups} of {reps}")
+            sample = _once(skiff, opts)
+            if rep >= warmups:
+                bare.append(sample)
     goals = {"to_handler_total": 1500.0}
     for key, label in PHASES:
         result.rows.append(_row(label, samples, key, "n/a: no scaling", goals.get(key)))
@@ -91,10 +102,13 @@ def run(opts: Options) -> BenchResult:
             "n/a",
         )
     )
+    for key in ("process", "to_handler_total"):
+        label = dict(PHASES)[key]
+        result.rows.append(_row(f"sandbox off: {label}", bare, key, "n/a: no scaling", None))
     flash_goals = {"to_handler_total": 200.0}
     for key, label in FLASH_PHASES:
         result.rows.append(_row(label, flash, key, "n/a", flash_goals.get(key)))
-    errors = sum(1 for s in (*samples, *flash) if not s["completed"])
+    errors = sum(1 for s in (*samples, *flash, *bare) if not s["completed"])
     result.errors = {"skiff": errors}
     result.rows.append(result.error_row())
     result.curves["B5 scale from zero, phases (ms, p50)"] = {
@@ -108,7 +122,12 @@ def run(opts: Options) -> BenchResult:
         },
         "labels": [k for k, _ in PHASES[:6]],
     }
-    result.details = {"samples": samples, "flashboot_samples": flash, "warmups": warmups}
+    result.details = {
+        "samples": samples,
+        "flashboot_samples": flash,
+        "no_sandbox_samples": bare,
+        "warmups": warmups,
+    }
     return result
 
 
