@@ -247,6 +247,9 @@ class Skiff(Launched):
                 },
             )
         )
+        # The run's token in the workers' own environment: a sandboxed worker inherits little of
+        # the server's, and its processes are counted (cpu_seconds) and swept by this token.
+        env = env | {"BENCH_RUN_TOKEN": self.token}
         body = {"templateId": template["id"], "computeType": "CPU", "env": env, **fields}
         return str(self._ok(self.http.post("/v1/endpoints", json=body))["id"])
 
