@@ -39,7 +39,14 @@ LB_COMMAND = ["sh", "-c", 'exec "$E2E_PYTHON" "$E2E_WORKERS/lb_worker.py"']
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env: dict[str, str | None] = {"E2E_PYTHON": sys.executable, "E2E_WORKERS": str(WORKERS)}
+    env: dict[str, str | None] = {
+        "E2E_PYTHON": sys.executable,
+        "E2E_WORKERS": str(WORKERS),
+        # The start commands take the interpreter and the worker from the server's environment,
+        # which a sandboxed worker does not inherit (test_hostile_tenant.py and the provider's
+        # tests are the sandbox's own).
+        "SKIFF_SANDBOX": "off",
+    }
     with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
         yield srv
 
@@ -725,6 +732,7 @@ def test_billing_shows_the_month_a_chart_by_day_and_a_csv(
         "E2E_PYTHON": sys.executable,
         "E2E_WORKERS": str(WORKERS),
         "SKIFF_PRICES": str(prices),
+        "SKIFF_SANDBOX": "off",  # as the module's server: START_COMMAND reads its environment
     }
     with running(tmp_path_factory.mktemp("billed") / "data", env=env) as priced:
         endpoint = echo_endpoint(priced, "console-billed", workersMax=1, idleTimeout=60)

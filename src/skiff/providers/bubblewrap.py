@@ -332,6 +332,9 @@ class Sandbox:
             *argv,
             sys.executable,
             sys.prefix,
+            # The server's own import path: an editable install's source, which a worker of
+            # skiff's (a ready-made model's) imports through the virtual environment's .pth.
+            *sys.path,
             *env.get("PYTHONPATH", "").split(":"),
             env.get("VIRTUAL_ENV", ""),
         ]
