@@ -5,8 +5,9 @@ no queued job to age, a fleet that only records which workers it was told to end
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from skiff.domain.endpoints import Endpoint
+from skiff.domain.endpoints import Endpoint, EndpointSpec, EndpointType, ScalerType
 from skiff.domain.placement import Blocker
 from skiff.domain.workers import Worker
 
@@ -35,3 +36,16 @@ class RecordingFleet:
 
     def stop_worker(self, worker: Worker) -> None:
         self.stopped.append(worker.id)
+
+
+def lb_endpoint(created_at: float, **spec: Any) -> Endpoint:
+    """A load-balancing endpoint ``ep1`` of user ``u1``; ``spec`` adds or overrides its fields."""
+    fields: dict[str, Any] = {
+        "name": "lb",
+        "templateId": "t1",
+        "type": EndpointType.LB,
+        "scalerType": ScalerType.REQUEST_COUNT,
+    }
+    return Endpoint(
+        id="ep1", userId="u1", version=1, createdAt=created_at, spec=EndpointSpec(**(fields | spec))
+    )

@@ -21,10 +21,11 @@ from typing import Any, cast
 import pytest
 from starlette.types import ASGIApp, Message
 
+from service_stubs import lb_endpoint as stub_lb_endpoint
 from skiff.api import lb as lb_api
 from skiff.clock import ManualClock
 from skiff.config import Settings
-from skiff.domain.endpoints import Endpoint, EndpointSpec, EndpointType, ScalerType
+from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.balancer import Balancer
 from skiff.services.hub import Services
@@ -183,19 +184,7 @@ async def until(condition: Callable[[], bool], what: str) -> None:
 
 
 def lb_endpoint(execution_timeout_ms: int = 600_000) -> Endpoint:
-    return Endpoint(
-        id="ep1",
-        userId="u1",
-        version=1,
-        createdAt=T0,
-        spec=EndpointSpec(
-            name="lb",
-            templateId="t1",
-            type=EndpointType.LB,
-            scalerType=ScalerType.REQUEST_COUNT,
-            executionTimeoutMs=execution_timeout_ms,
-        ),
-    )
+    return stub_lb_endpoint(T0, executionTimeoutMs=execution_timeout_ms)
 
 
 RigMaker = Callable[..., Awaitable[Rig]]

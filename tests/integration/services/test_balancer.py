@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
+from service_stubs import lb_endpoint as stub_lb_endpoint
 from skiff.clock import ManualClock
-from skiff.domain.endpoints import Endpoint, EndpointSpec, EndpointType, ScalerType
+from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import NoWorkerReady
 from skiff.services.balancer import Balancer
@@ -20,19 +21,7 @@ T0 = 1_000.0
 
 
 def lb_endpoint(workers_max: int = 3) -> Endpoint:
-    return Endpoint(
-        id="ep1",
-        userId="u1",
-        version=1,
-        createdAt=T0,
-        spec=EndpointSpec(
-            name="lb",
-            templateId="t1",
-            type=EndpointType.LB,
-            scalerType=ScalerType.REQUEST_COUNT,
-            workersMax=workers_max,
-        ),
-    )
+    return stub_lb_endpoint(T0, workersMax=workers_max)
 
 
 async def add(workers: Workers, worker_id: str, state: WorkerState, port: int) -> Worker:
