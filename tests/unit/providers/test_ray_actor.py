@@ -153,10 +153,10 @@ def test_the_exit_comes_although_a_child_left_in_its_group_holds_the_output_open
 def test_a_restart_runs_the_command_again_and_only_the_last_exit_counts(tmp_path: Path) -> None:
     code = "import os, time; print('start', os.getpid(), flush=True); time.sleep(60)"
     process = WorkerProcess(spec(tmp_path, code, cwd=None))
-    data, offset, _ = process.read(0, 30)
+    data, offset, _ = read_line_from(process, 0)
     assert data.startswith(b"start")
     assert process.restart(0.5) is None
-    more, offset, code_now = process.read(offset, 30)
+    more, offset, code_now = read_line_from(process, offset)
     # The first process's end is not the actor's: no exit, the second one's output follows.
     assert more.startswith(b"start") and more != data and code_now is None
     process.stop(0.5)
@@ -178,6 +178,21 @@ def test_a_restart_that_cannot_start_the_command_again_ends_the_actor_saying_why
     assert problem is not None and "could not start again" in problem
     out, exit_code = read_all_from(process, offset)
     assert exit_code == 127 and b"could not start again" in out
+
+
+def read_line_from(
+    process: WorkerProcess, offset: int, timeout: float = 30
+) -> tuple[bytes, int, int | None]:
+    """Output up to its first newline: a print's pieces may come in several writes (under
+    PYTHONUNBUFFERED, 'start' and ' 1234\\n' are two), and one read returns what is there."""
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data, offset, code = process.read(offset, 0.5)
+        out += data
+        if b"\n" in out or code is not None:
+            return out, offset, code
+    raise AssertionError(f"no whole line; output so far: {out!r}")
 
 
 def read_all_from(process: WorkerProcess, offset: int, timeout: float = 30) -> tuple[bytes, int]:
