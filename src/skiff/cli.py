@@ -12,12 +12,13 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 from urllib.parse import quote
 
 import click
 import httpx
 import orjson
+from pydantic import ValidationError
 
 from skiff import __version__
 from skiff.builtin_models.catalog import CATALOG
@@ -29,15 +30,41 @@ from skiff.domain.gpu_holders import gpu_holders
 from skiff.listen import CannotListen, listen
 from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
 from skiff.services.auth import Auth, IssuedKey
+from skiff.setting_errors import explain
 from skiff.store import open_store, safe_url
 from skiff.store.base import Store
 
 T = TypeVar("T")
 
 
+#: The command-line options that stand for settings: an error names the option it came by.
+_FLAGS = {
+    "host": "--host",
+    "port": "--port",
+    "data_dir": "--data-dir",
+    "database_url": "--database",
+}
+
+
+class SettingsProblem(click.ClickException):
+    """Settings that cannot be read: one ``Error:`` line each, no traceback."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        for line in self.lines:
+            click.echo(f"Error: {line}", err=True, file=file)
+
+
 def _settings(**overrides: Any) -> Settings:
     given = {k: v for k, v in overrides.items() if v is not None}
-    return Settings(**given)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        flags = {field: flag for field, flag in _FLAGS.items() if field in given}
+        raise SettingsProblem(explain(exc, Settings, "SKIFF_", os.environ, flags)) from None
 
 
 def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -100,6 +127,24 @@ def _claim(settings: Settings) -> tuple[ServeLock, socket.socket]:
                 os.rmdir(data_dir)
         raise click.ClickException(str(exc)) from None
     return lock, sock
+
+
+#: A second Ctrl-C's exit code: ended by SIGINT, as shells count it (128 + 2).
+FORCED_EXIT_CODE = 130
+
+
+def _end_at_once() -> None:
+    """A second Ctrl-C during the graceful stop: end now, without waiting out the workers' stop
+    grace (uvicorn's own forced exit skips only its wait for connections). Local workers die
+    with the process (their PDEATHSIG); what the stop left undone (a worker's jobs, a
+    container) is taken up at the next start, as after a crash: nothing accepted is lost, the
+    database being written only in transactions."""
+    sys.stderr.write(
+        "\nSecond Ctrl-C: ending at once. Local workers end with the server; their jobs go back"
+        " to the queue at the next start.\n"
+    )
+    sys.stderr.flush()
+    os._exit(FORCED_EXIT_CODE)
 
 
 def _ignore(_sig: int, _frame: FrameType | None) -> None:
@@ -189,6 +234,8 @@ def serve(
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if sig == signal.SIGINT and self.should_exit:
+                _end_at_once()
             # Answer held long-polls now, so the graceful shutdown does not wait them out.
             wakeups.close_threadsafe()
             super().handle_exit(sig, frame)

@@ -16,7 +16,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SKIFF_", extra="ignore")
 
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=0, le=65535)
     data_dir: Path = Path(".skiff")
     #: Where network volumes live, one directory per volume (volume_dirs.py); unset:
     #: ``volumes`` in the data directory.

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,44 @@ def test_a_signal_stops_the_server_quietly_with_exit_code_0(
     assert "Aborted!" not in output
     assert "right after it started" not in output, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
+
+
+def test_a_second_ctrl_c_ends_the_server_at_once_and_its_workers_with_it(tmp_path: Path) -> None:
+    # A worker that ignores SIGTERM, and a stop grace far longer than this test waits: the
+    # first Ctrl-C's graceful stop would wait it out.
+    server = Server(tmp_path / "data", env={"SKIFF_WORKER_STOP_GRACE_SECONDS": "600"})
+    server.start()
+    assert server.proc is not None
+    try:
+        endpoint = server.create_endpoint("stubborn_worker.py", workersMin=1, workersMax=1)
+        eid = endpoint["id"]
+
+        def worker_pid() -> int | None:
+            answer = server.http.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"})
+            workers = answer.json()["workers"]
+            return int(workers[0]["pid"]) if workers and workers[0].get("pid") else None
+
+        pid = server.wait_for(worker_pid, what="the worker to start")
+        server.wait_for(lambda: "ignoring SIGTERM" in logs_of(server, eid), what="its start")
+        server.proc.send_signal(signal.SIGINT)
+        # The first stop is under way: the worker was asked to stop and did not.
+        server.wait_for(lambda: alive(pid) and server.proc.poll() is None, what="the first stop")
+        server.proc.send_signal(signal.SIGINT)
+        code = server.proc.wait(60)
+    finally:
+        server.stop()
+    output = server.log_path.read_text()
+    assert code == 130, output[-3000:]
+    assert "Second Ctrl-C: ending at once" in output, output[-3000:]
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pid), "the worker outlived the server"
+
+
+def logs_of(server: Server, endpoint_id: str) -> str:
+    answer = server.http.get(f"/v1/endpoints/{endpoint_id}/logs")
+    return answer.text if answer.status_code == 200 else ""
 
 
 def test_state_on_disk_is_private_to_the_user_running_skiff(tmp_path: Path) -> None:
