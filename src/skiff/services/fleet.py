@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import shutil
 import socket
 from collections.abc import Awaitable, Callable
@@ -79,6 +80,16 @@ class WorkerFailure:
         return cls(**orjson.loads(text))
 
 
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """An endpoint's failed starts in a row, when the last of them was, and the earliest its
+    next worker may start."""
+
+    failures: int
+    last_at: float
+    not_before: float
+
+
 class Fleet:
     def __init__(
         self,
@@ -108,8 +119,7 @@ class Fleet:
         self._auth = auth
         self.provider = provider
         exits.subscribe(self.on_exit)
-        # endpoint id -> (consecutive failed starts, not before)
-        self._backoff: dict[str, tuple[int, float]] = {}
+        self._backoff: dict[str, Backoff] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         #: Endpoints whose recorded failure this replica has cleared since it began leading.
         self._cleared: set[str] = set()
@@ -542,8 +552,22 @@ class Fleet:
         else:
             self._backoff.pop(worker.endpoint_id, None)
 
-    async def healthy(self, endpoint_id: str) -> None:
-        """A worker of the endpoint came up: forget its failed starts."""
+    async def healthy(self, endpoint_id: str, workers: list[Worker]) -> None:
+        """Forget the endpoint's failed starts once one of its ``workers`` proves a start
+        works: a local one started since the last failure that is up (idle or running). An
+        external worker (started by hand, elsewhere) proves nothing about this server's starts,
+        nor does a local one that was up before the failure: either would wipe the back-off at
+        every scaler pass, and a worker failing at its start would be started again at once,
+        over and over."""
+        backoff = self._backoff.get(endpoint_id)
+        since = backoff.last_at if backoff is not None else -math.inf
+        if not any(
+            w.kind is WorkerKind.LOCAL
+            and w.state in (WorkerState.IDLE, WorkerState.RUNNING)
+            and w.started_at >= since
+            for w in workers
+        ):
+            return
         self._backoff.pop(endpoint_id, None)
         if endpoint_id not in self._cleared:
             await self._store.set_worker_failure(endpoint_id, None)
@@ -555,8 +579,8 @@ class Fleet:
         return WorkerFailure.from_json(text) if text else None
 
     def may_start(self, endpoint_id: str) -> bool:
-        failures = self._backoff.get(endpoint_id)
-        return failures is None or self._clock.now() >= failures[1]
+        backoff = self._backoff.get(endpoint_id)
+        return backoff is None or self._clock.now() >= backoff.not_before
 
     async def unfit(self, endpoint_id: str, worker_id: str, check: str, reason: str) -> None:
         """The worker's start-up check failed (``register_fitness_check``): the reason becomes
@@ -569,15 +593,17 @@ class Fleet:
         await self._fail(endpoint_id, error, worker_id)
 
     async def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
-        failures = self._backoff.get(endpoint_id, (0, 0.0))[0] + 1
+        earlier = self._backoff.get(endpoint_id)
+        failures = (earlier.failures if earlier is not None else 0) + 1
         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
-        self._backoff[endpoint_id] = (failures, self._clock.now() + delay)
+        now = self._clock.now()
+        self._backoff[endpoint_id] = Backoff(failures, now, now + delay)
         self._cleared.discard(endpoint_id)
         failure = WorkerFailure(
             error=error,
             failed_starts=failures,
-            at=self._clock.now(),
-            next_start_at=self._clock.now() + delay,
+            at=now,
+            next_start_at=now + delay,
             last_log_lines=(
                 self._logs.last_lines(endpoint_id, worker_id, LOG_LINES_SHOWN) if worker_id else []
             ),

@@ -112,8 +112,7 @@ class Scaler:
         now = self._clock.now()
         workers = await self._workers.of_endpoint(endpoint.id)
         load = await self._load(endpoint, workers, now)
-        if any(w.state in (WorkerState.IDLE, WorkerState.RUNNING) for w in workers):
-            await self._fleet.healthy(endpoint.id)
+        await self._fleet.healthy(endpoint.id, workers)
         # Ended before the decision, which then sees them stopping (their room still taken
         # until their process is gone) and replaces them once the back-off allows.
         for overdue in overdue_starts(workers, now, self._start_timeout):

@@ -1,0 +1,163 @@
+"""Workers that fail at their start: the back-off between their starts, and what the endpoint
+then says of them. The real scaler, ``Fleet`` and ``LocalProvider`` running real processes on a
+real SQLite store, time on a ``ManualClock``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from skiff.app import build_services, open_cluster
+from skiff.clock import ManualClock
+from skiff.config import Settings
+from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.hub import Services
+from skiff.store.sqlite import SQLiteStore
+
+#: A worker whose handler cannot even be imported: it exits at once, every time.
+FAILING = [sys.executable, "-c", "import sys; sys.exit(1)"]
+#: A worker that starts fine (it never calls in; the tests say when it is up).
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+@pytest.fixture
+async def services(
+    tmp_path: Path, store: SQLiteStore, clock: ManualClock
+) -> AsyncIterator[Services]:
+    settings = Settings(data_dir=tmp_path / "data", worker_stop_grace_seconds=1)
+    built = build_services(settings, store, clock, open_cluster(settings))
+    await store.create_template(
+        "u1",
+        Template(id="t1", name="failing", imageName="local/failing", dockerStartCmd=FAILING),
+        clock.now(),
+    )
+    yield built
+    await built.fleet.shutdown()
+
+
+async def add_endpoint(services: Services, **spec: object) -> Endpoint:
+    fields: dict[str, object] = {"name": "ep1", "templateId": "t1", "computeType": ComputeType.CPU}
+    fields.update(spec)
+    return await services.store.create_endpoint(
+        Endpoint(
+            id="ep1",
+            userId="u1",
+            version=1,
+            createdAt=services.clock.now(),
+            spec=EndpointSpec.model_validate(fields),
+        )
+    )
+
+
+async def add_up_worker(services: Services, worker_id: str, kind: WorkerKind) -> None:
+    """A worker of the endpoint that is up and idle: an external one (started by hand with
+    the endpoint's worker token) or a local one started earlier."""
+    now = services.clock.now()
+    await services.workers.add(
+        Worker(
+            id=worker_id,
+            endpoint_id="ep1",
+            kind=kind,
+            state=WorkerState.IDLE,
+            version=1,
+            started_at=now,
+            last_seen=now,
+            idle_since=now,
+            owner=services.workers.replica_id if kind is WorkerKind.LOCAL else None,
+        )
+    )
+
+
+async def eventually(check: Callable[[], object], what: str) -> None:
+    """Processes start and end in real time."""
+    for _ in range(200):
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def unhealthy(services: Services) -> list[Worker]:
+    return [
+        w for w in await services.workers.of_endpoint("ep1") if w.state is WorkerState.UNHEALTHY
+    ]
+
+
+async def local_started(services: Services) -> list[Worker]:
+    return [
+        w
+        for w in await services.workers.of_endpoint("ep1")
+        if w.kind is WorkerKind.LOCAL and w.pid is not None
+    ]
+
+
+async def fail_once(services: Services, endpoint: Endpoint, failed_before: int) -> None:
+    """A pass of the scaler starts a worker, which fails: the endpoint's failure counts it."""
+    await services.scaler.reconcile(endpoint)
+    assert await local_started(services), "no worker was started"
+
+    async def counted() -> bool:
+        failure = await services.fleet.failure("ep1")
+        return failure is not None and failure.failed_starts == failed_before + 1
+
+    await eventually(counted, f"failed start {failed_before + 1} to be recorded")
+    await eventually(lambda: services.fleet.provider.running() == [], "the worker to be gone")
+
+
+@pytest.mark.parametrize("kind", [WorkerKind.EXTERNAL, WorkerKind.LOCAL])
+async def test_a_worker_up_since_before_the_failure_does_not_cut_the_back_off(
+    services: Services, clock: ManualClock, kind: WorkerKind
+) -> None:
+    """An idle external worker, or a local one up since before the failed start, used to
+    count as a worker that came up: every pass forgot the failed starts, and the failing one
+    was started again every second."""
+    endpoint = await add_endpoint(services, workersMin=2, workersMax=2)
+    await add_up_worker(services, "up", kind)
+    clock.advance(1)
+
+    await fail_once(services, endpoint, failed_before=0)
+    assert not services.fleet.may_start("ep1")
+    for _ in range(3):
+        await services.scaler.reconcile(endpoint)
+        assert await local_started(services) == [], "started again within its back-off"
+        assert len(await unhealthy(services)) == 1
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None and failure.failed_starts == 1, "the failure was forgotten"
+
+    # Each failure doubles the wait: 1 s after the first, 2 s after the second.
+    clock.advance(1)
+    await fail_once(services, endpoint, failed_before=1)
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None and failure.next_start_at - failure.at == 2
+    clock.advance(1)
+    await services.scaler.reconcile(endpoint)
+    assert await local_started(services) == []
+
+
+async def test_a_worker_started_after_the_failure_that_comes_up_ends_the_back_off(
+    services: Services, clock: ManualClock, store: SQLiteStore
+) -> None:
+    endpoint = await add_endpoint(services, workersMin=1, workersMax=1)
+    await fail_once(services, endpoint, failed_before=0)
+    # The template is mended: the next start works.
+    await store.update_template(
+        "u1",
+        Template(id="t1", name="failing", imageName="local/failing", dockerStartCmd=SLEEPER),
+    )
+    clock.advance(1)
+    await services.scaler.reconcile(endpoint)
+    [replacement] = await local_started(services)
+    await services.workers.set_state(replacement, WorkerState.IDLE)  # it called in
+
+    await services.scaler.reconcile(endpoint)
+    assert await services.fleet.failure("ep1") is None
+    assert services.fleet.may_start("ep1")
