@@ -5,13 +5,14 @@ worker processes, read through /v1, /health and the runpod SDK."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server, running
+from harness import WORKERS, Server, running
 
 
 def endpoint_view(server: Server, eid: str) -> dict[str, Any]:
@@ -196,6 +197,37 @@ def test_a_worker_that_dies_at_start_says_why_in_health_too(tmp_path: Path) -> N
         assert placement["cause"] == "failing-starts"
         assert "exited with code 3 right after it started" in placement["reason"]
         assert endpoint_view(server, eid)["placement"] == placement
+
+
+def test_a_worker_that_fails_on_import_names_the_error_in_a_queued_jobs_status_and_health(
+    server: Server, runpod_client: Any
+) -> None:
+    """A worker run by an interpreter without ``runpod`` (``-S``: no site-packages): a job's
+    client and /health read the ModuleNotFoundError, not only "exited with code 1"."""
+    template = server.create_template(
+        "echo_worker.py", dockerStartCmd=[sys.executable, "-S", str(WORKERS / "echo_worker.py")]
+    )
+    response = server.http.post(
+        "/v1/endpoints", json={"templateId": template["id"], "computeType": "CPU", "workersMax": 1}
+    )
+    assert response.status_code == 200, response.text
+    eid = response.json()["id"]
+    endpoint = runpod_client.Endpoint(eid)
+    job = endpoint.run({"n": 1})
+    missing = "ModuleNotFoundError: No module named 'runpod'"
+
+    def placement() -> Any:
+        return server.http.get(f"/v2/{eid}/status/{job.job_id}").json().get("placement")
+
+    shown = server.wait_for(
+        lambda: (found := placement()) and missing in found["reason"] and found,
+        what="the import error in the queued job's status",
+    )
+    assert shown["cause"] == "failing-starts"
+    assert "exited with code 1 right after it started: " + missing in shown["reason"]
+    assert job.status() == "IN_QUEUE"
+    assert missing in endpoint.health()["placement"]["reason"]
+    server.http.delete(f"/v1/endpoints/{eid}")
 
 
 def test_a_failed_fitness_check_is_the_endpoints_failure_with_its_reason(server: Server) -> None:

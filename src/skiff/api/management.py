@@ -62,7 +62,10 @@ class WebhookSecretOut(BaseModel):
 
 
 class WorkerFailureOut(BaseModel):
-    error: str
+    error: str = Field(
+        description="What failed; for a worker that ended right after its start, followed by "
+        "the last line of its log that says why (e.g. a ModuleNotFoundError)"
+    )
     failedStarts: int = Field(description="Failed starts in a row; each doubles the back-off")
     at: str
     nextStartAt: str = Field(description="When the scaler tries again")

@@ -24,6 +24,7 @@ from skiff.config import Settings
 from skiff.domain.balancing import PortProblem, container_ports, separate_health_port
 from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
+from skiff.domain.exit_causes import exit_cause
 from skiff.domain.gpus import Gpu
 from skiff.domain.placement import (
     Blocker,
@@ -542,6 +543,7 @@ class Fleet:
                     worker.endpoint_id,
                     f"worker {worker_id} exited with code {code} right after it started",
                     worker_id,
+                    with_cause=True,
                 )
             # Kept as an unhealthy record (no process) so /health and the worker list show it;
             # the scaler replaces it once the back-off has passed.
@@ -592,7 +594,21 @@ class Fleet:
         error = f"worker {worker_id}: {what}: {reason or 'no reason given'}"
         await self._fail(endpoint_id, error, worker_id)
 
-    async def _fail(self, endpoint_id: str, error: str, worker_id: str | None = None) -> None:
+    async def _fail(
+        self,
+        endpoint_id: str,
+        error: str,
+        worker_id: str | None = None,
+        *,
+        with_cause: bool = False,
+    ) -> None:
+        """Count a failed start of the endpoint's workers, and record it with the end of the
+        worker's log. ``with_cause``: the error says only how the worker ended, so the last
+        line of its log that says why (``exit_cause``) is added to it: the failure is what
+        ``/health``, a queued job's ``/status`` and ``/v1`` show as ``placement``."""
+        lines = self._logs.last_lines(endpoint_id, worker_id, LOG_LINES_SHOWN) if worker_id else []
+        if with_cause and (cause := exit_cause(lines)) is not None:
+            error = f"{error}: {cause}"
         earlier = self._backoff.get(endpoint_id)
         failures = (earlier.failures if earlier is not None else 0) + 1
         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
@@ -604,9 +620,7 @@ class Fleet:
             failed_starts=failures,
             at=now,
             next_start_at=now + delay,
-            last_log_lines=(
-                self._logs.last_lines(endpoint_id, worker_id, LOG_LINES_SHOWN) if worker_id else []
-            ),
+            last_log_lines=lines,
         )
         await self._store.set_worker_failure(endpoint_id, failure.to_json())
         log.warning(

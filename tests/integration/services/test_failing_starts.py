@@ -15,6 +15,9 @@ from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.health import health_view
+from skiff.domain.jobs import parse_job_request
+from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.hub import Services
@@ -22,6 +25,8 @@ from skiff.store.sqlite import SQLiteStore
 
 #: A worker whose handler cannot even be imported: it exits at once, every time.
 FAILING = [sys.executable, "-c", "import sys; sys.exit(1)"]
+#: An interpreter without ``runpod`` (``-S``: no site-packages) running a worker.
+NO_RUNPOD = [sys.executable, "-S", "-c", "import runpod"]
 #: A worker that starts fine (it never calls in; the tests say when it is up).
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -161,3 +166,28 @@ async def test_a_worker_started_after_the_failure_that_comes_up_ends_the_back_of
     await services.scaler.reconcile(endpoint)
     assert await services.fleet.failure("ep1") is None
     assert services.fleet.may_start("ep1")
+
+
+async def test_a_worker_that_fails_on_import_names_the_error_where_the_caller_looks(
+    services: Services, store: SQLiteStore
+) -> None:
+    """Not only "exited with code 1": the failure, and so /health's and a queued job's
+    ``placement``, end with the line of its log that says why."""
+    await store.update_template(
+        "u1", Template(id="t1", name="failing", imageName="local/x", dockerStartCmd=NO_RUNPOD)
+    )
+    endpoint = await add_endpoint(services, workersMax=1)
+    request = parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs)
+    await services.jobs.submit(endpoint, request, sync=False)
+    await fail_once(services, endpoint, failed_before=0)
+
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None
+    assert failure.error.endswith(
+        "exited with code 1 right after it started: ModuleNotFoundError: No module named 'runpod'"
+    ), failure.error
+    assert failure.last_log_lines[-1] == "ModuleNotFoundError: No module named 'runpod'"
+    placement = health_view(await services.jobs.health(endpoint))["placement"]
+    assert placement["cause"] == BlockerCause.FAILING.value
+    assert placement["reason"].endswith("ModuleNotFoundError: No module named 'runpod'")
+    assert await services.jobs.blocker(endpoint) == await services.placement.why(endpoint)
