@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -38,7 +40,7 @@ from skiff.datadir import make_private_dir
 from skiff.providers.base import LogSinks, PodExitCallback, PodProvider, WorkerProvider
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.capacity import host_worker_limit
-from skiff.providers.docker import DockerProvider, server_identity
+from skiff.providers.docker import HOST_GATEWAY, DockerProvider, gateway_url, server_identity
 from skiff.providers.docker_pods import DockerPodProvider
 from skiff.providers.gpus import inventory
 from skiff.providers.local import LocalProvider
@@ -86,6 +88,39 @@ def open_ray(settings: Settings) -> RayConnection | None:
     return RayConnection(settings.ray_address, settings.ray_namespace)
 
 
+def containers_reach_server(settings: Settings) -> None:
+    """``SKIFF_PROVIDER=docker``: refuse a server its worker containers cannot reach. A
+    container calls the server at the host gateway (``host.docker.internal``, the bridge's
+    address on this host) unless ``SKIFF_PUBLIC_URL`` names another address; a server that
+    listens on the loopback only is not there, and every worker would wait out its start-up
+    deadline (600 s) calling a closed port, without a word. ``ValueError`` saying what to
+    set."""
+    if settings.provider != "docker" or not is_loopback(settings.host):
+        return
+    reached = urlsplit(gateway_url(settings.base_url())).hostname or ""
+    if reached != HOST_GATEWAY and not is_loopback(reached):
+        return  # SKIFF_PUBLIC_URL names an address containers reach some other way
+    raise ValueError(
+        f"SKIFF_PROVIDER=docker: worker containers cannot reach the server: it listens on "
+        f"{settings.host} (SKIFF_HOST, --host), this host's loopback only, and they call it at "
+        f"the Docker host gateway ({HOST_GATEWAY}) unless SKIFF_PUBLIC_URL names another "
+        f"address; set "
+        f"SKIFF_HOST to the docker0 bridge's address (e.g. 172.17.0.1: this host and its "
+        f"containers reach it, the network does not) or to 0.0.0.0, or SKIFF_PUBLIC_URL to an "
+        f"address the containers reach"
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """A listening address that only this host's own programs reach (a container does not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: where it points is the operator's to know
+
+
 def open_provider(
     settings: Settings,
     exits: WorkerExits,
@@ -103,6 +138,7 @@ def open_provider(
             placement_seconds=settings.ray_placement_seconds,
         )
     if settings.provider == "docker":
+        containers_reach_server(settings)
         return DockerProvider(
             exits.report,
             logs=worker_logs.sink,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -328,3 +329,25 @@ def test_a_slow_pull_shows_its_progress_and_holds_up_no_other_endpoint(
         proxy.close()
         with contextlib.suppress(Exception):
             docker_client().images.remove(slow_image, force=True)
+
+
+def test_skiff_serve_with_containers_on_the_default_loopback_host_is_refused_saying_what_to_set(
+    tmp_path: Path,
+) -> None:
+    """Its containers could not reach it: every job would wait out the 600 s start-up deadline
+    in silence. Refused before anything is made (no Docker daemon needed to say so)."""
+    server = Server(tmp_path / "data", env={"SKIFF_PROVIDER": "docker", "SKIFF_HOST": None})
+    serve = ["serve", "--port", str(server.port), "--data-dir", str(server.data_dir)]
+    child = subprocess.run(
+        [sys.executable, "-m", "skiff", *serve],
+        env=server.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode != 0, child.stdout + child.stderr
+    errors = [line for line in child.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, child.stderr
+    assert "listens on 127.0.0.1 (SKIFF_HOST, --host)" in errors[0], errors
+    assert "SKIFF_HOST to the docker0 bridge's address" in errors[0], errors
+    assert not server.data_dir.exists()
