@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from harness import Server
+from harness import Server, running
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,53 @@ def test_a_route_no_worker_serves_is_an_openai_404(client: Any) -> None:
     with pytest.raises(openai.NotFoundError) as raised:
         client.images.generate(prompt="a cat")
     assert "is not served here" in str(raised.value)
+
+
+@pytest.fixture(scope="module")
+def unsandboxed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose workers may write a file of the host's (the sandbox binds the checkout
+    read-only): how a test sees what a worker did while it did it. A worker that keeps a stopped
+    job is ended only after two minutes, so only its stop signal can stop it within a test."""
+    env: dict[str, str | None] = {"SKIFF_SANDBOX": "off", "SKIFF_STOP_GRACE_SECONDS": "120"}
+    with running(tmp_path_factory.mktemp("skiff") / "data", env=env) as srv:
+        yield srv
+
+
+def test_a_stream_closed_early_stops_the_worker_yielding(
+    unsandboxed: Server, tmp_path: Path
+) -> None:
+    """The caller leaves after two events: the job is cancelled and its worker told to stop,
+    as ``/cancel`` does, instead of yielding the rest for nobody."""
+    server = unsandboxed
+    eid = str(server.create_endpoint("openai_worker.py", workersMax=1, idleTimeout=30)["id"])
+    record = tmp_path / "yields.txt"
+    events = 300  # 30 s of yielding if nothing stops it
+
+    def yielded() -> int:
+        return len(record.read_text().split()) if record.exists() else 0
+
+    with server.http.stream(
+        "POST",
+        f"/v2/{eid}/openai/v1/chat/completions",
+        json={"model": "slow", "stream": True, "events": events, "record": str(record)},
+        timeout=90,
+    ) as response:
+        lines = (line for line in response.iter_lines() if line.startswith("data: "))
+        assert [next(lines), next(lines)] == [
+            f"data: {json.dumps({'choices': [{'index': 0, 'delta': {'content': str(i)}}]})}"
+            for i in range(2)
+        ]
+    seen: list[int] = []
+
+    def stopped_yielding() -> bool:
+        # Still for a whole second (ten of its yields): the worker stopped.
+        seen.append(yielded())
+        return len(seen) > 10 and seen[-1] == seen[-11]
+
+    server.wait_for(stopped_yielding, timeout=15, what="the worker to stop yielding")
+    # Told at once, it stops within a yield or two; a generous three seconds' worth. Untold, it
+    # would learn only when its job-stop long-poll (20 s, begun as it started for this call)
+    # came round.
+    assert seen[-1] <= 2 + 30, seen
+    (job,) = server.http.get(f"/v2/{eid}/requests").json()["requests"]
+    assert job["status"] == "CANCELLED", job

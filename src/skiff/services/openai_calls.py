@@ -57,6 +57,8 @@ class StreamEvent:
 class OpenAICalls:
     def __init__(self, jobs: Jobs) -> None:
         self._jobs = jobs
+        #: Cancels of streams whose callers left, running on past the stream's own task.
+        self._cancelling: set[asyncio.Task[Job]] = set()
 
     async def start(self, endpoint: Endpoint, route: str, body: dict[str, Any] | None) -> Job:
         """Queue the call as a job; ``body`` is the request's JSON object (None for a GET)."""
@@ -111,4 +113,15 @@ class OpenAICalls:
                         yield StreamEvent(error=read.job.error or read.job.status.value)
         finally:
             if not finished:
-                await self._jobs.cancel(endpoint, job_id)
+                await self._cancel_unwanted(endpoint, job_id)
+
+    async def _cancel_unwanted(self, endpoint: Endpoint, job_id: str) -> None:
+        """Cancel a streamed job nobody reads any more, as ``/cancel`` does. A caller that
+        leaves cancels the task relaying its stream (Starlette ends the response's task group),
+        and an await in that task is cancelled in turn: the store would record the cancel but
+        the job's worker would never be told (its job-stop poll is woken after the write). So
+        the cancel runs in a task of its own, which the leaving does not reach."""
+        task = asyncio.ensure_future(self._jobs.cancel(endpoint, job_id))
+        self._cancelling.add(task)
+        task.add_done_callback(self._cancelling.discard)
+        await asyncio.shield(task)

@@ -1,10 +1,13 @@
 """An OpenAI-style runpod worker (as vLLM workers are): the input names the route and carries
 the request; with "stream": true it yields server-sent-event lines.
 
-For the tests: the model "fail" raises (a worker error), "big" streams one 2 MB event, and a
-request naming a "record" file appends its job id there (how many times a request ran)."""
+For the tests: the model "fail" raises (a worker error), "big" streams one 2 MB event, "slow"
+streams ``events`` events a tenth of a second apart, appending a line to its "record" file before
+each, and any other request naming a "record" file appends its job id there (how many times a
+request ran)."""
 
 import json
+import time
 
 import runpod
 
@@ -14,6 +17,14 @@ BIG = 2 * 1024 * 1024
 def handler(job):
     route = job["input"]["openai_route"]
     request = job["input"].get("openai_input") or {}
+    if request.get("model") == "slow":
+        for i in range(request["events"]):
+            with open(request["record"], "a") as record:
+                record.write(f"{i}\n")
+            time.sleep(0.1)
+            chunk = {"choices": [{"index": 0, "delta": {"content": str(i)}}]}
+            yield f"data: {json.dumps(chunk)}\n\n"
+        return
     if request.get("record"):
         with open(request["record"], "a") as record:
             record.write(job["id"] + "\n")
