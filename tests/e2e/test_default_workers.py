@@ -1,7 +1,8 @@
 """Line-ups end to end (services/lineup.py): unmodified runpod-SDK workers at the SDK's default
 concurrency of one (``echo_worker.py``: plain ``runpod.serverless.start({"handler": ...})``)
 take a list on their single take and run it back to back; every job still runs exactly once,
-``/status`` times a job from its real start, and a cancelled lined-up job stays cancelled."""
+``/status`` times a job from its real start, and a job cancelled or purged in line never starts
+(its worker is ended before its turn) while the jobs behind it run without waiting for it."""
 
 from __future__ import annotations
 
@@ -150,9 +151,79 @@ def test_a_cancelled_lined_up_job_stays_cancelled_and_the_rest_of_its_line_compl
         if i != target:
             assert _status(server, eid, job_id)["output"] == {"echo": {"sleep": 0.3, "i": i}}
     runs = _runs(record)
-    # The worker held the cancelled job in its queue: its stop signal may come only after it
-    # began; whatever ran of it, at most once and never recorded.
+    # The worker held the cancelled job in its queue; it was ended before the job's turn.
     assert all(runs[j] == 1 for j in others)
-    assert runs[ids[target]] <= 1
+    assert runs[ids[target]] == 0
     health = server.http.get(f"/v2/{eid}/health").json()["jobs"]
     assert health["cancelled"] == 1 and health["inQueue"] == 0 and health["inProgress"] == 0
+
+
+def _line_up_behind_a_running_job(
+    server: Server, eid: str, behind: list[dict[str, Any]]
+) -> tuple[str, list[str]]:
+    """A job running on the endpoint's one worker (3 s), with jobs of these inputs lined up
+    behind it, still ``IN_QUEUE``: their ids."""
+    for i in range(3):  # history: nothing is lined up before the endpoint has some
+        done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"warm": i}}).json()
+        assert done["status"] == "COMPLETED", done
+    # Busy while the rest is queued, so that the worker's next take gets them all.
+    busy = server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 1}}).json()["id"]
+    server.wait_for(lambda: _status(server, eid, busy)["status"] == "IN_PROGRESS", what="busy")
+    lined_before = _counter(server, "skiff_jobs_lined_up", eid)
+    running = server.http.post(f"/v2/{eid}/run", json={"input": {"sleep": 3}}).json()["id"]
+    ids = [server.http.post(f"/v2/{eid}/run", json={"input": i}).json()["id"] for i in behind]
+
+    def lined_up() -> bool:
+        handed = _counter(server, "skiff_jobs_lined_up", eid) - lined_before
+        return handed >= len(ids) and _status(server, eid, running)["status"] == "IN_PROGRESS"
+
+    server.wait_for(lined_up, timeout=20, what="the jobs to be lined up behind a running one")
+    for job_id in ids:
+        assert _status(server, eid, job_id)["status"] == "IN_QUEUE", "left its line too soon"
+    return running, ids
+
+
+def test_a_job_cancelled_in_line_never_starts_and_the_job_behind_it_does_not_wait_for_it(
+    server: Server, tmp_path: Path
+) -> None:
+    record = tmp_path / "runs.txt"
+    eid = _endpoint(server, record, workersMax=1, idleTimeout=30)
+    # Were the cancelled job to start, the job behind it would wait ten minutes for it.
+    running, (cancelled, behind) = _line_up_behind_a_running_job(
+        server, eid, [{"sleep": 600}, {"after": "cancelled"}]
+    )
+    answer = server.http.post(f"/v2/{eid}/cancel/{cancelled}")
+    assert answer.json() == {"id": cancelled, "status": "CANCELLED"}
+
+    server.wait_for(
+        lambda: _status(server, eid, behind)["status"] == "COMPLETED",
+        timeout=60,
+        what="the job behind the cancelled one",
+    )
+    assert _status(server, eid, behind)["output"] == {"echo": {"after": "cancelled"}}
+    assert _status(server, eid, running)["status"] == "COMPLETED"
+    assert _status(server, eid, cancelled)["status"] == "CANCELLED"
+    started = record.read_text().split()
+    assert cancelled not in started, "the cancelled job's handler started"
+    assert started.index(running) < started.index(behind)
+    assert _runs(record)[behind] == 1
+
+
+def test_jobs_purged_from_a_line_never_start_and_the_next_job_does_not_wait_for_them(
+    server: Server, tmp_path: Path
+) -> None:
+    record = tmp_path / "runs.txt"
+    eid = _endpoint(server, record, workersMax=1, idleTimeout=30)
+    running, purged = _line_up_behind_a_running_job(server, eid, [{"sleep": 600}, {"sleep": 600}])
+    assert server.http.post(f"/v2/{eid}/purge-queue").json()["removed"] == 2
+    after = server.http.post(f"/v2/{eid}/run", json={"input": {"after": "purge"}}).json()["id"]
+
+    server.wait_for(
+        lambda: _status(server, eid, after)["status"] == "COMPLETED",
+        timeout=60,
+        what="the job submitted after the purge",
+    )
+    assert _status(server, eid, running)["status"] == "COMPLETED"
+    started = record.read_text().split()
+    assert not set(purged) & set(started), "a purged job's handler started"
+    assert started.index(running) < started.index(after)

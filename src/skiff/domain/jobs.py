@@ -175,6 +175,9 @@ class Job:
     seq: int = 0
     #: Not stored: set on the job a cancel returns when its worker must be told to stop.
     stop_pending: bool = False
+    #: Not stored: set on the job a result finishes when the next job lined up on its worker is
+    #: no longer wanted: the worker starts that job on its own unless it is ended first.
+    line_broken: bool = False
     #: Who submitted it through a public model's id, when not the endpoint's owner: only that
     #: caller reads or acts on it (``services/jobs.py``). None: the owner's own.
     caller_id: str | None = None

@@ -25,6 +25,13 @@ from skiff.services.workers import Workers
 from skiff.store.base import Store
 
 StillConnected = Callable[[], Awaitable[bool]]
+#: Ends a worker at once, unwarned, and says whether it could (the fleet's ``end_at_once``).
+EndWorker = Callable[[Worker], Awaitable[bool]]
+
+
+async def _cannot_end(worker: Worker) -> bool:
+    return False
+
 
 #: A worker that is being stopped still polls; answer it slowly so it does not spin.
 _STOPPING_WAIT_SECONDS = 1.0
@@ -58,6 +65,9 @@ class Dispatch:
         wakeups.on_close(self.result_holds.close)
         #: Jobs handed to a default worker behind the one it takes (off: none).
         self.lineup = lineup or Lineup(0)
+        #: Ends a worker whose next lined-up job is no longer wanted (services/lineup.py); the
+        #: fleet sets it, as it is built after this.
+        self.end_worker: EndWorker = _cannot_end
 
     async def take(
         self,
@@ -200,6 +210,11 @@ class Dispatch:
                 self.lineup.observe(
                     finished.endpoint_id, finished.finished_at - finished.started_at
                 )
+            if finished.line_broken:
+                # Its next job was cancelled or purged in line: the SDK starts it as soon as
+                # this answer ends the job before it, so the worker is ended first.
+                await self._break_line(worker)
+                return
             # Recorded and announced: only the answer to the worker may wait, to start its next
             # job sooner (services/result_holds.py).
             await self.result_holds.hold(worker.id)
@@ -237,6 +252,14 @@ class Dispatch:
                 if not await still_connected():
                     return []
                 ids = await self._store.take_stop_signals(worker.id, self._clock.now())
+                if (
+                    ids
+                    and await self._store.lineup_broken(worker.id)
+                    and await self._break_line(worker)
+                ):
+                    # Told to stop its running job, the SDK would start the next one in its
+                    # line at once, and that one was cancelled or purged in line.
+                    return []
                 if ids:
                     # The worker stays busy until it next asks for work saying it holds
                     # nothing: a synchronous handler runs on until it returns.
@@ -246,6 +269,19 @@ class Dispatch:
                     return []
                 await self._wakeups.wait(event, remaining)
                 woken = True
+
+    async def _break_line(self, worker: Worker) -> bool:
+        """The job this worker starts next on its own is no longer wanted: the runpod SDK runs
+        every job it queued (even when told to shut down) and a stop signal reaches only a job
+        already started, so the worker is ended before it is answered; the rest of its line goes
+        back to the queue untouched when its exit is reported (services/lineup.py). One this
+        server cannot end (an external worker's process is not ours) is answered anyway: the
+        stop signal the store recorded reaches the job once it runs. Whether it was ended."""
+        if not await self.end_worker(worker):
+            return False
+        # Nothing of its is held any more: its process is gone.
+        self.result_holds.release(worker.id)
+        return True
 
     async def _still_wanted(self, worker_id: str) -> bool:
         current = await self._workers.get(worker_id)

@@ -479,6 +479,27 @@ class Fleet:
         await self._fail(worker.endpoint_id, f"worker {worker.id}: {why}; it was ended", worker.id)
         self.stop_worker(worker)
 
+    async def end_at_once(self, worker: Worker) -> bool:
+        """End a worker now, with no grace (SIGKILL), before it is answered: its next lined-up
+        job is no longer wanted, and the runpod SDK runs every job it queued, a SIGTERM's drain
+        included (services/lineup.py). Its exit is then reported as for any stopped worker, and
+        its lined-up jobs go back to the queue. False, and nothing done, for a worker this
+        replica does not run (external, another replica's) or that is already being stopped."""
+        if not self._owns(worker) or worker.id in self._reaping or worker.id in self._starting:
+            return False
+        if worker.state is WorkerState.STOPPING:
+            return False
+        worker.state = WorkerState.STOPPING
+        self._reaping.add(worker.id)
+        try:
+            # Recorded first: the claim refuses a stopping worker whichever replica it polls.
+            await self._workers.set_state(worker, WorkerState.STOPPING)
+            self._dispatch.wake_pollers(worker.endpoint_id)
+            await self.provider.stop(worker.id, 0)
+        finally:
+            self._reaping.discard(worker.id)
+        return True
+
     def stop_worker(self, worker: Worker) -> None:
         """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
         without a process (throttled, unhealthy) is simply dropped."""

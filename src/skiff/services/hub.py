@@ -153,6 +153,7 @@ class Services:
             volumes=volumes,
             isolation=isolation,
         )
+        dispatch.end_worker = fleet.end_at_once
         placement = Placement(store, gpu_pool, fleet)
         cluster_inventory = (
             ClusterInventory(

@@ -12,10 +12,23 @@ of once per job.
 
 A lined-up job has not started: it stays IN_QUEUE (``/status``, ``/health`` and the scaler say
 it waits), its ``executionTimeout`` and its attempt count start only when the job before it
-ends, a lost worker's lined-up jobs go back to the queue with no attempt counted, and a
-cancelled or purged one is passed over with a stop signal when its turn comes. What it costs is
-that a job lined up on a busy worker waits its turn there even if another worker frees up, so
-the line-up is kept short:
+ends, and a lost worker's lined-up jobs go back to the queue with no attempt counted.
+
+A lined-up job cancelled, purged or expired before its turn must not start, but nothing in the
+SDK's protocol can take it back: ``run_jobs`` starts the next job of its queue as soon as the
+task of the one before ends (when the answer to its job-done arrives, or when it is stopped),
+with no call to the server in between; a shutdown (SIGTERM) drains the queue first; and
+``stop_job`` acts only on a job whose task exists, i.e. one whose handler is already running. So
+when such a job is next, the store says the line is broken (``Job.line_broken`` on the result
+before it, ``Store.lineup_broken`` after a stop signal), and ``Dispatch`` has the fleet end the
+worker with SIGKILL before it answers; the jobs lined up after it go back to the queue when the
+exit is reported, and the scaler starts a replacement. That costs one worker start, only when a
+job no longer wanted is next in line. A worker this server cannot end (an external one, or
+another replica's) is answered anyway and gets a stop signal for the job, which cuts it short
+only once it has started; it moves past the job in the store's view when it takes that signal.
+
+What line-ups cost otherwise is that a job lined up on a busy worker waits its turn there even
+if another worker frees up, so the line-up is kept short:
 
 - only jobs the worker would run within ``seconds`` by the endpoint's recent execution times
   (no history yet: nothing is lined up; the job it takes counts in that time);

@@ -298,8 +298,9 @@ class Store(Protocol):
     ) -> Job | None:
         """Move an IN_PROGRESS job (held by ``worker_id`` when given) to a final state; the
         worker lets go of it in the same transaction (as ``let_go_of_jobs``), and the next job
-        lined up on it starts (``line_up_jobs``; one no longer wanted, being cancelled or gone,
-        is passed over with a stop signal). A result for a job still lined up on the worker
+        lined up on it starts (``line_up_jobs``). When that one is no longer wanted (cancelled,
+        purged, expired), nothing starts and the job returned says ``line_broken``: the worker
+        would start it on its own and must be ended first (it gets a stop signal too). A result for a job still lined up on the worker
         means it started without the store hearing: it is started and finished here. ``None``
         when the job is gone, final already, or held by another worker."""
         ...
@@ -339,6 +340,12 @@ class Store(Protocol):
         """Ids of jobs this worker must stop (cancelled, timed out, expired); each once. The
         signal itself stays until the worker lets go of the job (``let_go_of_jobs``). A worker
         told to stop the job it ran, holding no other, starts its next lined-up job."""
+        ...
+
+    async def lineup_broken(self, worker_id: str) -> bool:
+        """Whether the worker runs no job and the first job lined up on it is no longer wanted
+        (cancelled, purged, expired): it has that job queued and will start it on its own.
+        ``finish_job`` says the same on the job it returns (``Job.line_broken``)."""
         ...
 
     async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:

@@ -221,13 +221,23 @@ async def _let_go(conn: Any, worker_id: str, job_ids: list[str] | None, now: flo
 
 
 async def _advance_lineup(
-    conn: Any, worker_id: str, now: float, through: str | None = None
-) -> None:
-    """The worker's running job ended: start the next job lined up on it. One no longer wanted
-    (cancelled, purged, expired or handed back) is passed over with a stop signal, since the
-    worker has it queued and will start it. With ``through``, a result for that lined-up job
-    arrived: every job up to it started unseen, and it is started too (to be finished); if it
-    is no longer wanted, the worker has moved on past it, so the job after it starts."""
+    conn: Any,
+    worker_id: str,
+    now: float,
+    through: str | None = None,
+    told: frozenset[str] = frozenset(),
+) -> bool:
+    """The worker's running job ended: start the next job lined up on it. When that job is no
+    longer wanted (cancelled, purged, expired), the worker, which has it queued, will start it
+    on its own: nothing is started, its row stays, and True is returned: the line is broken,
+    and the worker must be ended before it is answered (services/lineup.py). It gets a stop
+    signal too, for a worker that cannot be ended; one whose stop signal the worker was just
+    given (``told``) is passed over: the worker is past it. With ``through``, a result for that
+    lined-up job arrived: every job up to it started unseen, and it is started too (to be
+    finished); if it is no longer wanted, the worker has moved on past it, so the job after it
+    starts."""
+    # The last row the worker is past.
+    passed: int | None = None
     for row in await _fetch(conn, "lineup_of_worker", worker_id=worker_id):
         job_id = row["job_id"]
         started = await _fetchrow(
@@ -237,15 +247,23 @@ async def _advance_lineup(
             through = None
             if started is None:
                 # The worker ran it already: no stop signal; the next one is what it runs now.
+                passed = row["pos"]
                 continue
         elif started is None:
             await _signal_stop(conn, [(worker_id, job_id)], "no longer wanted", now)
+            if through is None and job_id not in told:
+                if passed is not None:
+                    await _execute(conn, "drop_lineup_through", worker_id=worker_id, pos=passed)
+                return True
+            passed = row["pos"]
             continue
         elif through is not None:
+            passed = row["pos"]
             continue
         await _execute(conn, "drop_lineup_through", worker_id=worker_id, pos=row["pos"])
-        return
+        return False
     await _execute(conn, "drop_lineup", worker_id=worker_id)
+    return False
 
 
 async def _unline(conn: Any, worker_id: str | None, now: float) -> list[Job]:
@@ -655,7 +673,7 @@ class PostgresStore:
             await _after_final(c, [job])
             if worker_id is not None:
                 # Before the let-go: a worker that starts its next job is not idle.
-                await _advance_lineup(c, worker_id, now)
+                job.line_broken = await _advance_lineup(c, worker_id, now)
                 await _let_go(c, worker_id, [job_id], now)
         return job
 
@@ -765,8 +783,12 @@ class PostgresStore:
             # Told to stop the job it ran, the worker starts its next lined-up one at once.
             async with self.pool.acquire() as c, c.transaction():
                 if await _fetchrow(c, "worker_runs_a_job", worker_id=worker_id) is None:
-                    await _advance_lineup(c, worker_id, now)
+                    told = frozenset(r["job_id"] for r in rows)
+                    await _advance_lineup(c, worker_id, now, told=told)
         return sorted(r["job_id"] for r in rows)
+
+    async def lineup_broken(self, worker_id: str) -> bool:
+        return await self._fetchrow_named("lineup_broken", worker_id=worker_id) is not None
 
     async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         async with self.pool.acquire() as c, c.transaction():

@@ -405,13 +405,23 @@ def _claim(
 
 
 def _advance_lineup(
-    c: sqlite3.Connection, worker_id: str, now: float, through: str | None = None
-) -> None:
-    """The worker's running job ended: start the next job lined up on it. One no longer wanted
-    (cancelled, purged, expired or handed back) is passed over with a stop signal, since the
-    worker has it queued and will start it. With ``through``, a result for that lined-up job
-    arrived: every job up to it started unseen, and it is started too (to be finished); if it
-    is no longer wanted, the worker has moved on past it, so the job after it starts."""
+    c: sqlite3.Connection,
+    worker_id: str,
+    now: float,
+    through: str | None = None,
+    told: frozenset[str] = frozenset(),
+) -> bool:
+    """The worker's running job ended: start the next job lined up on it. When that job is no
+    longer wanted (cancelled, purged, expired), the worker, which has it queued, will start it
+    on its own: nothing is started, its row stays, and True is returned: the line is broken,
+    and the worker must be ended before it is answered (services/lineup.py). It gets a stop
+    signal too, for a worker that cannot be ended; one whose stop signal the worker was just
+    given (``told``) is passed over: the worker is past it. With ``through``, a result for that
+    lined-up job arrived: every job up to it started unseen, and it is started too (to be
+    finished); if it is no longer wanted, the worker has moved on past it, so the job after it
+    starts."""
+    # The last row the worker is past.
+    passed: int | None = None
     for row in _rows(c, "lineup_of_worker", worker_id=worker_id):
         job_id = row["job_id"]
         job = _read_one(
@@ -421,15 +431,23 @@ def _advance_lineup(
             through = None
             if job is None:
                 # The worker ran it already: no stop signal; the next one is what it runs now.
+                passed = row["pos"]
                 continue
         elif job is None:
             _signal_stop(c, [(worker_id, job_id)], "no longer wanted", now)
+            if through is None and job_id not in told:
+                if passed is not None:
+                    _run(c, "drop_lineup_through", worker_id=worker_id, pos=passed)
+                return True
+            passed = row["pos"]
             continue
         elif through is not None:
+            passed = row["pos"]
             continue
         _run(c, "drop_lineup_through", worker_id=worker_id, pos=row["pos"])
-        return
+        return False
     _run(c, "drop_lineup", worker_id=worker_id)
+    return False
 
 
 def _unline(c: sqlite3.Connection, worker_id: str | None, now: float) -> list[Job]:
@@ -875,7 +893,7 @@ class SQLiteStore:
                 return None
             _after_final(c, [job])
             if worker_id is not None:
-                _advance_lineup(c, worker_id, now)
+                job.line_broken = _advance_lineup(c, worker_id, now)
                 _let_go(c, worker_id, [job_id], now)
             return job
 
@@ -985,10 +1003,13 @@ class SQLiteStore:
             ids = sorted(r["job_id"] for r in _rows(c, "take_stop_signals", worker_id=worker_id))
             # Told to stop the job it ran, the worker starts its next lined-up one at once.
             if ids and _row(c, "worker_runs_a_job", worker_id=worker_id) is None:
-                _advance_lineup(c, worker_id, now)
+                _advance_lineup(c, worker_id, now, told=frozenset(ids))
             return ids
 
         return await self._write(op)
+
+    async def lineup_broken(self, worker_id: str) -> bool:
+        return bool(self._query("lineup_broken", worker_id=worker_id))
 
     async def let_go_of_jobs(self, worker_id: str, job_ids: list[str] | None, now: float) -> None:
         def op(c: sqlite3.Connection) -> None:

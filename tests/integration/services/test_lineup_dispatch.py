@@ -467,7 +467,9 @@ async def test_purged_lined_up_jobs_are_gone_and_passed_over(rig: Rig) -> None:
     assert await rig.status(ids[0]) is JobStatus.IN_PROGRESS
     assert await rig.stop_signals() == []
     await rig.done(ids[0])
-    assert await rig.stop_signals() == sorted(ids[1:])
+    # A worker this cannot end is told of them one by one, moving past each as it is told.
+    assert await rig.stop_signals() == [ids[1]]
+    assert await rig.stop_signals() == [ids[2]]
     assert await rig.status(ids[0]) is JobStatus.COMPLETED
     # The queue is empty again for everyone.
     later = await rig.submit()
@@ -502,3 +504,64 @@ async def test_a_cancelled_running_job_starts_the_next_when_its_stop_is_taken(ri
     assert started.started_at == rig.clock.now()
     await rig.done(ids[1])
     assert await rig.status(ids[1]) is JobStatus.COMPLETED
+
+
+async def test_the_result_before_a_job_cancelled_in_line_ends_the_worker_before_its_answer(
+    rig: Rig,
+) -> None:
+    """The SDK starts the next job it queued as soon as this answer arrives: the worker is ended
+    first, and the rest of its line is left for its exit to hand back."""
+    await rig.history()
+    ended: list[str] = []
+
+    async def end(worker: Worker) -> bool:
+        ended.append(worker.id)
+        return True
+
+    rig.dispatch.end_worker = end
+    ids = [await rig.submit() for _ in range(3)]
+    assert await rig.take_ids() == ids
+    await rig.jobs.cancel(rig.endpoint, ids[1])
+    assert ended == []
+    await rig.done(ids[0])
+    assert ended == ["w1"]
+    assert await rig.status(ids[0]) is JobStatus.COMPLETED
+    assert await rig.status(ids[2]) is JobStatus.IN_QUEUE
+    await rig.dispatch.worker_lost(await _worker(rig, "w1"), "the worker was stopped")
+    assert await rig.take_ids("w2", may_line_up=False) == [ids[2]]
+
+
+async def test_a_stop_that_would_start_a_job_cancelled_in_line_ends_the_worker_instead(
+    rig: Rig,
+) -> None:
+    await rig.history()
+    ended: list[str] = []
+
+    async def end(worker: Worker) -> bool:
+        ended.append(worker.id)
+        return True
+
+    rig.dispatch.end_worker = end
+    ids = [await rig.submit() for _ in range(3)]
+    assert await rig.take_ids() == ids
+    await rig.jobs.cancel(rig.endpoint, ids[1])
+    await rig.jobs.cancel(rig.endpoint, ids[0])
+    assert await rig.stop_signals() == []
+    assert ended == ["w1"]
+    assert await rig.status(ids[2]) is JobStatus.IN_QUEUE
+
+
+async def test_a_result_with_a_wanted_job_next_ends_no_worker(rig: Rig) -> None:
+    await rig.history()
+    ended: list[str] = []
+
+    async def end(worker: Worker) -> bool:
+        ended.append(worker.id)
+        return True
+
+    rig.dispatch.end_worker = end
+    ids = [await rig.submit() for _ in range(2)]
+    assert await rig.take_ids() == ids
+    await rig.done(ids[0])
+    assert ended == []
+    assert await rig.status(ids[1]) is JobStatus.IN_PROGRESS

@@ -322,10 +322,13 @@ async def test_a_result_for_a_lined_up_job_no_longer_wanted_starts_the_next_one_
     assert await store.take_stop_signals("w-1", T0 + 6) == []
 
 
-# -- jobs passed over at their turn ----------------------------------------------------------
+# -- a job no longer wanted at its turn --------------------------------------------------------
+# The worker has it queued and starts it on its own: the result before it says the line is broken
+# (the service ends the worker before answering), and nothing more starts. A worker that could
+# not be ended gets a stop signal for it, and moves on past it when it takes that signal.
 
 
-async def test_a_cancelled_lined_up_job_is_passed_over_with_a_stop_signal_and_the_next_starts(
+async def test_a_cancelled_lined_up_job_at_its_turn_breaks_the_line_and_starts_nothing(
     store: Store,
 ) -> None:
     await running_with_lineup(store)
@@ -333,38 +336,66 @@ async def test_a_cancelled_lined_up_job_is_passed_over_with_a_stop_signal_and_th
     assert cancelled is not None
     assert cancelled.status is JobStatus.CANCELLED and cancelled.finished_at == T0 + 3
     assert cancelled.stop_pending is False
-    await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert await store.lineup_broken("w-1") is False  # "run" runs: not its turn yet
+    done = await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert done is not None and done.line_broken
+    assert await store.lineup_broken("w-1") is True
     a = await get(store, "a")
     assert a.status is JobStatus.CANCELLED and a.started_at is None and a.attempt == 0
-    assert_started(await get(store, "b"), at=T0 + 5)
-    assert await store.take_stop_signals("w-1", T0 + 6) == ["a"]
-    assert await store.take_stop_signals("w-1", T0 + 7) == []
-    # Taking that signal starts nothing more: the worker runs "b".
-    assert_started(await get(store, "b"), at=T0 + 5)
+    b = await get(store, "b")
+    assert b.status is JobStatus.IN_QUEUE and b.worker_id == "w-1" and b.started_at is None
     await assert_counts_match(store, ["run", "a", "b"])
 
 
-async def test_purged_lined_up_jobs_are_passed_over_with_stop_signals(store: Store) -> None:
+async def test_a_worker_that_takes_the_stop_signal_of_a_broken_lines_job_moves_past_it(
+    store: Store,
+) -> None:
+    await running_with_lineup(store)
+    await store.cancel_job(EP, "a", T0 + 3)
+    await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert await store.take_stop_signals("w-1", T0 + 6) == ["a"]
+    assert await store.lineup_broken("w-1") is False
+    assert_started(await get(store, "b"), at=T0 + 6)
+    assert await store.take_stop_signals("w-1", T0 + 7) == []
+    await assert_counts_match(store, ["run", "a", "b"])
+
+
+async def test_a_finished_job_with_a_wanted_job_next_breaks_no_line(store: Store) -> None:
+    await running_with_lineup(store)
+    done = await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert done is not None and not done.line_broken
+    assert await store.lineup_broken("w-1") is False
+
+
+async def test_purged_lined_up_jobs_break_the_line_and_are_signalled_one_by_one(
+    store: Store,
+) -> None:
     await running_with_lineup(store)
     await store.insert_job(job_of("c"))
     assert await store.purge_queue(EP) == 3
     assert await store.get_job(EP, "a") is None
-    await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
-    assert await store.take_stop_signals("w-1", T0 + 6) == ["a", "b"]
+    done = await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert done is not None and done.line_broken
+    assert await store.take_stop_signals("w-1", T0 + 6) == ["a"]
+    assert await store.lineup_broken("w-1") is True
+    assert await store.take_stop_signals("w-1", T0 + 6) == ["b"]
+    assert await store.lineup_broken("w-1") is False
     worker = await store.get_worker("w-1")
     assert worker is not None and worker.state is WorkerState.IDLE
     await assert_counts_match(store, ["run"])
 
 
-async def test_an_expired_lined_up_job_is_passed_over_with_a_stop_signal(store: Store) -> None:
+async def test_an_expired_lined_up_job_at_its_turn_breaks_the_line(store: Store) -> None:
     await store.save_worker(make_worker("w-1"))
     await insert_jobs(store, job_of("run"), job_of("a", ttl_ms=3_000), job_of("b"))
     await store.claim_jobs(EP, "w-1", 1, now=CLAIMED_AT, lease_until=LEASE)
     assert len(await store.line_up_jobs(EP, "w-1", 2, CLAIMED_AT, LEASE)) == 2
     assert [j.id for j in await store.expire_jobs(T0 + 4, 10)] == ["a"]
-    await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
-    assert_started(await get(store, "b"), at=T0 + 5)
+    done = await store.finish_job("run", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 5)
+    assert done is not None and done.line_broken
+    assert (await get(store, "b")).status is JobStatus.IN_QUEUE
     assert await store.take_stop_signals("w-1", T0 + 6) == ["a"]
+    assert_started(await get(store, "b"), at=T0 + 6)
 
 
 # -- a stop signal starts the next job -------------------------------------------------------

@@ -39,6 +39,16 @@ RETURNING *;
 -- name: worker_runs_a_job
 SELECT 1 FROM jobs WHERE worker_id = :worker_id AND status = 'IN_PROGRESS' LIMIT 1;
 
+-- The worker runs no job and the first job lined up on it is no longer wanted: it has that job
+-- queued and starts it on its own, so it must be ended first (services/lineup.py).
+-- name: lineup_broken
+SELECT 1 FROM lineups l
+WHERE l.worker_id = :worker_id
+  AND l.pos = (SELECT MIN(pos) FROM lineups WHERE worker_id = :worker_id)
+  AND NOT EXISTS (SELECT 1 FROM jobs j
+                  WHERE j.id = l.job_id AND j.worker_id = :worker_id AND j.status = 'IN_QUEUE')
+  AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.worker_id = :worker_id AND r.status = 'IN_PROGRESS');
+
 -- A ping that proved the worker holds its jobs keeps its line-up too.
 -- name: renew_lineup_leases
 UPDATE jobs SET lease_until = :lease_until WHERE worker_id = :worker_id AND status = 'IN_QUEUE';
