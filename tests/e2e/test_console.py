@@ -492,6 +492,50 @@ def test_an_endpoint_that_cannot_place_a_worker_says_why_and_the_form_defaults_t
     server.http.delete(f"/v1/endpoints/{eid}")
 
 
+def test_creating_or_saving_an_endpoint_no_gpu_here_can_serve_shows_the_apis_warning(
+    page: Any, server: Server
+) -> None:
+    """The form saves a GPU endpoint wanting a type this server lacks: the page it lands on
+    warns as the API's answer does (naming `computeType: CPU` and SKIFF_GPUS) instead of
+    promising workers; saving it again warns again. A CPU endpoint's page has no warning."""
+    template = server.create_template(
+        "echo_worker.py",
+        name="warned-echo",
+        category="CPU",
+        dockerStartCmd=shlex.split(START_COMMAND),
+    )
+    sign_in(page, server)
+    page.get_by_role("link", name="New endpoint").click()
+    page.get_by_label("Name", exact=True).fill("console-warned")
+    page.get_by_label("Template", exact=True).select_option(template["id"])
+    page.get_by_label("Compute type").select_option("GPU")
+    page.get_by_label("GPU types, in priority order").fill("NVIDIA Imaginary 1")
+    page.get_by_role("button", name="Create endpoint").click()
+    page.get_by_role("heading", name="console-warned").wait_for()
+    endpoint_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+    warning = page.locator("[data-warning]")
+    expect_text(warning, r"needs a GPU among \[NVIDIA Imaginary 1\]")
+    expect_text(warning, r"`computeType: CPU`.*SKIFF_GPUS")
+    assert "Workers start when jobs arrive" not in page.locator(".notice").inner_text()
+    shot(page, "endpoint-created-warning")
+
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}/edit")
+    page.get_by_label("Max workers").fill("2")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator(".notice"), "Saved")
+    expect_text(page.locator("[data-warning]"), r"`computeType: CPU`.*SKIFF_GPUS")
+    # Only right after saving: the page read later says why workers wait (placement) instead.
+    page.goto(f"{server.url}/console/endpoints/{endpoint_id}")
+    assert page.locator("[data-warning]").count() == 0
+    server.http.delete(f"/v1/endpoints/{endpoint_id}")
+
+    cpu = echo_endpoint(server, "console-unwarned")
+    page.goto(f"{server.url}/console/endpoints/{cpu['id']}?created=1")
+    expect_text(page.locator(".notice"), "Workers start when jobs arrive")
+    assert page.locator("[data-warning]").count() == 0
+    server.http.delete(f"/v1/endpoints/{cpu['id']}")
+
+
 def make_volume(server: Server, name: str, size: int = 1) -> dict[str, Any]:
     made = server.http.post("/v1/networkvolumes", json={"name": name, "size": size})
     assert made.status_code == 200, made.text

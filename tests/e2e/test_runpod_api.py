@@ -68,6 +68,20 @@ def test_my_endpoints_as_the_sdk_lists_them(fleet: Server, sdk: Any) -> None:
     assert listed["env"] == [{"key": "A", "value": "1"}]
 
 
+def test_the_sdk_creates_an_endpoint_no_gpu_here_can_serve_despite_the_warning(
+    fleet: Server, sdk: Any
+) -> None:
+    """The answer carries ``extensions.warnings`` beside the data; the SDK parses it as before."""
+    template = sdk.create_template(name="sdk-warned", image_name="local/worker")
+    h100 = "NVIDIA H100 80GB HBM3"  # not in this fleet
+    endpoint = sdk.create_endpoint(name="sdk-warned", template_id=template["id"], gpu_ids=h100)
+    assert (endpoint["name"], endpoint["gpuIds"]) == ("sdk-warned", h100)
+    stored = fleet.http.get(f"/v1/endpoints/{endpoint['id']}").json()
+    assert stored["placement"]["cause"] == "no-gpu"
+    fleet.http.delete(f"/v1/endpoints/{endpoint['id']}")
+    fleet.http.delete(f"/v1/templates/{template['id']}")
+
+
 def test_a_pod_is_listed_stopped_resumed_and_terminated(
     fleet: Server, sdk: Any, tmp_path: Path
 ) -> None:

@@ -302,6 +302,8 @@ type Endpoint {
   aiKey: String
   createdAt: String
   env: [EnvVar!]!
+  "What keeps its settings from working on this server, in plain sentences (/v1's warnings)."
+  warnings: [String!]!
 }
 
 type EnvVar {
@@ -437,6 +439,11 @@ def build(services: Services) -> ASGIApp:
             "isServerless": template.isServerless,
         }
 
+    def warn(info: Info, endpoint: Endpoint) -> None:
+        """Keep what saving ``endpoint`` warns of for the answer's ``extensions.warnings``: the
+        runpod SDK asks for fixed fields (not ``warnings``) and ignores ``extensions``."""
+        info.context["warnings"].extend(services.placement.warnings(endpoint))
+
     @mutation.field("saveEndpoint")
     async def resolve_save_endpoint(_obj: Any, info: Info, input: dict[str, Any]) -> Endpoint:
         fields: dict[str, Any] = {"name": input["name"], "templateId": input["templateId"]}
@@ -457,6 +464,7 @@ def build(services: Services) -> ASGIApp:
         made: Endpoint = await _acting(
             services.endpoints.create(user_of(info), _model(EndpointCreate, fields))
         )
+        warn(info, made)
         return made
 
     @mutation.field("updateEndpointTemplate")
@@ -465,6 +473,7 @@ def build(services: Services) -> ASGIApp:
         updated: Endpoint = await _acting(
             services.endpoints.update(user_of(info), input["endpointId"], change)
         )
+        warn(info, updated)
         return updated
 
     @mutation.field("saveRegistryAuth")
@@ -541,6 +550,10 @@ def build(services: Services) -> ASGIApp:
     ):
         pod_type.set_field(name, pod_field(name))
 
+    @endpoint_type.field("warnings")
+    def resolve_endpoint_warnings(endpoint: Endpoint, _info: Info) -> list[str]:
+        return services.placement.warnings(endpoint)
+
     def endpoint_field(name: str) -> Any:
         def resolve(endpoint: Endpoint, _info: Info) -> Any:
             return _endpoint_fields(endpoint)[name]
@@ -607,10 +620,11 @@ def build(services: Services) -> ASGIApp:
         why = unstorable(data["query"]) or unstorable_value(data.get("variables"))
         if why is not None:
             return _refused(why, 200)
+        context: dict[str, Any] = {"user": user, "warnings": []}
         _ok, result = await graphql(
             schema,
             data,
-            context_value={"user": user},
+            context_value=context,
             query_parser=parse_query,
             query_validator=validate_query,
             # ariadne's cost does not see introspection's fields; no client of skiff's needs them.
@@ -618,6 +632,9 @@ def build(services: Services) -> ASGIApp:
             logger=_UNLOGGED,
             error_formatter=_error_format,
         )
+        if context["warnings"]:
+            # GraphQL's own place for what is not data: https://spec.graphql.org/ (Response).
+            result["extensions"] = {"warnings": context["warnings"]}
         return _json(result, 200)
 
     # The key and the body's size are checked from the headers, before the body is read.

@@ -126,6 +126,14 @@ class EndpointOut(EndpointSpec):
         description="Present while something keeps its workers from running, saying what: "
         "jobs wait in the queue meanwhile",
     )
+    warnings: list[str] | None = Field(
+        default=None,
+        description="Only in the answers to create and update: what keeps the settings just "
+        "saved from working on this server, in plain sentences (empty when nothing does). "
+        "The endpoint is saved either way. Today one case: a GPU endpoint (`computeType` "
+        "defaults to GPU) that no GPU of this server can serve, whose jobs would wait in the "
+        "queue until they expire; it names `computeType: CPU` and `SKIFF_GPUS`",
+    )
 
 
 def _worker_out(report: WorkerReport) -> WorkerOut:
@@ -304,13 +312,21 @@ def build(services: Services) -> FastAPI:
             out.workers = [_worker_out(r) for r in await services.endpoints.workers_of(endpoint.id)]
         return out
 
+    async def saved(user: User, endpoint: Endpoint) -> EndpointOut:
+        """The answer to a create or update: the endpoint with what its settings warn of."""
+        out = await render(user, endpoint, False, False)
+        out.warnings = services.placement.warnings(endpoint)
+        return out
+
     IncludeTemplate = Annotated[bool, Query(alias="includeTemplate")]
     IncludeWorkers = Annotated[bool, Query(alias="includeWorkers")]
 
     @endpoints.post("", response_model=EndpointOut, response_model_exclude_none=True, responses=BAD)
     async def create_endpoint(body: EndpointCreate, user: UserDep) -> EndpointOut:
-        """Create a serverless endpoint; its job URL is `/v2/{id}/`."""
-        return await render(user, await services.endpoints.create(user, body), False, False)
+        """Create a serverless endpoint; its job URL is `/v2/{id}/`. The answer's `warnings`
+        say what keeps its settings from working on this server (e.g. a GPU endpoint on a
+        server without GPUs)."""
+        return await saved(user, await services.endpoints.create(user, body))
 
     @endpoints.get("", response_model=list[EndpointOut], response_model_exclude_none=True)
     async def list_endpoints(
@@ -347,10 +363,8 @@ def build(services: Services) -> FastAPI:
     async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
         """Changing the template, env, GPU settings or network volume bumps `version` and
         rolls the workers: new ones start with the new settings, old ones finish their job and
-        stop."""
-        return await render(
-            user, await services.endpoints.update(user, endpoint_id, body), False, False
-        )
+        stop. The answer's `warnings` are those of create."""
+        return await saved(user, await services.endpoints.update(user, endpoint_id, body))
 
     @endpoints.post(
         "/{endpoint_id}/update",
@@ -362,9 +376,7 @@ def build(services: Services) -> FastAPI:
         endpoint_id: str, body: EndpointUpdate, user: UserDep
     ) -> EndpointOut:
         """The same as PATCH."""
-        return await render(
-            user, await services.endpoints.update(user, endpoint_id, body), False, False
-        )
+        return await saved(user, await services.endpoints.update(user, endpoint_id, body))
 
     @endpoints.delete("/{endpoint_id}", status_code=204, responses=NOT_FOUND)
     async def delete_endpoint(endpoint_id: str, user: UserDep) -> Response:

@@ -345,6 +345,8 @@ async def detail_page(
 ) -> Response:
     """The endpoint's page; the request panel's form comes back with its error, if any."""
     template = await console.services.templates.get(visitor.user, endpoint.spec.templateId)
+    just_saved = "created" in request.query_params or "saved" in request.query_params
+    saved_warnings = console.services.placement.warnings(endpoint) if just_saved else []
     return console.page(
         request,
         "endpoint.html",
@@ -356,6 +358,8 @@ async def detail_page(
         request_error=request_error,
         states=[s.value for s in JobStatus],
         notice=request.query_params,
+        # Right after a create or a save: what the API's answer warns of (api/management.py).
+        warnings=saved_warnings,
         worker_cost=console.services.billing.worker_cost_per_hour(endpoint),
         lb_domain=console.services.settings.lb_domain,
         **await live_state(console, endpoint),

@@ -65,6 +65,21 @@ def missing_gpus(spec: EndpointSpec, inventory: Sequence[Gpu]) -> Blocker | None
     )
 
 
+def endpoint_warnings(spec: EndpointSpec, inventory: Sequence[Gpu]) -> list[str]:
+    """What the create and update answers warn of, in plain sentences (empty when nothing):
+    settings that cannot work on this server as it stands. The endpoint is saved all the same
+    (the fleet may change), but its jobs would only wait."""
+    if missing_gpus(spec, inventory) is None:
+        return []
+    return [
+        f"No worker of this endpoint can start on this server: each needs {_wanted(spec)} "
+        f"and this server has {describe_gpus(inventory)}, so its jobs would wait in the "
+        "queue until they expire. For work that needs no GPU set `computeType: CPU`; "
+        "otherwise name GPU types this server has, or declare the server's GPUs with "
+        "SKIFF_GPUS (e.g. SKIFF_GPUS='NVIDIA GeForce RTX 4090:1')."
+    ]
+
+
 def worker_limit_blocker(running: int, limit: int) -> Blocker:
     return Blocker(
         BlockerCause.WORKER_LIMIT,

@@ -4,7 +4,7 @@ its worker records, its recorded start failure, the GPU inventory and the worker
 from __future__ import annotations
 
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.placement import Blocker, why_blocked
+from skiff.domain.placement import Blocker, endpoint_warnings, why_blocked
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
@@ -16,6 +16,10 @@ class Placement:
         self._store = store
         self._gpus = gpus
         self._fleet = fleet
+
+    def warnings(self, endpoint: Endpoint) -> list[str]:
+        """What the answer to saving ``endpoint`` warns of (``domain.placement``)."""
+        return endpoint_warnings(endpoint.spec, self._gpus.gpus)
 
     async def why(self, endpoint: Endpoint, workers: list[Worker] | None = None) -> Blocker | None:
         """What keeps the endpoint's workers from running, None when nothing does.

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from skiff.domain.endpoints import ComputeType, EndpointSpec
 from skiff.domain.gpus import Gpu
-from skiff.domain.placement import BlockerCause, describe_gpus, missing_gpus, why_blocked
+from skiff.domain.placement import (
+    BlockerCause,
+    describe_gpus,
+    endpoint_warnings,
+    missing_gpus,
+    why_blocked,
+)
 
 RTX = "NVIDIA GeForce RTX 4090"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -66,3 +72,19 @@ def test_the_most_lasting_cause_is_named_first() -> None:
 def test_describe_gpus_counts_each_type_in_inventory_order() -> None:
     assert describe_gpus([Gpu(1, RTX), Gpu(0, H100), Gpu(2, RTX)]) == f"1 x {H100}, 2 x {RTX}"
     assert describe_gpus([]) == "no GPUs"
+
+
+def test_an_endpoint_without_compute_type_on_a_cpu_host_is_warned_of_cpu_and_skiff_gpus() -> None:
+    (warning,) = endpoint_warnings(spec(), [])
+    assert "needs a GPU among [any type] and this server has no GPUs" in warning
+    assert "`computeType: CPU`" in warning and "SKIFF_GPUS" in warning
+
+
+def test_gpu_types_the_fleet_lacks_are_warned_of_and_types_it_has_are_not() -> None:
+    (warning,) = endpoint_warnings(spec(gpuTypeIds=[H100]), [Gpu(0, RTX)])
+    assert f"among [{H100}] and this server has 1 x {RTX}" in warning
+    assert endpoint_warnings(spec(gpuTypeIds=[H100, RTX]), [Gpu(0, RTX)]) == []
+
+
+def test_a_cpu_endpoint_is_warned_of_nothing() -> None:
+    assert endpoint_warnings(spec(computeType=ComputeType.CPU), []) == []
