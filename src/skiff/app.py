@@ -1,5 +1,6 @@
 """The composition root: settings -> store, services, provider, background loops, ASGI app.
 
+/                 a page (or, asked for JSON, an index) linking the console and API docs
 /healthz          liveness (no auth)
 /metrics          Prometheus metrics (no auth)
 /v1/...           management REST          (api/management.py)
@@ -26,6 +27,7 @@ from starlette.routing import Mount, Route
 from skiff.api import graphql as graphql_api
 from skiff.api import lb as lb_api
 from skiff.api import management
+from skiff.api import root as root_api
 from skiff.api import v2 as v2_api
 from skiff.api.hot import WithHotRoutes
 from skiff.api.responses import json_response
@@ -365,6 +367,7 @@ def create_app(
     app = WithHotRoutes(
         exception_handlers={404: not_found},
         routes=[
+            Route("/", root_api.root, methods=["GET", "HEAD"]),
             Route("/healthz", healthz),
             Route("/metrics", metrics),
             Mount("/v1", app=management.build(services)),
