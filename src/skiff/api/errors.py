@@ -6,11 +6,13 @@ Error bodies: ``{"message": ...}`` on ``/v1`` (the management reference's shape)
 
 from __future__ import annotations
 
+import difflib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,7 +31,46 @@ def error_body(key: str, message: str, field: str | None = None) -> dict[str, An
     return body
 
 
-def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
+def _is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+def _body_not_json(request: Request, exc: RequestValidationError) -> str | None:
+    """Why a body was refused whole when it was not sent as JSON: FastAPI reads a body as JSON
+    only under a JSON ``Content-Type`` (curl's ``-d`` sends a form's), and pydantic then says
+    only "Input should be a valid dictionary", which names neither the header nor the fix."""
+    content_type = request.headers.get("content-type")
+    if _is_json(content_type):
+        return None
+    whole = [e for e in exc.errors() if tuple(e.get("loc", ())) == ("body",)]
+    if not whole or all(e.get("type") == "missing" for e in whole):
+        return None
+    sent = f"this request's is {content_type!r}" if content_type else "this request has none"
+    return f"send the body as JSON with the header 'Content-Type: application/json' ({sent})"
+
+
+def _model_at(request: Request, path: Sequence[str | int]) -> type[BaseModel] | None:
+    """The pydantic model of the route's body at ``path`` (field names), if one is there."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    for part in path:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        info = model.model_fields.get(str(part))
+        model = info.annotation if info is not None else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unknown_field(request: Request, loc: Sequence[str | int]) -> str:
+    """What to say of a field the body's model does not have: the close name it may mean."""
+    model = _model_at(request, loc[1:-1])
+    known = [info.alias or name for name, info in model.model_fields.items()] if model else []
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return f"unknown field; did you mean '{close[0]}'?" if close else "unknown field"
+
+
+def _describe_validation(request: Request, exc: RequestValidationError) -> tuple[str, str | None]:
     parts = []
     first_field = None
     for err in exc.errors():
@@ -38,6 +79,8 @@ def _describe_validation(exc: RequestValidationError) -> tuple[str, str | None]:
         if first_field is None:
             first_field = field
         msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden" and tuple(err.get("loc", ()))[:1] == ("body",):
+            msg = _unknown_field(request, err["loc"])
         parts.append(f"{field}: {msg}" if field else msg)
     return "; ".join(parts) or "invalid request", first_field
 
@@ -59,9 +102,12 @@ def handlers(key: str) -> dict[type[Exception], ErrorHandler]:
             response.headers.update(headers)
         return response
 
-    async def validation_error(_request: Request, exc: Exception) -> Response:
+    async def validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        message, field = _describe_validation(exc)
+        not_json = _body_not_json(request, exc)
+        if not_json is not None:
+            return json_response(error_body(key, not_json, "Content-Type"), 400)
+        message, field = _describe_validation(request, exc)
         return json_response(error_body(key, message, field), 400)
 
     async def http_error(_request: Request, exc: Exception) -> Response:
