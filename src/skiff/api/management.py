@@ -157,6 +157,9 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (o
 BAD: dict[int | str, dict[str, Any]] = {
     400: {"description": "A field is invalid; `field` names it"}
 }
+BAD_ID: dict[int | str, dict[str, Any]] = {
+    400: {"description": "invalid ID supplied: not the shape of an id (`field` is `id`)"}
+}
 
 
 def build(services: Services) -> FastAPI:
@@ -230,12 +233,16 @@ def build(services: Services) -> FastAPI:
     async def list_registry_auths(user: UserDep) -> list[RegistryAuth]:
         return await services.registry_auths.all(user)
 
-    @auths.get("/{auth_id}", response_model=RegistryAuth, responses=NOT_FOUND)
+    @auths.get("/{auth_id}", response_model=RegistryAuth, responses={**BAD_ID, **NOT_FOUND})
     async def get_registry_auth(auth_id: str, user: UserDep) -> RegistryAuth:
+        """An id that cannot be one (not lowercase letters and digits, e.g. the auth's name) is
+        a 400 "invalid ID supplied", as the specification has it; an unknown one a 404."""
         return await services.registry_auths.get(user, auth_id)
 
     @auths.delete(
-        "/{auth_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
+        "/{auth_id}",
+        status_code=204,
+        responses={**BAD_ID, **NOT_FOUND, 409: {"description": "In use"}},
     )
     async def delete_registry_auth(auth_id: str, user: UserDep) -> Response:
         await services.registry_auths.delete(user, auth_id)

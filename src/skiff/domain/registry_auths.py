@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
 from skiff.domain.input_types import StrictInput, Text
+
+#: What every id of a registry auth looks like (``ids.short_id``): another string cannot name
+#: one, and the specification answers it 400 "invalid ID supplied" rather than 404.
+_ID = re.compile(r"[a-z0-9]{1,64}")
+
+
+def invalid_id(auth_id: str) -> str | None:
+    """Why ``auth_id`` cannot be a registry auth's id, or None when it can."""
+    if _ID.fullmatch(auth_id):
+        return None
+    return (
+        "invalid ID supplied: a container registry auth id is lowercase letters and digits "
+        "(GET /v1/containerregistryauth lists yours), not its name"
+    )
 
 
 class RegistryAuthCreate(StrictInput):

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 from skiff.clock import Clock
-from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate, RegistryAuthCredentials
+from skiff.domain.registry_auths import (
+    RegistryAuth,
+    RegistryAuthCreate,
+    RegistryAuthCredentials,
+    invalid_id,
+)
 from skiff.domain.users import User
-from skiff.errors import Conflict, NotFound
+from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.store.base import RegistryAuthRecord, Store
 
 
 def _public(record: RegistryAuthRecord) -> RegistryAuth:
     return RegistryAuth(id=record.id, name=record.name)
+
+
+def _check_id(auth_id: str) -> None:
+    why = invalid_id(auth_id)
+    if why is not None:
+        raise Invalid(why, field="id")
 
 
 class RegistryAuths:
@@ -34,6 +45,7 @@ class RegistryAuths:
         return [_public(r) for r in await self._store.list_registry_auths(user.id)]
 
     async def get(self, user: User, auth_id: str) -> RegistryAuth:
+        _check_id(auth_id)
         record = await self._store.get_registry_auth(user.id, auth_id)
         if record is None:
             raise NotFound("container registry auth not found")
@@ -43,6 +55,7 @@ class RegistryAuths:
         self, user: User, auth_id: str, data: RegistryAuthCredentials
     ) -> RegistryAuth:
         """New username and password under the same name; the next pull uses them."""
+        _check_id(auth_id)
         if not await self._store.update_registry_auth_credentials(
             user.id, auth_id, data.username, data.password
         ):
