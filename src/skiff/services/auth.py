@@ -43,15 +43,19 @@ class Auth:
 
     async def authenticate(self, key: str) -> User:
         """The user of an API key (``api/credentials.py`` reads it from the request)."""
-        digest = keys.hash_key(key)
-        try:  # a cached None (an unknown or revoked key) is an answer too, hence no .get()
-            user = self._cache[digest]
-        except KeyError:
-            user = await self.user_of_digest(digest)
-            self._cache[digest] = user
+        user = await self._user_of_key(key)
         if user is None:
             raise Unauthorized("invalid or revoked API key")
         return user
+
+    async def _user_of_key(self, key: str) -> User | None:
+        digest = keys.hash_key(key)
+        try:  # a cached None (an unknown or revoked key) is an answer too, hence no .get()
+            return self._cache[digest]
+        except KeyError:
+            user = await self.user_of_digest(digest)
+            self._cache[digest] = user
+            return user
 
     async def user_of_digest(self, digest: str) -> User | None:
         """The user of a key by its hash, if the key is known and not revoked, read now (the
@@ -77,8 +81,21 @@ class Auth:
         if self._checked_tokens.get(token) == endpoint_id:
             return
         if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
-            raise Unauthorized("invalid worker token for this endpoint")
+            raise Unauthorized(await self._not_a_worker_token(token))
         self._checked_tokens[token] = endpoint_id
+
+    async def _not_a_worker_token(self, token: str) -> str:
+        """Why ``token`` is refused on the worker routes. A worker started by hand on a machine
+        where ``runpod config`` was run sends that user API key (the SDK falls back on
+        ``~/.runpod/config.toml``) and would be refused for ever without knowing why."""
+        if await self._user_of_key(token) is None:
+            return "invalid worker token for this endpoint"
+        return (
+            "this is a user API key, not a worker token: a worker authenticates with its "
+            "endpoint's worker token; print it with `skiff worker-token <endpoint id>` and give "
+            "it to the worker as RUNPOD_AI_API_KEY (a key from `runpod config`, in "
+            "~/.runpod/config.toml, is a user API key)"
+        )
 
     async def ensure_user(self, name: str, is_admin: bool) -> User:
         user = await self._store.get_user_by_name(name)
