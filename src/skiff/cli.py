@@ -261,12 +261,26 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     """Apply schema migrations (serve does this at start too)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
 
-    async def noop(_store: Store) -> None:
-        return None
+    async def run() -> list[str]:
+        store = open_store(settings.database_url, settings.sqlite_path(), settings.database_schema)
+        applied = await store.open()
+        await store.close()
+        return applied
 
-    _with_store(settings, noop)
+    applied = asyncio.run(run())
     where = safe_url(settings.database_url) if settings.database_url else settings.sqlite_path()
-    click.echo(f"schema up to date in {where}")
+    if settings.database_url and settings.database_schema:
+        where = f"{where} (schema {settings.database_schema})"
+    click.echo(_migrated(applied, str(where)))
+
+
+def _migrated(applied: list[str], where: str) -> str:
+    """What ``skiff migrate`` did, in words: which migrations it applied, or that none was due."""
+    if not applied:
+        return f"schema already up to date in {where}: no migration to apply"
+    names = applied[0] if len(applied) == 1 else f"{applied[0]} .. {applied[-1]}"
+    plural = "migration" if len(applied) == 1 else "migrations"
+    return f"applied {len(applied)} {plural} ({names}) in {where}; the schema is now up to date"
 
 
 @main.group()

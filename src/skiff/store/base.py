@@ -65,7 +65,10 @@ class WebhookDelivery:
 
 
 class Store(Protocol):
-    async def open(self) -> None: ...
+    async def open(self) -> list[str]:
+        """Connect and bring the schema up to date; the names of the migrations this applied
+        (none when it was up to date already)."""
+        ...
 
     async def close(self) -> None: ...
 

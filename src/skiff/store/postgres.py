@@ -289,7 +289,7 @@ class PostgresStore:
         self._pool: Any = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def open(self) -> None:
+    async def open(self) -> list[str]:
         settings = {"search_path": _quote_ident(self._schema)} if self._schema else None
         pool = await asyncpg.create_pool(
             self._dsn,
@@ -299,11 +299,12 @@ class PostgresStore:
         )
         try:
             async with pool.acquire() as conn:
-                await migrate(conn, self._schema)
+                applied = await migrate(conn, self._schema)
         except BaseException:
             await pool.close()
             raise
         self._pool = pool
+        return applied
 
     async def close(self) -> None:
         if self._pool is not None:

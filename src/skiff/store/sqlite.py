@@ -468,7 +468,7 @@ class SQLiteStore:
         self._reader: sqlite3.Connection | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def open(self) -> None:
+    async def open(self) -> list[str]:
         make_private_dirs(self._path.parent)
         # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the mode of the
         # database file, and the database holds secrets (datadir.py). Files left open to others
@@ -478,12 +478,13 @@ class SQLiteStore:
             tighten(self._path.with_name(self._path.name + companion), FILE_MODE)
         conn = _connect(self._path)
         try:
-            migrate(conn)
+            applied = migrate(conn)
         finally:
             conn.close()
         self._writer = _Writer(self._path)
         self._writer.start()
         self._reader = _connect(self._path)
+        return applied
 
     async def close(self) -> None:
         if self._writer is not None:
