@@ -303,9 +303,10 @@ class Store(Protocol):
         worker lets go of it in the same transaction (as ``let_go_of_jobs``), and the next job
         lined up on it starts (``line_up_jobs``). When that one is no longer wanted (cancelled,
         purged, expired), nothing starts and the job returned says ``line_broken``: the worker
-        would start it on its own and must be ended first (it gets a stop signal too). A result for a job still lined up on the worker
-        means it started without the store hearing: it is started and finished here. ``None``
-        when the job is gone, final already, or held by another worker."""
+        would start it on its own and must be ended first (it gets a stop signal too). A result
+        for a job still lined up on the worker means it started without the store hearing: it is
+        started and finished here. ``None`` when the job is gone, final already, or held by
+        another worker."""
         ...
 
     async def cancel_job(self, endpoint_id: str, job_id: str, now: float) -> Job | None:
