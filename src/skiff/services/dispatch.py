@@ -33,6 +33,10 @@ async def _cannot_end(worker: Worker) -> bool:
     return False
 
 
+def _never_endable(worker: Worker) -> bool:
+    return False
+
+
 #: A worker that is being stopped still polls; answer it slowly so it does not spin.
 _STOPPING_WAIT_SECONDS = 1.0
 
@@ -68,6 +72,9 @@ class Dispatch:
         #: Ends a worker whose next lined-up job is no longer wanted (services/lineup.py); the
         #: fleet sets it, as it is built after this.
         self.end_worker: EndWorker = _cannot_end
+        #: Whether ``end_worker`` could end this worker: only such a worker gets jobs lined up,
+        #: as a line-up's cancelled job is kept from starting only by ending the worker first.
+        self.can_end: Callable[[Worker], bool] = _never_endable
 
     async def take(
         self,
@@ -152,6 +159,11 @@ class Dispatch:
         runs them back to back, and asks again only on its next one-second tick
         (services/lineup.py)."""
         if self.lineup.expected_seconds(endpoint.id) is None or self.lineup.seconds <= 0:
+            return []
+        if not self.can_end(worker):
+            # A worker this server does not run (external, another replica's) would start a
+            # lined-up job cancelled before its turn: it gets one job per take, as the protocol
+            # has it.
             return []
         counts = await self._store.job_counts(endpoint.id)
         if counts.in_queue <= 0:

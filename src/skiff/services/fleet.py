@@ -479,6 +479,11 @@ class Fleet:
         await self._fail(worker.endpoint_id, f"worker {worker.id}: {why}; it was ended", worker.id)
         self.stop_worker(worker)
 
+    def can_end_at_once(self, worker: Worker) -> bool:
+        """Whether ``end_at_once`` could end this worker: one of this replica's processes or
+        containers, not an external worker or another replica's."""
+        return self._owns(worker)
+
     async def end_at_once(self, worker: Worker) -> bool:
         """End a worker now, with no grace (SIGKILL), before it is answered: its next lined-up
         job is no longer wanted, and the runpod SDK runs every job it queued, a SIGTERM's drain

@@ -154,6 +154,7 @@ class Services:
             isolation=isolation,
         )
         dispatch.end_worker = fleet.end_at_once
+        dispatch.can_end = fleet.can_end_at_once
         placement = Placement(store, gpu_pool, fleet)
         cluster_inventory = (
             ClusterInventory(

@@ -24,8 +24,10 @@ before it, ``Store.lineup_broken`` after a stop signal), and ``Dispatch`` has th
 worker with SIGKILL before it answers; the jobs lined up after it go back to the queue when the
 exit is reported, and the scaler starts a replacement. That costs one worker start, only when a
 job no longer wanted is next in line. A worker this server cannot end (an external one, or
-another replica's) is answered anyway and gets a stop signal for the job, which cuts it short
-only once it has started; it moves past the job in the store's view when it takes that signal.
+another replica's) therefore gets nothing lined up (``Dispatch.can_end``). Should the end still
+fail (the worker was stopping already), it is answered anyway and gets a stop signal for the
+job, which cuts it short only once it has started; it moves past the job in the store's view
+when it takes that signal.
 
 What line-ups cost otherwise is that a job lined up on a busy worker waits its turn there even
 if another worker frees up, so the line-up is kept short:

@@ -19,6 +19,14 @@ SDK_1_11 = "RunPod-Python-SDK/1.11.9 (Linux 6.1.0; x86_64) Language/Python 3.11.
 HISTORY = 3
 
 
+@pytest.fixture
+def in_process(in_process: InProcess) -> InProcess:
+    """These workers speak the protocol by hand: taken for workers this server runs and so can
+    end (only those get line-ups, services/dispatch.py)."""
+    in_process.services.dispatch.can_end = lambda _worker: True
+    return in_process
+
+
 async def _submit(in_process: InProcess, endpoint_id: str, count: int) -> list[str]:
     ids = []
     for i in range(count):
@@ -126,6 +134,21 @@ async def test_an_sdk_from_1_12_that_says_it_holds_a_job_gets_one_object(
         await _with_history(in_process, worker, endpoint_id, "w-new", SDK_1_12)
         ids = await _submit(in_process, endpoint_id, 4)
         taken = await _take(worker, endpoint_id, "w-new", SDK_1_12, in_progress=1)
+    assert isinstance(taken, dict) and taken["id"] == ids[0]
+    for job_id in ids[1:]:
+        assert (await _status(in_process, endpoint_id, job_id))["status"] == "IN_QUEUE"
+
+
+async def test_a_worker_this_server_cannot_end_gets_one_object_even_from_an_sdk_from_1_12(
+    in_process: InProcess,
+) -> None:
+    # An external worker: a job cancelled in its line-up could not be kept from starting.
+    in_process.services.dispatch.can_end = lambda _worker: False
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    async with await in_process.worker(endpoint_id) as worker:
+        await _with_history(in_process, worker, endpoint_id, "w-external", SDK_1_12)
+        ids = await _submit(in_process, endpoint_id, 4)
+        taken = await _take(worker, endpoint_id, "w-external", SDK_1_12)
     assert isinstance(taken, dict) and taken["id"] == ids[0]
     for job_id in ids[1:]:
         assert (await _status(in_process, endpoint_id, job_id))["status"] == "IN_QUEUE"

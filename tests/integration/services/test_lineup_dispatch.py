@@ -123,6 +123,9 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         max_attempts=2,
         lineup=Lineup(20.0),
     )
+    # Workers this server runs (only those get line-ups); ending one is each test's to say
+    # (end_worker), by default refused as for a worker already stopping.
+    dispatch.can_end = lambda _worker: True
     jobs = Jobs(store, clock, wakeups, events, nothing_blocks, any_webhook)
     reaper = Reaper(
         store,
