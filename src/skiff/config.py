@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,9 +18,11 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
-    data_dir: Path = Path(".skiff")
+    #: Relative: to the directory the server starts in, made absolute when read (see
+    #: ``_absolute``).
+    data_dir: Path = Field(default=Path(".skiff"), validate_default=True)
     #: Where network volumes live, one directory per volume (volume_dirs.py); unset:
-    #: ``volumes`` in the data directory.
+    #: ``volumes`` in the data directory. Made absolute as ``data_dir`` is.
     volumes_dir: Path | None = None
     #: ``sqlite:///path`` (default: skiff.db in the data directory) or ``postgresql://...``.
     database_url: str | None = None
@@ -158,6 +161,15 @@ class Settings(BaseSettings):
     #: host's. 0: skiff sets none, and the daemon's own default (``default-pids-limit``,
     #: unlimited unless set) applies.
     container_pids_limit: int = Field(default=DEFAULT_PIDS_LIMIT, ge=0, le=MAX_PIDS_LIMIT)
+
+    @field_validator("data_dir", "volumes_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """Every path skiff hands on (a pod's volume to bwrap or Docker, a worker's home) comes
+        from these two: made absolute here, once, against the directory the server starts in.
+        A relative one handed on means something else to whatever reads it: bwrap, whose own
+        directory differs, cannot find it, and Docker takes it for the name of a volume."""
+        return None if value is None else Path(os.path.abspath(value))
 
     @field_validator("container_pids_limit")
     @classmethod

@@ -35,11 +35,15 @@ class Server:
         port: int | None = None,
         env: dict[str, str | None] | None = None,
         cwd: Path | None = None,
+        data_dir_given: bool = True,
     ) -> None:
         """``env`` adds settings to the server's environment (None removes one); ``cwd`` is
-        where it runs (a relative ``data_dir`` is relative to it)."""
+        where it runs (a relative ``data_dir`` is relative to it). ``data_dir_given=False``
+        starts it without ``--data-dir``: it takes ``SKIFF_DATA_DIR``, or its default ``.skiff``
+        in ``cwd``, which ``data_dir`` must then name."""
         self.extra_env = env or {}
         self.cwd = cwd
+        self.data_dir_given = data_dir_given
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -70,17 +74,9 @@ class Server:
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
+        data_dir = ["--data-dir", str(self.data_dir)] if self.data_dir_given else []
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "skiff",
-                "serve",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data_dir),
-            ],
+            [sys.executable, "-m", "skiff", "serve", "--port", str(self.port), *data_dir],
             env=self.env(),
             stdout=log,
             stderr=subprocess.STDOUT,

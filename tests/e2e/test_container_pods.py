@@ -7,6 +7,7 @@ its own, and leaves nothing behind once deleted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -23,9 +24,11 @@ from pod_programs import SERVER
 PORT = "8888/http"
 
 
-@pytest.fixture
-def server(tmp_path: Path, image: str) -> Iterator[Server]:
-    server = Server(tmp_path / "data", env=CONTAINER_SERVER_ENV)
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path, data_dir: Path, env: dict[str, str | None] | None = None, **options: Any
+) -> Iterator[Server]:
+    server = Server(data_dir, env={**CONTAINER_SERVER_ENV, **(env or {})}, **options)
     server.start()
     try:
         yield server
@@ -35,6 +38,12 @@ def server(tmp_path: Path, image: str) -> Iterator[Server]:
         for container in pod_containers():
             if str(tmp_path) in str(container.attrs.get("Mounts")):
                 container.remove(force=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path, image: str) -> Iterator[Server]:
+    with serving(tmp_path, tmp_path / "data") as server:
+        yield server
 
 
 def pod_containers(pod_id: str | None = None) -> list[Any]:
@@ -178,3 +187,18 @@ def test_a_network_volume_is_mounted_in_place_of_the_pods_own(server: Server, im
     server.wait_for(lambda: pod_containers(pod["id"]) == [], what="the pod to go")
     # The network volume is the user's: it outlives the pod.
     assert (server.data_dir / "volumes" / volume["id"] / "starts").exists()
+
+
+def test_a_pod_on_the_default_relative_data_dir_runs_with_its_volume(
+    tmp_path: Path, image: str
+) -> None:
+    # No --data-dir, no SKIFF_DATA_DIR: .skiff in the directory the server starts in. Its
+    # volume's path reaches Docker absolute (a relative one is taken for a volume's name).
+    unset: dict[str, str | None] = {"SKIFF_DATA_DIR": None, "SKIFF_VOLUMES_DIR": None}
+    with serving(tmp_path, Path(".skiff"), unset, cwd=tmp_path, data_dir_given=False) as server:
+        pod = make_pod(server, image)
+        assert state(server, pod)["starts"] == 1
+        volume = tmp_path / ".skiff" / "volumes" / "pods" / pod["id"]
+        assert (volume / "starts").read_text() == "1"
+        (container,) = pod_containers(pod["id"])
+        assert container.attrs["Mounts"][0]["Source"] == str(volume)

@@ -183,3 +183,30 @@ def _silent(url: str) -> bool:
     except httpx.TransportError:
         return True
     return False
+
+
+@pytest.mark.skipif(
+    bubblewrap.executable() is None, reason="bubblewrap (bwrap) mounts a process pod's volume"
+)
+def test_a_pod_on_the_default_relative_data_dir_runs_with_its_volume(tmp_path: Path) -> None:
+    # No --data-dir, no SKIFF_DATA_DIR: .skiff in the directory the server starts in. Its
+    # volume's path reaches bwrap absolute (bwrap runs elsewhere than the server).
+    unset: dict[str, str | None] = {"SKIFF_DATA_DIR": None, "SKIFF_VOLUMES_DIR": None}
+    with running(Path(".skiff"), cwd=tmp_path, data_dir_given=False, env=unset) as server:
+        port = free_port()
+        made = server.http.post(
+            "/v1/pods",
+            json={
+                "imageName": "local/python",
+                "computeType": "CPU",
+                "dockerStartCmd": [sys.executable, "-c", SERVER, str(port)],
+                "ports": [f"{port}/http"],
+                "volumeInGb": 1,
+            },
+        )
+        assert made.status_code == 201, made.text
+        pod = running_pod(server, made.json()["id"])
+        assert served(pod["urls"][f"{port}/http"], server)["starts"] == 1
+        volume = tmp_path / ".skiff" / "volumes" / "pods" / pod["id"]
+        assert (volume / "starts").read_text() == "1"
+        server.http.delete(f"/v1/pods/{pod['id']}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from skiff.config import Settings
@@ -40,3 +42,17 @@ def test_a_container_pids_limit_below_64_or_past_the_kernels_is_refused(
     monkeypatch.setenv("SKIFF_CONTAINER_PIDS_LIMIT", value)
     with pytest.raises(ValueError, match="container_pids_limit"):
         Settings()
+
+
+def test_the_data_and_volumes_directories_are_absolute_from_where_the_server_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Everything skiff hands on (a pod's volume to bwrap or Docker) is made from these two.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SKIFF_DATA_DIR", raising=False)
+    monkeypatch.setenv("SKIFF_VOLUMES_DIR", "shared/volumes")
+    settings = Settings()
+    assert settings.data_dir == tmp_path / ".skiff"
+    assert settings.volumes_path() == tmp_path / "shared" / "volumes"
+    monkeypatch.delenv("SKIFF_VOLUMES_DIR")
+    assert Settings(data_dir=Path("state/../data")).volumes_path() == tmp_path / "data" / "volumes"

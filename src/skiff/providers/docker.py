@@ -183,7 +183,9 @@ def create_options(
         "name": f"skiff-{launch.worker_id}",
     }
     if launch.volume is not None:
-        options["volumes"] = {str(launch.volume): {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
+        # Absolute, as a pod's (docker_pods.py): a relative source is a named volume's name.
+        source = str(launch.volume.resolve())
+        options["volumes"] = {source: {"bind": VOLUME_MOUNT_PATH, "mode": "rw"}}
     if launch.serves is not None:
         # A load-balancing worker's ports, each on a host port Docker picks, on the loopback
         # only: callers reach it through skiff's proxy, which checks their key.

@@ -95,7 +95,10 @@ def pod_create_options(
         "ports": {f"{parse_port(p).number}/tcp": None for p in launch.ports},
     }
     if launch.volume is not None:
-        options["volumes"] = {str(launch.volume): {"bind": launch.mount_path, "mode": "rw"}}
+        # Absolute: Docker takes a relative source for the name of a named volume, and refuses
+        # one with a "/" in it.
+        source = str(launch.volume.resolve())
+        options["volumes"] = {source: {"bind": launch.mount_path, "mode": "rw"}}
     return options
 
 

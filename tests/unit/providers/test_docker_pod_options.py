@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT
 from skiff.providers.base import PodLaunch
 from skiff.providers.docker_pods import (
@@ -94,3 +96,13 @@ def test_host_ports_are_read_from_a_started_containers_network_settings() -> Non
     }
     assert port_mappings(attrs, ["8888/http", "22/tcp"]) == {"8888/http": 49153}
     assert port_mappings({}, ["8888/http"]) == {}
+
+
+def test_a_relative_volume_is_bound_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Docker reads a relative source as a named volume's name, and refuses one with a "/".
+    monkeypatch.chdir(tmp_path)
+    options = pod_create_options(launch(volume=Path(".skiff/volumes/pods/p1")), "s")
+    source = str(tmp_path.resolve() / ".skiff" / "volumes" / "pods" / "p1")
+    assert options["volumes"] == {source: {"bind": "/workspace", "mode": "rw"}}
