@@ -635,6 +635,45 @@ def test_a_volume_attached_to_an_endpoint_is_not_deleted_and_says_to_which(
         server.http.delete(f"/v1/networkvolumes/{volume['id']}")
 
 
+def test_a_volume_a_pod_mounts_names_the_pod_and_is_not_deleted(
+    browser: Any, server: Server
+) -> None:
+    """The volume's page and its delete page list the pods mounting it, and the service's 409,
+    naming the pod, is shown at the confirm field: its files stay."""
+    volume = make_volume(server, "console-pod-data")
+    made = server.http.post(
+        "/v1/pods",
+        json={
+            "name": "console-on-data",
+            "imageName": "local/python",
+            "computeType": "CPU",
+            "dockerStartCmd": ["sleep", "600"],
+            "networkVolumeId": volume["id"],
+        },
+    )
+    assert made.status_code == 201, made.text
+    pod = made.json()
+    context = browser.new_context(viewport=LAPTOP, java_script_enabled=False)
+    page = context.new_page()
+    try:
+        sign_in(page, server)
+        page.goto(f"{server.url}/console/volumes")
+        row = page.locator('tr[data-volume="console-pod-data"]')
+        expect_text(row.locator("[data-attached]"), "pod console-on-data")
+        row.get_by_role("link", name="Grow or rename console-pod-data").click()
+        expect_text(page.locator("[data-pods]"), f"console-on-data.*{pod['id']}")
+        page.goto(f"{server.url}/console/volumes/{volume['id']}/delete")
+        expect_text(page.locator("[data-pods]"), f"console-on-data.*{pod['id']}")
+        page.get_by_label(re.compile("to confirm")).fill("console-pod-data")
+        page.get_by_role("button", name="Delete this volume").click()
+        expect_text(page.locator("#e-confirm_name"), f"attached to pod\\(s\\) {pod['id']}")
+        assert server.http.get(f"/v1/networkvolumes/{volume['id']}").status_code == 200
+    finally:
+        context.close()
+        server.http.delete(f"/v1/pods/{pod['id']}")
+        server.http.delete(f"/v1/networkvolumes/{volume['id']}")
+
+
 def test_the_endpoint_form_attaches_detaches_and_refuses_a_volume(
     page: Any, server: Server
 ) -> None:

@@ -5,12 +5,14 @@ volume reads it back; the file is in the volume's directory on the server."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import Server
+from harness import Server, free_port
 
+from pod_programs import SERVER
 from skiff.providers import bubblewrap
 from skiff.providers.base import VOLUME_MOUNT_PATH
 
@@ -55,3 +57,41 @@ def test_a_file_written_by_one_endpoint_is_read_by_another_on_the_same_volume(
     assert deleted.status_code == 409
     assert writer["id"] in deleted.json()["message"] and reader["id"] in deleted.json()["message"]
     assert on_disk.exists()
+
+
+def test_a_volume_a_pod_mounts_is_not_deleted_and_the_refusal_names_the_pod(
+    server: Server,
+) -> None:
+    made = server.http.post("/v1/networkvolumes", json={"name": "pod-data", "size": 1})
+    assert made.status_code == 200, made.text
+    volume = made.json()
+    endpoint = server.create_endpoint("volume_worker.py", networkVolumeId=volume["id"])
+    pod = server.http.post(
+        "/v1/pods",
+        json={
+            "name": "on-the-volume",
+            "imageName": "local/python",
+            "computeType": "CPU",
+            "dockerStartCmd": [sys.executable, "-c", SERVER, str(free_port())],
+            "networkVolumeId": volume["id"],
+        },
+    ).json()
+    starts = server.data_dir / "volumes" / volume["id"] / "starts"
+    server.wait_for(starts.exists, what="the pod to write to its volume")
+
+    refused = server.http.delete(f"/v1/networkvolumes/{volume['id']}")
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["message"]
+    assert f"endpoint(s) {endpoint['id']}" in message and f"pod(s) {pod['id']}" in message
+    assert starts.exists()
+
+    # Once the endpoint is gone, the pod alone still holds it, stopped or not.
+    assert server.http.delete(f"/v1/endpoints/{endpoint['id']}").status_code == 204
+    assert server.http.post(f"/v1/pods/{pod['id']}/stop").status_code == 200
+    refused = server.http.delete(f"/v1/networkvolumes/{volume['id']}")
+    assert refused.status_code == 409 and "endpoint" not in refused.json()["message"]
+
+    # A deleted pod no longer holds it, even before the runner has removed it.
+    assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204
+    assert server.http.delete(f"/v1/networkvolumes/{volume['id']}").status_code == 204
+    assert not starts.exists()

@@ -473,11 +473,15 @@ def build(services: Services) -> FastAPI:
     @volumes.delete(
         "/{volume_id}",
         status_code=204,
-        responses={**NOT_FOUND, 409: {"description": "Attached to endpoints, which it names"}},
+        responses={
+            **NOT_FOUND,
+            409: {"description": "In use by endpoints or pods, which the message names"},
+        },
     )
     async def delete_network_volume(volume_id: str, user: UserDep) -> Response:
         """Delete the volume and every file in it, permanently. Refused (409) while endpoints
-        name it in `networkVolumeId`: the message lists them."""
+        or pods (not ones being deleted) name it in `networkVolumeId`: the message lists
+        them."""
         await services.volumes.delete(user, volume_id)
         return Response(status_code=204)
 

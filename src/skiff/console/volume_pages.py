@@ -1,6 +1,6 @@
-"""Network volumes: the list (with the space each takes and the endpoints attached), create,
-a volume's page (rename and grow; never shrink), and delete after typing the name (refused,
-with the service's words, while endpoints are attached)."""
+"""Network volumes: the list (with the space each takes and the endpoints and pods attached),
+create, a volume's page (rename and grow; never shrink), and delete after typing the name
+(refused, with the service's words, while endpoints or pods are attached)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 from skiff.console import forms
 from skiff.console.app import Console, Visitor
 from skiff.domain.endpoints import Endpoint
+from skiff.domain.pods import Pod
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.errors import Conflict, Invalid
 
@@ -27,11 +28,24 @@ def attached(endpoints: list[Endpoint]) -> dict[str, list[Endpoint]]:
     return by_volume
 
 
+def mounted(pods: list[Pod]) -> dict[str, list[Pod]]:
+    """The pods mounting each volume (``networkVolumeId``), by volume id, as ``attached``."""
+    by_volume: dict[str, list[Pod]] = {}
+    for pod in pods:
+        if pod.spec.networkVolumeId:
+            by_volume.setdefault(pod.spec.networkVolumeId, []).append(pod)
+    return by_volume
+
+
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
     async def attached_to(visitor: Visitor) -> dict[str, list[Endpoint]]:
         return attached(await services.endpoints.all(visitor.user))
+
+    async def mounted_by(visitor: Visitor) -> dict[str, list[Pod]]:
+        # The pods service's list: a pod being deleted is left out, as the delete leaves it.
+        return mounted(await services.pods.all(visitor.user))
 
     async def report(request: Request, visitor: Visitor) -> VolumeReport:
         """The volume the path names, if it is the visitor's (else 404)."""
@@ -52,6 +66,7 @@ def routes(console: Console) -> list[BaseRoute]:
             title="Network volumes",
             reports=await services.volumes.all(visitor.user),
             attached=await attached_to(visitor),
+            mounted=await mounted_by(visitor),
             values=values or {},
             errors=errors or {},
             created=request.query_params.get("created"),
@@ -75,6 +90,7 @@ def routes(console: Console) -> list[BaseRoute]:
             title=volume.name,
             report=shown,
             endpoints=(await attached_to(visitor)).get(volume.id, []),
+            pods=(await mounted_by(visitor)).get(volume.id, []),
             values=values or {"name": volume.name, "size": str(volume.size)},
             errors=errors or {},
             saved=request.query_params.get("saved"),
@@ -95,6 +111,7 @@ def routes(console: Console) -> list[BaseRoute]:
             title=f"Delete {shown.volume.name}",
             report=shown,
             endpoints=(await attached_to(visitor)).get(shown.volume.id, []),
+            pods=(await mounted_by(visitor)).get(shown.volume.id, []),
             error=error,
         )
 

@@ -64,6 +64,36 @@ class NetworkVolume(BaseModel):
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeUsers:
+    """What of its owner's names a network volume (``networkVolumeId``) and would be left
+    waiting for ever on a volume that is gone: endpoints (their workers mount it) and pods
+    (being deleted ones left out), by id, oldest first."""
+
+    endpoints: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.endpoints or self.pods)
+
+    def refusal(self, volume_id: str) -> str:
+        """Why the volume cannot be deleted, naming each user and what frees it."""
+        named = []
+        if self.endpoints:
+            named.append(f"endpoint(s) {', '.join(self.endpoints)}")
+        if self.pods:
+            named.append(f"pod(s) {', '.join(self.pods)}")
+        frees = []
+        if self.endpoints:
+            frees.append("set the endpoints' networkVolumeId to null (or delete them)")
+        if self.pods:
+            frees.append("delete the pods")
+        return (
+            f"network volume {volume_id} is attached to {' and '.join(named)}: "
+            f"{' and '.join(frees)} first"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class VolumeReport:
     """A volume and the disk space its directory takes now."""
 

@@ -98,16 +98,14 @@ class Volumes:
         return VolumeReport(updated, used)
 
     async def delete(self, user: User, volume_id: str) -> None:
-        """Its record, then its directory with everything in it. Refused while an endpoint
-        names it: its workers mount it."""
+        """Its record, then its directory with everything in it. Refused (naming them) while
+        an endpoint or a pod names it: its workers and the pod mount it, and would wait for
+        ever on a volume that is gone."""
         users = await self._store.delete_network_volume(user.id, volume_id)
         if users is None:
             raise NotFound(f"network volume {volume_id} not found")
         if users:
-            raise Conflict(
-                f"network volume {volume_id} is attached to endpoint(s) {', '.join(users)}: "
-                "set their networkVolumeId to null (or delete them) first"
-            )
+            raise Conflict(users.refusal(volume_id))
         await self._usage_ended(UsageKind.NETWORK_VOLUME, volume_id)
         await asyncio.to_thread(self._dirs.remove, volume_id)
 

@@ -20,7 +20,7 @@ from skiff.domain.public_models import PublicModel
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
 from skiff.domain.users import User as User
-from skiff.domain.volumes import NetworkVolume
+from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.workers import Worker
 
 
@@ -154,10 +154,11 @@ class Store(Protocol):
         for); None when the owner has no such volume."""
         ...
 
-    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
-        """Remove the volume unless an endpoint of its owner names it (``networkVolumeId``),
-        checked in the same transaction. Returns the ids of those endpoints, and then removes
-        nothing; an empty list once removed; None when the owner has no such volume."""
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> VolumeUsers | None:
+        """Remove the volume unless an endpoint or a pod (not one being deleted) of its owner
+        names it (``networkVolumeId``), checked in the same transaction. Returns those, and then
+        removes nothing; empty ``VolumeUsers`` once removed; None when the owner has no such
+        volume."""
         ...
 
     async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:

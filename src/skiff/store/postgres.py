@@ -23,7 +23,7 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
-from skiff.domain.volumes import NetworkVolume
+from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
 from skiff.errors import Conflict
@@ -457,15 +457,18 @@ class PostgresStore:
                 row = await _fetchrow(c, "get_network_volume", user_id=user_id, id=volume_id)
         return network_volume_from_row(row) if row else None
 
-    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> VolumeUsers | None:
+        named = {"user_id": user_id, "volume_id": volume_id}
         async with self.pool.acquire() as c, c.transaction():
-            users = await _fetch(
-                c, "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id
+            endpoints = await _fetch(c, "endpoints_using_network_volume", **named)
+            pods = await _fetch(c, "pods_using_network_volume", **named)
+            users = VolumeUsers(
+                endpoints=tuple(r["id"] for r in endpoints), pods=tuple(r["id"] for r in pods)
             )
             if users:
-                return [r["id"] for r in users]
+                return users
             deleted = await _execute(c, "delete_network_volume", user_id=user_id, id=volume_id)
-        return [] if deleted else None
+        return VolumeUsers() if deleted else None
 
     async def endpoints_using_network_volume(self, user_id: str, volume_id: str) -> list[str]:
         rows = await self._fetch_named(

@@ -30,7 +30,7 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
-from skiff.domain.volumes import NetworkVolume
+from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
 from skiff.errors import Conflict
@@ -669,14 +669,19 @@ class SQLiteStore:
 
         return await self._write(op)
 
-    async def delete_network_volume(self, user_id: str, volume_id: str) -> list[str] | None:
-        # One writer thread: no endpoint can name the volume between the check and the delete.
-        def op(c: sqlite3.Connection) -> list[str] | None:
-            users = _rows(c, "endpoints_using_network_volume", user_id=user_id, volume_id=volume_id)
+    async def delete_network_volume(self, user_id: str, volume_id: str) -> VolumeUsers | None:
+        # One writer thread: nothing can name the volume between the check and the delete.
+        def op(c: sqlite3.Connection) -> VolumeUsers | None:
+            named = {"user_id": user_id, "volume_id": volume_id}
+            endpoints = _rows(c, "endpoints_using_network_volume", **named)
+            pods = _rows(c, "pods_using_network_volume", **named)
+            users = VolumeUsers(
+                endpoints=tuple(r["id"] for r in endpoints), pods=tuple(r["id"] for r in pods)
+            )
             if users:
-                return [r["id"] for r in users]
+                return users
             deleted = _run(c, "delete_network_volume", user_id=user_id, id=volume_id).rowcount
-            return [] if deleted else None
+            return VolumeUsers() if deleted else None
 
         return await self._write(op)
 

@@ -4,16 +4,18 @@ reachable), through the ``store`` fixture of test_store_contract.py.
 
 A volume belongs to one user: another user's id reads as absent, and is neither changed nor
 deleted. Its size never shrinks, even through the store. It cannot be deleted while an endpoint
-of its owner names it."""
+or a pod (not one being deleted) of its owner names it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from integration.store import test_store_contract as contract
+from integration.store.test_pod_contract import pod
 from integration.store.test_store_contract import T0, make_endpoint
 from skiff.domain.endpoints import Endpoint
-from skiff.domain.volumes import NetworkVolume
+from skiff.domain.pods import DesiredStatus, Pod
+from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.store.base import Store
 
 #: The contract tests' fixtures: ``store`` is a real SQLite file, then a fresh PostgreSQL schema.
@@ -121,7 +123,7 @@ async def test_a_volume_an_endpoint_names_is_not_deleted(store: Store) -> None:
     await store.create_network_volume(OWNER, volume())
     await store.create_endpoint(endpoint_on("ep-a", "vol-1"))
     await store.create_endpoint(endpoint_on("ep-b", "vol-1"))
-    assert await store.delete_network_volume(OWNER, "vol-1") == ["ep-a", "ep-b"]
+    assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers(("ep-a", "ep-b"))
     assert await store.get_network_volume(OWNER, "vol-1") == volume()
 
 
@@ -129,6 +131,35 @@ async def test_a_volume_is_deleted_once_no_endpoint_names_it(store: Store) -> No
     await store.create_network_volume(OWNER, volume())
     await store.create_endpoint(endpoint_on("ep-a", "vol-1"))
     assert await store.delete_endpoint("ep-a") is True
-    assert await store.delete_network_volume(OWNER, "vol-1") == []
+    assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers()
     assert await store.get_network_volume(OWNER, "vol-1") is None
     assert await store.delete_network_volume(OWNER, "vol-1") is None
+
+
+def pod_on(pod_id: str, volume_id: str | None, user_id: str = OWNER) -> Pod:
+    made = pod(pod_id)
+    spec = made.spec.model_copy(update={"networkVolumeId": volume_id})
+    return made.model_copy(update={"userId": user_id, "spec": spec})
+
+
+async def test_a_volume_a_pod_names_is_not_deleted_until_the_pod_is_being_deleted(
+    store: Store,
+) -> None:
+    await store.create_network_volume(OWNER, volume())
+    await store.create_endpoint(endpoint_on("ep-a", "vol-1"))
+    await store.create_pod(pod_on("pod-a", "vol-1"))
+    await store.create_pod(pod_on("pod-b", None))
+    await store.create_pod(pod_on("pod-c", "vol-1", user_id=OTHER))  # not the owner's volume
+    stopped = pod_on("pod-d", "vol-1").model_copy(update={"desiredStatus": DesiredStatus.EXITED})
+    await store.create_pod(stopped)
+    users = VolumeUsers(endpoints=("ep-a",), pods=("pod-a", "pod-d"))
+    assert await store.delete_network_volume(OWNER, "vol-1") == users
+
+    assert await store.delete_endpoint("ep-a") is True
+    assert await store.delete_pod(OWNER, "pod-a") is True
+    assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers(pods=("pod-d",))
+    # Being deleted (TERMINATED, until the runner removes it): it no longer holds the volume.
+    leaving = stopped.model_copy(update={"desiredStatus": DesiredStatus.TERMINATED})
+    assert await store.update_pod_settings(leaving) is not None
+    assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers()
+    assert await store.get_network_volume(OWNER, "vol-1") is None

@@ -7,8 +7,9 @@ from skiff.console.app import _section
 from skiff.console.endpoint_pages import ROLLING_LABELS, form_values, rolling_changes
 from skiff.console.render import disk, duration
 from skiff.console.signin import safe_next
-from skiff.console.volume_pages import attached
+from skiff.console.volume_pages import attached, mounted
 from skiff.domain.endpoints import FIELDS_THAT_ROLL_WORKERS, Endpoint, EndpointSpec
+from skiff.domain.pods import DesiredStatus, Pod, PodSpec
 
 
 def test_the_form_names_exactly_the_settings_that_restart_workers() -> None:
@@ -45,6 +46,19 @@ def test_each_volume_lists_the_endpoints_that_name_it() -> None:
 
     found = attached([endpoint("a", "v1"), endpoint("b", None), endpoint("c", "v1")])
     assert {volume: [e.id for e in es] for volume, es in found.items()} == {"v1": ["a", "c"]}
+
+
+def test_each_volume_lists_the_pods_that_mount_it() -> None:
+    def pod(pid: str, volume: str | None) -> Pod:
+        spec = PodSpec(name=pid, imageName="i", networkVolumeId=volume)
+        status = DesiredStatus.RUNNING
+        return Pod(
+            id=pid, userId="u", spec=spec, desiredStatus=status, createdAt=0, lastStatusChange=0
+        )
+
+    found = mounted([pod("a", "v1"), pod("b", None), pod("c", "v2")])
+    by_volume = {volume: [p.id for p in ps] for volume, ps in found.items()}
+    assert by_volume == {"v1": ["a"], "v2": ["c"]}
 
 
 def test_the_volumes_pages_are_their_own_section_of_the_navigation() -> None:
