@@ -185,11 +185,18 @@ def hostile_ids(fuzz_server: Server, parked_endpoint: str) -> dict[str, str]:
     ).json()
     job = http.post(f"/v2/{parked_endpoint}/run", json={"input": {}}).json()
     volume = http.post("/v1/networkvolumes", json={"name": "hostile", "size": 1}).json()
-    # A CPU pod with nothing to run: it never starts (the local provider runs only a command),
-    # so hostile bodies reach the real pod handlers without running anything.
+    # A CPU pod, stopped at once, so hostile bodies reach the real pod handlers with little
+    # running (a pod with nothing to run is refused).
     pod = http.post(
-        "/v1/pods", json={"imageName": "x", "computeType": "CPU", "volumeInGb": 0}
+        "/v1/pods",
+        json={
+            "imageName": "x",
+            "computeType": "CPU",
+            "volumeInGb": 0,
+            "dockerStartCmd": ["sleep", "3600"],
+        },
     ).json()
+    assert http.post(f"/v1/pods/{pod['id']}/stop").status_code == 200
     printed = subprocess.run(
         [
             sys.executable,

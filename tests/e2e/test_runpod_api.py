@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,13 @@ def test_an_id_holding_a_nul_is_refused_before_any_lookup(fleet: Server) -> None
 def test_another_users_key_sees_and_touches_none_of_it(fleet: Server, sdk: Any) -> None:
     made = fleet.http.post(
         "/v1/pods",
-        json={"name": "mine", "imageName": "x", "computeType": "CPU", "volumeInGb": 0},
+        json={
+            "name": "mine",
+            "imageName": "x",
+            "computeType": "CPU",
+            "volumeInGb": 0,
+            "dockerStartCmd": ["sleep", "600"],
+        },
     )
     pod_id = made.json()["id"]
     printed = subprocess.run(
@@ -261,28 +267,52 @@ def test_create_pod_refusals_come_back_as_the_sdks_errors(sdk: Any) -> None:
         sdk.create_pod("nope", "local/python", "NVIDIA H100 80GB HBM3")
     with pytest.raises(sdk.error.QueryError, match="N/http or N/tcp"):
         sdk.create_pod("bad-port", "local/python", RTX, ports="8888")
+    # Pods here are processes (the local provider): one with no command, or one whose program
+    # is not there, would never start.
+    with pytest.raises(sdk.error.QueryError, match=r"dockerStartCmd: .*has neither"):
+        sdk.create_pod("no-command", "local/python", RTX)
+    with pytest.raises(sdk.error.QueryError, match="'no-such-program' is not a program"):
+        sdk.create_pod("missing", "local/python", RTX, docker_args="no-such-program --serve")
 
 
-def test_the_runpod_cli_lists_and_creates_pods_as_a_user_would(
-    fleet: Server, tmp_path: Path
-) -> None:
-    env = {**os.environ, "HOME": str(tmp_path), "RUNPOD_API_BASE_URL": fleet.url}
-    runpod_cli = [str(Path(sys.executable).parent / "runpod")]
+def runpod_cli(fleet: Server, home: Path) -> Callable[..., str]:
+    """The ``runpod`` command-line tool, configured with the fleet's key in ``home``: what it
+    prints (its error output when it is expected to fail)."""
+    env = {**os.environ, "HOME": str(home), "RUNPOD_API_BASE_URL": fleet.url}
+    program = str(Path(sys.executable).parent / "runpod")
 
-    def cli(*args: str, given: str = "") -> str:
+    def cli(*args: str, given: str = "", succeeds: bool = True) -> str:
         done = subprocess.run(
-            [*runpod_cli, *args], env=env, input=given, capture_output=True, text=True
+            [program, *args], env=env, input=given, capture_output=True, text=True
         )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+        assert (done.returncode == 0) is succeeds, done.stdout + done.stderr
+        return done.stdout if succeeds else done.stderr
 
     cli("config", fleet.key)
-    assert (tmp_path / ".runpod" / "config.toml").exists()
-    # The CLI's create launches its default pod (runpod/base on an RTX 3090, port 22/tcp).
-    created = cli("pod", "create", "cli-pod", given="y\n")
-    pod_id = created.split("Pod ")[1].split(" has been created")[0]
-    listed = cli("pod", "list")
-    assert pod_id in listed and "cli-pod" in listed and "RUNNING" in listed
-    pod = fleet.http.get(f"/v1/pods/{pod_id}").json()
-    assert (pod["image"], pod["ports"]) == ("runpod/base:0.0.0", ["22/tcp"])
-    fleet.http.delete(f"/v1/pods/{pod_id}")
+    assert (home / ".runpod" / "config.toml").exists()
+    return cli
+
+
+def cpu_pod(fleet: Server, name: str, command: list[str]) -> str:
+    made = fleet.http.post(
+        "/v1/pods",
+        json={
+            "name": name,
+            "imageName": "local/python",
+            "computeType": "CPU",
+            "volumeInGb": 0,
+            "dockerStartCmd": command,
+        },
+    )
+    assert made.status_code == 201, made.text
+    return str(made.json()["id"])
+
+
+def test_the_runpod_clis_default_pod_is_refused_saying_why(fleet: Server, tmp_path: Path) -> None:
+    # The CLI's create launches its default pod (runpod/base on an RTX 3090, port 22/tcp): an
+    # image, no command. Pods here are processes (the local provider), which run commands, not
+    # images: refused, saying so, rather than accepted to fail and start again for ever.
+    cli = runpod_cli(fleet, tmp_path)
+    refused = cli("pod", "create", "cli-pod", given="y\n", succeeds=False)
+    assert "dockerStartCmd" in refused and "has neither" in refused, refused
+    assert [p for p in fleet.http.get("/v1/pods").json() if p["name"] == "cli-pod"] == []

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from skiff.domain.gpus import Gpu
+from skiff.domain.pods import PodSpec
 
 #: Called with (worker id, exit code) when a worker's process ends, whoever ended it.
 ExitCallback = Callable[[str, int], Awaitable[None]]
@@ -294,6 +295,12 @@ class PodProvider(Protocol):
         ...
 
     def running(self) -> list[PodInstance]: ...
+
+    def command_problem(self, spec: PodSpec) -> str | None:
+        """Why the pod's command cannot run here, checked when a pod is created or its
+        command changes (refused then, rather than started again and
+        again); None when it can, or when only its start can tell."""
+        ...
 
     async def sandbox_problem(self) -> str | None:
         """As ``WorkerProvider.sandbox_problem``: None when pods are kept apart (or the sandbox

@@ -26,7 +26,7 @@ import docker  # type: ignore[import-untyped]
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
-from skiff.domain.pods import parse_port
+from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers.base import (
     LogSink,
     LogSinks,
@@ -268,6 +268,9 @@ class DockerPodProvider:
             log.warning("stopping pod %s failed: %s", pod_id, exc)
         finally:
             self._quiet.discard(pod_id)
+
+    def command_problem(self, spec: PodSpec) -> str | None:
+        return None  # none given: the image's own entrypoint and command run
 
     async def sandbox_problem(self) -> str | None:
         return None  # a container is its own sandbox

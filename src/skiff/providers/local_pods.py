@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 
-from skiff.domain.pods import parse_port
+from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers import bubblewrap
 from skiff.providers.base import (
     Launch,
@@ -29,6 +31,45 @@ from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.local import LocalProvider
 
 log = logging.getLogger(__name__)
+
+#: What a pod with no command is told: the local provider runs commands, not images.
+NO_COMMAND = (
+    "a pod here runs as a process (SKIFF_PROVIDER=local) and runs its "
+    "dockerEntrypoint and dockerStartCmd, not its image's; this pod has neither: give the "
+    'command it runs, such as ["python3", "-m", "http.server", "8888"]'
+)
+
+
+def command_problem(spec: PodSpec, inherited: dict[str, str]) -> str | None:
+    """Why the pod's command cannot start as a process, checked when the pod is created or its
+    command changes, so that it is refused (400) rather than started again and again: none at
+    all, or a program that is not there. A name is looked up on the ``PATH`` it will run with
+    (its ``env``'s, else the server's); an absolute path must be an executable file, unless it
+    lies in the pod's volume, which only the pod sees; a relative path would be looked for in
+    its home, which is empty when it starts."""
+    argv = [*spec.dockerEntrypoint, *spec.dockerStartCmd]
+    if not argv:
+        return NO_COMMAND
+    program = argv[0]
+    if "/" not in program:
+        path = spec.env.get("PATH", inherited.get("PATH", os.defpath))
+        if shutil.which(program, path=path) is None:
+            return f"{program!r} is not a program on this host (looked for on PATH={path})"
+        return None
+    if not program.startswith("/"):
+        return (
+            f"{program!r} is a relative path, looked for in the pod's home, which is "
+            "empty when it starts: give the program's absolute path"
+        )
+    has_volume = spec.volumeInGb > 0 or spec.networkVolumeId is not None
+    mount = spec.volumeMountPath.rstrip("/")
+    if has_volume and program.startswith(f"{mount}/"):
+        return None  # in its volume: the pod (or an earlier one) puts it there
+    if not os.path.isfile(program):
+        return f"{program!r} does not exist on this host"
+    if not os.access(program, os.X_OK):
+        return f"{program!r} is not executable"
+    return None
 
 
 def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
@@ -114,6 +155,9 @@ class LocalPodProvider:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(10):
                 await ended.wait()
+
+    def command_problem(self, spec: PodSpec) -> str | None:
+        return command_problem(spec, self._processes.host_environment())
 
     async def sandbox_problem(self) -> str | None:
         return await self._processes.sandbox_problem()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from skiff.domain.pods import parse_port
+from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers.base import (
     LogSinks,
     PodExitCallback,
@@ -102,6 +102,15 @@ class RayPodProvider:
         if self._instances.pop(pod_id, None) is None:
             return
         await self._followed.stop(pod_id, grace, quiet=True)
+
+    def command_problem(self, spec: PodSpec) -> str | None:
+        # Whether the program is there is for the node to say: it is not this host.
+        if not spec.dockerEntrypoint and not spec.dockerStartCmd:
+            return (
+                "a pod on a Ray node runs its dockerEntrypoint and "
+                "dockerStartCmd, not its image's, and this pod has neither"
+            )
+        return None
 
     async def sandbox_problem(self) -> str | None:
         return NOT_SANDBOXED

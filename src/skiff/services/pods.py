@@ -18,6 +18,7 @@ from skiff.domain.pods import (
     DesiredStatus,
     Pod,
     PodCreate,
+    PodSpec,
     PodUpdate,
     apply_pod_update,
     spec_from_create,
@@ -63,6 +64,17 @@ class PodFilters:
         )
 
 
+def _command_of(spec: PodSpec) -> tuple[object, ...]:
+    """What a provider's ``command_problem`` reads: a change to any of it asks again."""
+    return (
+        spec.dockerEntrypoint,
+        spec.dockerStartCmd,
+        spec.env.get("PATH"),
+        spec.volumeInGb > 0 or spec.networkVolumeId is not None,
+        spec.volumeMountPath,
+    )
+
+
 def _template_mount_path(template: Template) -> str:
     """The template's ``volumeMountPath`` for a pod that gives none. A template is checked when
     it is saved, but one stored before the rule still loads with what it held: the pod is
@@ -98,6 +110,7 @@ class Pods:
         spec = spec_from_create(data, template)
         if template is not None and data.volumeMountPath is None:
             spec = spec.model_copy(update={"volumeMountPath": _template_mount_path(template)})
+        self._check_command(spec)
         await self._check_auth(user, spec.containerRegistryAuthId)
         if spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, None)
@@ -154,6 +167,8 @@ class Pods:
             spec, restart = apply_pod_update(pod.spec, data)
         except ValueError as exc:
             raise Invalid(str(exc), field="volumeInGb") from None
+        if _command_of(spec) != _command_of(pod.spec):
+            self._check_command(spec)
         if spec.volumeInGb > pod.spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, pod.id)
         changed = pod.model_copy(
@@ -223,6 +238,16 @@ class Pods:
         if saved is None:
             raise NotFound("Pod not found")
         return saved
+
+    def _check_command(self, spec: PodSpec) -> None:
+        """Refused (400, naming the field) when the provider can tell now that the command
+        cannot run (none at all for a process, a program not there): started, it would only
+        fail and be started again, for ever."""
+        problem = self._runner.provider.command_problem(spec)
+        if problem is not None:
+            # Its first word is the program, in the entrypoint when there is one.
+            field = "dockerEntrypoint" if spec.dockerEntrypoint else "dockerStartCmd"
+            raise Invalid(f"{field}: {problem}", field=field)
 
     async def _check_room(self, size_gb: int, pod_id: str | None) -> None:
         """Refused (400, ``volumeInGb``) when the disk has not that much free, what the pod's

@@ -258,12 +258,65 @@ async def test_bad_input_is_refused_naming_the_field(
     assert await in_process.services.store.list_pods(None) == []
 
 
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"dockerStartCmd": []}, "dockerStartCmd", "has neither"),
+        ({"dockerStartCmd": ["no-such-program-here", "x"]}, "dockerStartCmd", "not a program"),
+        ({"dockerEntrypoint": ["/no/such/program"]}, "dockerEntrypoint", "does not exist"),
+        ({"dockerStartCmd": ["./run.sh"]}, "dockerStartCmd", "relative path"),
+        # Looked up on the PATH the pod runs with: its own, when it sets one.
+        ({"dockerStartCmd": ["sh"], "env": {"PATH": "/nowhere"}}, "dockerStartCmd", "/nowhere"),
+    ],
+)
+async def test_a_process_pod_whose_command_cannot_start_is_refused_naming_the_field(
+    in_process: InProcess, fields: dict[str, Any], field: str, says: str
+) -> None:
+    # Accepted, it would start, fail and start again for ever.
+    answer = await in_process.http.post("/v1/pods", json=server_pod(free_port(), **fields))
+    assert says in refusal(answer, 400, field)
+    assert await in_process.services.store.list_pods(None) == []
+
+
+async def test_a_process_pod_whose_program_is_not_executable_is_refused(
+    in_process: InProcess, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a program")
+    notes.chmod(0o644)
+    answer = await in_process.http.post(
+        "/v1/pods", json=server_pod(free_port(), dockerStartCmd=[str(notes)])
+    )
+    assert "not executable" in refusal(answer, 400, "dockerStartCmd")
+
+
+async def test_a_process_pod_may_run_a_program_of_its_volume_and_is_not_updated_to_a_missing_one(
+    in_process: InProcess,
+) -> None:
+    # What is in its volume only the pod sees: not checked.
+    body = server_pod(free_port(), dockerStartCmd=["/workspace/start.sh"])
+    made = await in_process.http.post("/v1/pods", json=body)
+    assert made.status_code == 201, made.text
+    pod_id = made.json()["id"]
+    answer = await in_process.http.patch(
+        f"/v1/pods/{pod_id}", json={"dockerStartCmd": ["no-such-program-here"]}
+    )
+    assert "not a program" in refusal(answer, 400, "dockerStartCmd")
+    assert (await pod_of(in_process, pod_id))["dockerStartCmd"] == ["/workspace/start.sh"]
+    await in_process.http.delete(f"/v1/pods/{pod_id}")
+
+
 async def test_a_gpu_pod_without_such_a_gpu_is_refused_naming_what_is_missing(
     in_process: InProcess,
 ) -> None:
     answer = await in_process.http.post(
         "/v1/pods",
-        json={"imageName": "local/python", "gpuTypeIds": ["NVIDIA H100 80GB HBM3"], "gpuCount": 2},
+        json={
+            "imageName": "local/python",
+            "gpuTypeIds": ["NVIDIA H100 80GB HBM3"],
+            "gpuCount": 2,
+            "dockerStartCmd": ["true"],
+        },
     )
     message = refusal(answer, 409)
     assert "NVIDIA H100 80GB HBM3" in message and "no GPUs" in message
