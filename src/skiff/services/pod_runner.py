@@ -132,6 +132,9 @@ class PodRunner:
         self._backoff: dict[str, tuple[int, float]] = {}
         #: pod id -> when its instance started (an exit after a long run starts no back-off).
         self._started_at: dict[str, float] = {}
+        #: pod id -> why it last did not run (``_say``), shown again if a start's record lands
+        #: after its instance has already ended.
+        self._problems: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self.leading = False
 
@@ -298,6 +301,11 @@ class PodRunner:
         if await self._store.set_pod_placement(pod.id, placement, self._clock.now()) is None:
             await self._stop(pod.id, None)  # deleted while it started
             return
+        if pod.id not in self._running_ids():
+            # It ended while this was written (a process that fails at once): its exit, told
+            # meanwhile, would lie under a placement saying it runs until its next start.
+            shown = PodPlacement(problem=self._problems.get(pod.id))
+            await self._store.set_pod_placement(pod.id, shown, self._clock.now())
         self._wakeups.notify(Wake.PODS)
 
     async def _launch(self, pod: Pod, gpus: list[Gpu]) -> PodLaunch:
@@ -407,6 +415,7 @@ class PodRunner:
         await asyncio.to_thread(shutil.rmtree, self._homes / pod.id, True)
         self._logs.remove(pod.id)
         self._backoff.pop(pod.id, None)
+        self._problems.pop(pod.id, None)
         await self._store.delete_pod(pod.userId, pod.id)
         await self._usage_ended(UsageKind.POD_VOLUME, pod.id)
 
@@ -431,6 +440,7 @@ class PodRunner:
         await self._say(pod, f"{problem}; it starts again in {delay:.0f} s")
 
     async def _say(self, pod: Pod, problem: str) -> None:
+        self._problems[pod.id] = problem
         if pod.placement.problem != problem or pod.placement.owner:
             placement = PodPlacement(problem=problem)
             await self._store.set_pod_placement(pod.id, placement, pod.lastStartedAt)

@@ -123,6 +123,31 @@ async def test_a_pod_that_exits_starts_again_after_a_back_off_that_doubles(
     assert "exited with code 3" in (second.placement.problem or "")
 
 
+async def test_a_pod_that_exits_while_its_start_is_recorded_shows_its_exit_not_running(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The exit is reported (the problem written) before the start's own record lands, as when
+    # a process ends at once: the record must not hide the exit until the next start.
+    write = running.store.set_pod_placement
+    exit_reported, start_recorded = asyncio.Event(), asyncio.Event()
+
+    async def exit_first(pod_id: str, placement: PodPlacement, started: float | None) -> object:
+        if not placement.owner:
+            exit_reported.set()
+            return await write(pod_id, placement, started)
+        await asyncio.wait_for(exit_reported.wait(), 15)
+        written = await write(pod_id, placement, started)
+        start_recorded.set()
+        return written
+
+    monkeypatch.setattr(running.store, "set_pod_placement", exit_first)
+    pod = await running.pods.create(ALICE, pod_input("raise SystemExit(3)"))
+    shown = await settled(
+        running, pod.id, lambda p: start_recorded.is_set() and p.placement.owner is None, 5
+    )
+    assert "exited with code 3" in (shown.placement.problem or "")
+
+
 async def test_a_stopped_pod_starts_at_once_when_asked_whatever_its_back_off(
     running: Running,
 ) -> None:
