@@ -316,3 +316,44 @@ def test_the_runpod_clis_default_pod_is_refused_saying_why(fleet: Server, tmp_pa
     refused = cli("pod", "create", "cli-pod", given="y\n", succeeds=False)
     assert "dockerStartCmd" in refused and "has neither" in refused, refused
     assert [p for p in fleet.http.get("/v1/pods").json() if p["name"] == "cli-pod"] == []
+
+
+def test_runpod_pod_list_shows_a_pod_whose_process_keeps_exiting_as_restarting(
+    fleet: Server, sdk: Any, tmp_path: Path
+) -> None:
+    # The list's Status is the SDK's desiredStatus: RUNNING for a pod that runs, RESTARTING for
+    # one whose process keeps exiting (started again after a back-off), never RUNNING.
+    cli = runpod_cli(fleet, tmp_path)
+    up = cpu_pod(fleet, "cli-up", [sys.executable, "-c", "import time; time.sleep(600)"])
+    down = cpu_pod(fleet, "cli-down", ["sh", "-c", "exit 3"])
+    fleet.wait_for(
+        lambda: fleet.http.get(f"/v1/pods/{up}").json()["status"] == "running",
+        what="the pod to run",
+    )
+
+    def listed_between_its_starts() -> tuple[dict[str, str], dict[str, Any]] | None:
+        # The same exit before and after the listing: it was down all along.
+        before = fleet.http.get(f"/v1/pods/{down}").json()
+        if before["status"] != "waiting" or "exited with code 3" not in str(before["problem"]):
+            return None
+        listed = cli("pod", "list")
+        (read,) = [p for p in sdk.get_pods() if p["id"] == down]
+        after = fleet.http.get(f"/v1/pods/{down}").json()
+        if (after["problem"], after["lastStartedAt"]) != (
+            before["problem"],
+            before["lastStartedAt"],
+        ):
+            return None
+        rows = [[cell.strip() for cell in line.split("|")] for line in listed.splitlines()]
+        return {row[1]: row[3] for row in rows if len(row) > 3}, read
+
+    statuses, read = fleet.wait_for(listed_between_its_starts, what="the pod to be down")
+    assert (statuses[up], statuses[down]) == ("RUNNING", "RESTARTING"), statuses
+    # The SDK's own read agrees: no runtime, no uptime while it is down.
+    assert (read["desiredStatus"], read["runtime"], read["uptimeSeconds"]) == (
+        "RESTARTING",
+        None,
+        None,
+    )
+    for pod_id in (up, down):
+        fleet.http.delete(f"/v1/pods/{pod_id}")

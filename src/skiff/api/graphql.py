@@ -48,7 +48,7 @@ from skiff.api.graphql_limits import (
 from skiff.body_gate import BodyGate
 from skiff.domain import instance_ids, times
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
-from skiff.domain.pods import Pod, PodCreate, parse_port, runtime_status
+from skiff.domain.pods import DesiredStatus, Pod, PodCreate, parse_port, runtime_status
 from skiff.domain.registry_auths import RegistryAuthCreate, RegistryAuthCredentials
 from skiff.domain.templates import TemplateCreate
 from skiff.domain.users import User
@@ -773,6 +773,28 @@ async def _refuse(request: Request, exc: Exception) -> Response:
     return answer
 
 
+#: What the SDK is told a pod is doing (its ``desiredStatus``, which ``runpod pod list`` prints
+#: as the pod's status and the SDK's own waits compare with ``RUNNING``), by ``runtime_status``.
+#: A pod kept from running (its process keeps exiting, its start fails, its GPUs are taken)
+#: or being restarted reads ``RESTARTING``, a status of the hosted platform's schema, rather
+#: than the ``RUNNING`` it was asked to be: the CLI shows no other field. Starting for the
+#: first time (or fresh after an update) reads ``RUNNING``, as on the hosted platform, with
+#: ``runtime`` null until it runs. ``/v1`` keeps ``desiredStatus`` as asked and says this in
+#: ``status`` and ``problem``.
+_SDK_STATUS = {
+    "running": "RUNNING",
+    "starting": "RUNNING",
+    "restarting": "RESTARTING",
+    "waiting": "RESTARTING",
+}
+
+
+def _sdk_status(pod: Pod) -> str:
+    if pod.desiredStatus is not DesiredStatus.RUNNING:
+        return pod.desiredStatus.value
+    return _SDK_STATUS[runtime_status(pod)]
+
+
 def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
     spec, placement = pod.spec, pod.placement
     running = runtime_status(pod) == "running"
@@ -797,7 +819,7 @@ def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
     return {
         "name": spec.name,
         "imageName": spec.imageName,
-        "desiredStatus": pod.desiredStatus.value,
+        "desiredStatus": _sdk_status(pod),
         "lastStatusChange": times.iso(pod.lastStatusChange),
         "costPerHr": services.billing.pod_cost_per_hour(pod),
         "containerDiskInGb": spec.containerDiskInGb,
