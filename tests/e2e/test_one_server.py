@@ -145,8 +145,13 @@ def test_a_second_ctrl_c_ends_the_server_at_once_and_its_workers_with_it(tmp_pat
         pid = server.wait_for(worker_pid, what="the worker to start")
         server.wait_for(lambda: "ignoring SIGTERM" in logs_of(server, eid), what="its start")
         server.proc.send_signal(signal.SIGINT)
-        # The first stop is under way: the worker was asked to stop and did not.
-        server.wait_for(lambda: alive(pid) and server.proc.poll() is None, what="the first stop")
+        # The first stop is under way (signals sent back to back would be taken as one): the
+        # application is stopping its workers, and this one did not stop.
+        server.wait_for(
+            lambda: "Waiting for application shutdown" in server.log_path.read_text(),
+            what="the first stop",
+        )
+        assert alive(pid) and server.proc.poll() is None
         server.proc.send_signal(signal.SIGINT)
         code = server.proc.wait(60)
     finally:
