@@ -53,18 +53,6 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 }
 
 
-class InvalidTransition(Invalid):
-    def __init__(self, current: JobStatus, target: JobStatus) -> None:
-        super().__init__(f"a job in state {current} cannot move to {target}", field="status")
-        self.current = current
-        self.target = target
-
-
-def check_transition(current: JobStatus, target: JobStatus) -> None:
-    if target not in TRANSITIONS[current]:
-        raise InvalidTransition(current, target)
-
-
 def sources_of(target: JobStatus) -> frozenset[JobStatus]:
     """The states a job may be in to move to ``target``: the guard of a conditional update."""
     return frozenset(src for src, dsts in TRANSITIONS.items() if target in dsts)

@@ -196,9 +196,6 @@ class PodSpec(BaseModel):
     interruptible: bool = False
     locked: bool = False
 
-    def port_specs(self) -> list[PortSpec]:
-        return [parse_port(p) for p in self.ports]
-
 
 def spec_from_create(data: PodCreate, template: Template | None) -> PodSpec:
     """The create input over the template over the defaults. Environment variables merge,
