@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from skiff.console.app import Console, Visitor
+from skiff.console.base import Console, Visitor
 from skiff.console.billing_chart import Series, chart
 from skiff.domain.billing import NO_PRICES, BucketSize, Resource, bucket_start
 from skiff.services.billing import Spend

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from skiff.console.app import Console, json_answer
+from skiff.console.base import Console, json_answer
 from skiff.console.endpoint_pages import detail_page
 from skiff.console.forms import without_s3_secret
 from skiff.domain.endpoints import Endpoint

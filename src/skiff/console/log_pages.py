@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from skiff.console.app import Console, json_answer
+from skiff.console.base import Console, json_answer
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.logs import LogLine, iso
 

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from skiff.console.app import Console
+from skiff.console.base import Console
 
 
 def routes(console: Console) -> list[BaseRoute]:

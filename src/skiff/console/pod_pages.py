@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
-from skiff.console.app import Console, Visitor, json_answer
+from skiff.console.base import Console, Visitor, json_answer
 from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
 from skiff.domain.pods import Pod, PodCreate, runtime_status
 from skiff.errors import Conflict, Invalid, NotFound

@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
-from skiff.console.app import Console, Visitor
+from skiff.console.base import Console, Visitor
 from skiff.domain.registry_auths import RegistryAuthCreate
 from skiff.errors import Conflict
 

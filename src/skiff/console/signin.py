@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import csrf, endpoint_pages
-from skiff.console.app import Console
+from skiff.console.base import Console
 from skiff.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, new_nonce
 from skiff.domain.keys import hash_key
 

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
-from skiff.console.app import Console, Visitor
+from skiff.console.base import Console, Visitor
 from skiff.domain.templates import TemplateCategory, TemplateCreate
 from skiff.errors import Conflict, Invalid
 

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
-from skiff.console.app import Console, Visitor
+from skiff.console.base import Console, Visitor
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.pods import Pod
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport

@@ -3,7 +3,7 @@ and how times read."""
 
 from __future__ import annotations
 
-from skiff.console.app import _section
+from skiff.console.base import _section
 from skiff.console.endpoint_pages import ROLLING_LABELS, form_values, rolling_changes
 from skiff.console.render import disk, duration
 from skiff.console.signin import safe_next

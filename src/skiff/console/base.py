@@ -1,0 +1,138 @@
+"""What every console page shares: the ``Console`` (services, sessions, the page renderer), the
+signed-in ``Visitor``, and the answers (pages, redirects, JSON). The page modules
+(``*_pages.py``, ``signin.py``) import this; ``app.py`` puts them together, so nothing imports
+upward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from skiff.console import csrf, render
+from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
+from skiff.domain.endpoints import Endpoint
+from skiff.domain.keys import hash_key
+from skiff.domain.users import User
+from skiff.services.hub import Services
+
+HERE = Path(__file__).parent
+
+
+class SignInNeeded(Exception):
+    """No valid session: pages redirect to the sign-in form, script calls answer 401."""
+
+
+class CsrfRejected(Exception):
+    """A form or script call without the visitor's CSRF token."""
+
+
+@dataclass(frozen=True, slots=True)
+class Visitor:
+    user: User
+    session: Session
+    csrf: str
+
+
+class Console:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.sessions = Sessions(lambda: services.auth.server_secret(SECRET_NAME))
+        self.pages = render.environment(HERE / "templates")
+
+    # -- who is asking -------------------------------------------------------------------
+    async def visitor(self, request: Request) -> Visitor | None:
+        session = await self.sessions.read(request.cookies.get(COOKIE), self.services.clock.now())
+        if session is None:
+            return None
+        user = await self.user_of(session.key_digest)
+        if user is None:
+            return None
+        return Visitor(user, session, csrf.token(await self.sessions.secret(), session.nonce))
+
+    async def user_of(self, key_digest: str) -> User | None:
+        """The user of a key by its digest, if the key is still valid (a revoked key ends the
+        sessions made with it)."""
+        return await self.services.auth.user_of_digest(key_digest)
+
+    async def user_of_key(self, api_key: str) -> User | None:
+        return await self.user_of(hash_key(api_key.strip()))
+
+    async def signed_in(self, request: Request) -> Visitor:
+        visitor = await self.visitor(request)
+        if visitor is None:
+            raise SignInNeeded
+        return visitor
+
+    async def endpoint(self, visitor: Visitor, request: Request) -> Endpoint:
+        """The endpoint the path names, if it is the visitor's (else 404)."""
+        return await self.services.endpoints.get(visitor.user, request.path_params["endpoint_id"])
+
+    async def form(self, request: Request, visitor: Visitor) -> dict[str, str]:
+        """The posted form's text fields, once its CSRF token is checked."""
+        form = await request.form()
+        fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
+        submitted = fields.get(csrf.FIELD) or request.headers.get(csrf.HEADER)
+        if not csrf.valid(await self.sessions.secret(), visitor.session.nonce, submitted):
+            raise CsrfRejected
+        return fields
+
+    # -- answers -------------------------------------------------------------------------
+    def page(
+        self,
+        request: Request,
+        name: str,
+        visitor: Visitor | None,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        """The page ``name`` (a file of ``templates/``) for this visitor."""
+        base = request.scope.get("root_path", "")
+        html = self.pages.get_template(name).render(
+            base=base,
+            section=_section(request.url.path.removeprefix(base)),
+            request=request,
+            visitor=visitor,
+            now=self.services.clock.now(),
+            **context,
+        )
+        return HTMLResponse(html, status, headers={"Cache-Control": "no-store"})
+
+    @staticmethod
+    def redirect(request: Request, path: str) -> RedirectResponse:
+        """303 to a console path (``""`` is the endpoint list)."""
+        return RedirectResponse(request.scope.get("root_path", "") + path, status_code=303)
+
+
+def _section(path: str) -> str:
+    """The part of the console a path is in, for the navigation's current link."""
+    for prefix, section in (
+        ("/templates", "templates"),
+        ("/registry-auths", "registry"),
+        ("/volumes", "volumes"),
+        ("/pods", "pods"),
+        ("/billing", "billing"),
+        ("/models", "models"),
+    ):
+        if path.startswith(prefix):
+            return section
+    return "endpoints"
+
+
+def json_answer(body: Any, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(body),
+        status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def wants_json(request: Request) -> bool:
+    return request.url.path.endswith(".json") or "application/json" in request.headers.get(
+        "accept", ""
+    )
