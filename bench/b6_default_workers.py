@@ -16,12 +16,12 @@ does it ask again. B6 measures what that costs, in three parts, on one skiff ser
    ``/requests``.
 3. A sequential client (one ``/runsync`` after another) on one warm default worker, and the
    same on one worker whose ``concurrency_modifier`` returns 2, then 8 (``BENCH_CONCURRENCY``):
-   what the README's advice to latency-sensitive users buys. 2 is not enough: the SDK counts a
-   job it has just taken twice (in its queue and in progress) until its loop starts it, so one
-   job fills a worker of 2 and it sleeps its second like a default worker. From 5 up the worker
-   always has room to ask for two or more jobs at once, the take for which skiff hands it the
-   next job the moment the last one ends (README, "Workers that take several jobs"). The
-   reference answers the same client with the handler inline.
+   what the advice to latency-sensitive users (docs/workers.md) buys. 2 is not enough: the SDK
+   counts a job it has just taken twice (in its queue and in progress) until its loop starts it,
+   so one job fills a worker of 2 and it sleeps its second like a default worker. From 5 up the
+   worker always has room to ask for two or more jobs at once, the take for which skiff hands it
+   the next job the moment the last one ends (docs/workers.md, "Workers that take several
+   jobs"). The reference answers the same client with the handler inline.
 
 The reference has no workers: parts 1 and 2 are n/a there (B2 has its inline ``/runsync``).
 """
@@ -47,7 +47,7 @@ SLEEP_S = 2.0
 #: How often part 2 looks whether its queue has finished.
 POLL_S = 0.25
 #: The ``concurrency_modifier`` values part 3 measures besides the default: one too small to
-#: help and the README's advice.
+#: help and docs/workers.md's advice.
 ADVISED = (2, 8)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 

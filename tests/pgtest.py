@@ -15,7 +15,7 @@ import pytest
 
 PG_DSN = os.environ.get("SKIFF_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
 PG_UNREACHABLE = (
-    "PostgreSQL not reachable at 127.0.0.1:5432; start it (see README)"
+    "PostgreSQL not reachable at 127.0.0.1:5432; start it (see docs/testing.md)"
     " or set SKIFF_TEST_DATABASE_URL"
 )
 

@@ -4,7 +4,7 @@
 A plain directory has no quota of its own: this module measures (``used_bytes``, the disk space
 its files take, as ``du`` counts it) and says how much the disk has free (``free_bytes``); the
 volumes service refuses a size the disk cannot hold. Nothing here stops a worker from writing
-past its volume's size (README, "Network volumes"). Every call is blocking file-system work:
+past its volume's size (docs/volumes.md). Every call is blocking file-system work:
 the service runs it in a thread.
 """
 

@@ -2,7 +2,7 @@
 by Playwright, against a real ``skiff serve`` with real runpod-SDK workers.
 
 Every page the console serves is visited here, and a screenshot of each is kept under
-``artifacts/console/`` (git-ignored; the README shows copies from ``docs/console/``). Without
+``artifacts/console/`` (git-ignored; docs/console.md shows copies from ``docs/console/``). Without
 a Chromium these tests fail, saying how to install one; ``SKIFF_TEST_NO_BROWSER=1`` skips them
 on purpose (CI never sets it).
 """

@@ -1,6 +1,6 @@
-"""The README's "In a container": ``examples/Dockerfile`` builds the example workers into an
+"""docs/containers.md, "In a container": ``examples/Dockerfile`` builds the example workers into an
 image that skiff runs unchanged as containers (``SKIFF_PROVIDER=docker``). The build is the
-README's offline one: a base from Debian's packages (the container tests' own base image) and
+page's offline one: a base from Debian's packages (the container tests' own base image) and
 wheels fetched on the host, as where Docker Hub cannot be reached; with it, the only
 difference is ``--build-arg BASE``."""
 

@@ -65,7 +65,7 @@ def build(services: Services) -> WorkerHandlers:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time. A runpod
         SDK 1.12+ worker (by its User-Agent) asking with `job_in_progress=0` may get a list
         instead, its job and the jobs lined up behind it, which it runs one after another: they
-        show `IN_QUEUE` until it starts each (README, "Default workers: line-ups")."""
+        show `IN_QUEUE` until it starts each (docs/workers.md, "Default workers: line-ups")."""
         endpoint = await endpoint_of(request)
         jobs = await dispatch.take(
             endpoint,

@@ -353,7 +353,7 @@ class PodRunner:
 
     def environment(self, pod: Pod, gpus: list[Gpu]) -> dict[str, str]:
         """The template's and the pod's variables, then what a pod on the hosted platform is
-        told about itself, where it makes sense here (README, "Pods")."""
+        told about itself, where it makes sense here (docs/pods.md)."""
         spec = pod.spec
         told = {
             "RUNPOD_POD_ID": pod.id,

@@ -3,7 +3,7 @@ delete; and the directory a worker of an endpoint mounts (``directory``).
 
 The record lives in the store, the data in a directory (``volume_dirs.py``). A size is checked
 against the disk when it is asked for (created or grown); writes past it are not stopped (a
-plain directory has no quota: README, "Network volumes").
+plain directory has no quota: docs/volumes.md).
 """
 
 from __future__ import annotations
