@@ -341,7 +341,7 @@ def create_app(
     async def healthz(_request: Request) -> Response:
         if not ready:
             return json_response({"status": "starting"}, 503)
-        # Which replica answered, and whether it runs the scaler, reaper and webhook sender.
+        # Which replica answered, and whether it runs the leader loops.
         return json_response(
             {"status": "ok", "replica": cluster.replica_id, "leader": leadership.running_loops}
         )

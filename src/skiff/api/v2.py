@@ -1,7 +1,7 @@
 """``/v2``: every route of the job interface, the worker protocol and the OpenAI-compatible
 calls, declared once, and the two ways in that are built from that one list.
 
-Where a request goes: ``ROUTES`` below names, for each ``/v2`` route, its method, path,
+Where a request goes: ``routes`` below names, for each ``/v2`` route, its method, path,
 handler (the functions in api/jobs.py, api/workers.py and api/openai.py), OpenAPI description
 and whether it is *hot*. From that list ``build`` makes
 

@@ -1,5 +1,6 @@
-"""The singleton loops (scaler, reaper, webhook sender) run on exactly one replica: the one
-holding the cluster's leader lock.
+"""The singleton loops (the six named in ``app.py``: scaler, reaper, webhook sender, pod runner,
+meter, load-balancing health check) run on exactly one replica: the one holding the cluster's
+leader lock.
 
 Every replica campaigns every ``interval`` seconds. The one that wins first takes up the lead
 (``on_gain``: it resumes metering and cleans up after the replicas that died, their workers'
@@ -82,7 +83,7 @@ class Leadership:
             leading = False
         try:
             if leading and not self._tasks:
-                log.info("this replica leads: starting the scaler, reaper and webhook sender")
+                log.info("this replica leads: starting %s", ", ".join(self._loops))
                 await self._on_gain()
                 self._next_sweep = loop.time() + self._sweep_every
                 self._start_loops()
