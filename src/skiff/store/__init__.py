@@ -1,4 +1,5 @@
-"""Persistence: one ``Store`` protocol and its adapters, chosen by the database URL."""
+"""Persistence: one ``Store`` protocol, its operations written once (``operations.py``) and
+two adapters under them, chosen by the database URL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The storage port. Services call these named operations; no SQL lives outside the adapters.
+"""The storage port. Services call these named operations; no SQL lives outside ``store/``.
 
 Every job operation that changes state is one conditional update guarded by the states the
 job may move from (``domain.jobs.sources_of``), so two racing requests cannot both win.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import skiff.store.operations
 import skiff.store.postgres
 import skiff.store.sqlite
 from skiff.domain.jobs import FINAL_STATES, JobStatus, sources_of
@@ -169,16 +170,19 @@ _ADAPTERS = {
     Dialect.SQLITE: Path(skiff.store.sqlite.__file__),
     Dialect.POSTGRES: Path(skiff.store.postgres.__file__),
 }
-# A named query is run through one of the adapters' helpers, its name the first string given.
+#: The operations both adapters run (operations.SqlStore).
+_OPERATIONS = Path(skiff.store.operations.__file__)
+# A named query is run through a connection's methods or the operations' helpers, its name the
+# first string given.
 _CALL = re.compile(
-    r"\b(?:_run|_rows|_row|_run_many|_read|_read_one|_claim|_query|_query_as|_write_run|_fetch|_fetchrow"
-    r"|_execute|_execute_many|_fetch_named|_fetchrow_named|_execute_named)"
+    r"(?:(?:\bc|\))\.(?:execute|execute_many|fetch|fetchrow|read|read_one)"
+    r"|\bself\._(?:run|rows|row|create|ids_of|claim))"
     r"\(\s*(?:[\w.]+,\s*)?\"(\w+)\""
 )
 
 
 def _names_run_by(dialect: Dialect) -> set[str]:
-    return set(_CALL.findall(_ADAPTERS[dialect].read_text()))
+    return set(_CALL.findall(_OPERATIONS.read_text() + _ADAPTERS[dialect].read_text()))
 
 
 def test_every_query_an_adapter_runs_is_written_and_every_written_query_is_run() -> None:
