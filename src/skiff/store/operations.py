@@ -20,6 +20,7 @@ that drives them, so an async operation costs it no thread hop and no event loop
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
@@ -43,7 +44,7 @@ from skiff.store.base import (
     User,
     WebhookDelivery,
 )
-from skiff.store.named_queries import Query
+from skiff.store.named_queries import Dialect, Query, compile_query
 from skiff.store.rows import (
     LB_DEMAND_KEPT_SECONDS,
     RowReader,
@@ -76,6 +77,7 @@ from skiff.store.rows import (
     worker_field_values,
     worker_from_row,
     worker_params,
+    worker_update_sql,
 )
 
 T = TypeVar("T")
@@ -115,8 +117,19 @@ class Connection(Protocol):
 Op = Callable[[Connection], Coroutine[Any, Any, T]]
 
 
+@functools.cache
+def _worker_update(dialect: Dialect, fields: tuple[str, ...]) -> Query | None:
+    """``update_worker``'s statement for these fields, compiled once per set of fields."""
+    if not fields:
+        return None
+    return compile_query("update_worker", worker_update_sql(fields), dialect)
+
+
 class SqlStore:
     """The ``Store`` operations; an adapter subclasses it with its connections."""
+
+    #: The adapter's SQL dialect (for the statements composed at run time).
+    dialect: Dialect
 
     #: The driver's error for a broken unique constraint, answered as a ``Conflict``.
     unique_violation: type[Exception]
@@ -135,10 +148,6 @@ class SqlStore:
         raise NotImplementedError
 
     async def _write_one(self, op: Op[T]) -> T:
-        raise NotImplementedError
-
-    def _worker_update(self, fields: tuple[str, ...]) -> Query | None:
-        """``update_worker``'s statement for these fields, in the adapter's dialect."""
         raise NotImplementedError
 
     async def _let_go(
@@ -875,7 +884,7 @@ class SqlStore:
         return await self._write(op)
 
     async def update_worker(self, worker_id: str, fields: Mapping[str, object]) -> Worker | None:
-        query = self._worker_update(tuple(fields))
+        query = _worker_update(self.dialect, tuple(fields))
         if query is None:
             return await self.get_worker(worker_id)
         values = {**worker_field_values(fields), "id": worker_id}

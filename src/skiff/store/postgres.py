@@ -10,17 +10,16 @@ job.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from skiff.store.named_queries import Dialect, Query, compile_query
+from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
-from skiff.store.rows import RowReader, worker_update_sql
+from skiff.store.rows import RowReader
 
 T = TypeVar("T")
 
@@ -124,14 +123,6 @@ class _PostgresConnection:
         return ids
 
 
-@functools.cache
-def _worker_update(fields: tuple[str, ...]) -> Query | None:
-    """``update_worker``'s statement for these fields, compiled once per set of fields."""
-    if not fields:
-        return None
-    return compile_query("update_worker", worker_update_sql(fields), Dialect.POSTGRES)
-
-
 #: The let-go's two statements of PostgreSQL's own (SQLite's one writer needs neither): the
 #: worker's row locked, then its signals forgotten and the worker idled in one statement.
 _LOCK_WORKER = "SELECT state FROM workers WHERE id = $1 FOR NO KEY UPDATE"
@@ -145,6 +136,7 @@ _FORGET_AND_IDLE = (
 
 
 class PostgresStore(SqlStore):
+    dialect = Dialect.POSTGRES
     unique_violation = asyncpg.UniqueViolationError
     serialization_failure = asyncpg.SerializationError
     # The claim's statement skips a worker that may not claim and marks it running.
@@ -203,9 +195,6 @@ class PostgresStore(SqlStore):
 
     async def _write_one(self, op: Op[T]) -> T:
         return await op(self._reader())
-
-    def _worker_update(self, fields: tuple[str, ...]) -> Query | None:
-        return _worker_update(fields)
 
     async def _let_go(
         self, c: Connection, worker_id: str, job_ids: list[str] | None, now: float

@@ -16,7 +16,6 @@ functions would.
 from __future__ import annotations
 
 import asyncio
-import functools
 import queue
 import sqlite3
 import threading
@@ -28,10 +27,10 @@ from typing import Any, TypeVar
 import orjson
 
 from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
-from skiff.store.named_queries import Dialect, Query, compile_query
+from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
-from skiff.store.rows import RowReader, worker_update_sql
+from skiff.store.rows import RowReader
 
 T = TypeVar("T")
 _Op = Callable[[sqlite3.Connection], Any]
@@ -296,15 +295,8 @@ def _in_writer(op: Op[T]) -> Callable[[sqlite3.Connection], T]:
     return run
 
 
-@functools.cache
-def _worker_update(fields: tuple[str, ...]) -> Query | None:
-    """``update_worker``'s statement for these fields, compiled once per set of fields."""
-    if not fields:
-        return None
-    return compile_query("update_worker", worker_update_sql(fields), Dialect.SQLITE)
-
-
 class SQLiteStore(SqlStore):
+    dialect = Dialect.SQLITE
     unique_violation = sqlite3.IntegrityError
     # One writer: no transaction ever loses to another.
     serialization_failure = type("NeverRaised", (Exception,), {})
@@ -357,9 +349,6 @@ class SQLiteStore(SqlStore):
 
     async def _write_one(self, op: Op[T]) -> T:
         return await self._write(op)
-
-    def _worker_update(self, fields: tuple[str, ...]) -> Query | None:
-        return _worker_update(fields)
 
     async def _let_go(
         self, c: Connection, worker_id: str, job_ids: list[str] | None, now: float
