@@ -133,8 +133,9 @@ class SqlStore:
 
     #: The driver's error for a broken unique constraint, answered as a ``Conflict``.
     unique_violation: type[Exception]
-    #: The driver's error for a transaction that lost to a concurrent one (``snapshot``).
-    serialization_failure: type[Exception]
+    #: The driver's error for a transaction that lost to a concurrent one (``snapshot``);
+    #: none by default (SQLite's one writer runs one transaction at a time).
+    serialization_failure: type[Exception] | tuple[type[Exception], ...] = ()
     #: Whether ``claim_jobs`` and ``line_up_jobs`` refuse a worker that may not claim, and
     #: mark a worker that got jobs running, in their own statement.
     _claims_in_one_statement: bool

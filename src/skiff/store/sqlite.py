@@ -227,21 +227,21 @@ class _SQLiteConnection:
     (the names kept per query: ``sqlite3.Row`` would compare names on every access); domain
     objects skip the dict: each column is found by name once per query."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("conn",)
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+        self.conn = conn
 
     def _cursor(self, query: str | Query, values: Mapping[str, object]) -> sqlite3.Cursor:
         q = _QUERIES[query] if isinstance(query, str) else query
-        return self._conn.execute(q.sql, q.args(values))
+        return self.conn.execute(q.sql, q.args(values))
 
     async def execute(self, query: str | Query, /, **values: object) -> int:
         return self._cursor(query, values).rowcount
 
     async def execute_many(self, query: str, values: list[Mapping[str, object]]) -> None:
         q = _QUERIES[query]
-        self._conn.executemany(q.sql, [q.args(v) for v in values])
+        self.conn.executemany(q.sql, [q.args(v) for v in values])
 
     async def fetch(self, query: str | Query, /, **values: object) -> list[Any]:
         cursor = self._cursor(query, values)
@@ -298,8 +298,6 @@ def _in_writer(op: Op[T]) -> Callable[[sqlite3.Connection], T]:
 class SQLiteStore(SqlStore):
     dialect = Dialect.SQLITE
     unique_violation = sqlite3.IntegrityError
-    # One writer: no transaction ever loses to another.
-    serialization_failure = type("NeverRaised", (Exception,), {})
     # SQLite's UPDATE ... RETURNING has no gate on the worker of its own.
     _claims_in_one_statement = False
 
@@ -332,7 +330,7 @@ class SQLiteStore(SqlStore):
             self._writer.stop()
             self._writer = None
         if self._reads is not None:
-            self._reads._conn.close()
+            self._reads.conn.close()
             self._reads = None
 
     # -- how operations run ---------------------------------------------------------------
