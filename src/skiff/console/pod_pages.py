@@ -4,7 +4,9 @@ reset, and its log, followed as it comes), and delete after typing the pod's nam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -14,8 +16,10 @@ from starlette.routing import BaseRoute, Route
 from skiff.console import forms
 from skiff.console.base import Console, Visitor, json_answer
 from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
+from skiff.console.resource_pages import ListPage
 from skiff.domain.pods import Pod, PodCreate, runtime_status
-from skiff.errors import Conflict, Invalid, NotFound
+from skiff.domain.users import User
+from skiff.errors import Conflict, NotFound
 
 #: The actions a pod's page offers, and what each says it did.
 ACTIONS = {
@@ -57,31 +61,20 @@ def routes(console: Console) -> list[BaseRoute]:
         """The pod the path names, if it is the visitor's (else 404)."""
         return await services.pods.get(visitor.user, request.path_params["pod_id"])
 
-    async def list_page(
-        request: Request,
-        visitor: Visitor,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
-    ) -> Response:
-        pods = await services.pods.all(visitor.user)
+    async def shows(visitor: Visitor) -> dict[str, Any]:
         gpus = await services.gpu_report.rows(visitor.user)
-        return console.page(
-            request,
-            "pods.html",
-            visitor,
-            status,
-            title="Pods",
-            pods=[view(p) for p in pods],
-            gpus=gpus,
-            gpu_types=sorted({row.gpu.name for row in gpus}),
-            templates=await services.templates.all(visitor.user),
-            volumes=[r.volume for r in await services.volumes.all(visitor.user)],
-            values=values or {"computeType": "GPU" if gpus else "CPU"},
-            errors=errors or {},
-            created=request.query_params.get("created"),
-            deleted=request.query_params.get("deleted"),
-        )
+        return {
+            "pods": [view(p) for p in await services.pods.all(visitor.user)],
+            "gpus": gpus,
+            "gpu_types": sorted({row.gpu.name for row in gpus}),
+            "templates": await services.templates.all(visitor.user),
+            "volumes": [r.volume for r in await services.volumes.all(visitor.user)],
+        }
+
+    def defaults(listed: Mapping[str, Any]) -> dict[str, str]:
+        return {"computeType": "GPU" if listed["gpus"] else "CPU"}
+
+    page = ListPage(console, "/pods", "pods.html", "Pods", shows, defaults)
 
     async def pod_page(
         request: Request, visitor: Visitor, pod: Pod, error: str | None = None, status: int = 200
@@ -103,25 +96,14 @@ def routes(console: Console) -> list[BaseRoute]:
             lines=[line_view(x) for x in lines],
         )
 
-    async def pods_page(request: Request) -> Response:
-        return await list_page(request, await console.signed_in(request))
-
-    async def create(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        form = await console.form(request, visitor)
+    def read(form: dict[str, str]) -> tuple[PodCreate | None, forms.Errors]:
         data, errors = forms.pod_data(form)
-        model = None
-        if not errors:
-            model, errors = forms.validate(PodCreate, data, forms.POD_FIELDS, "imageName")
-        if model is not None:
-            try:
-                made = await services.pods.create(visitor.user, model)
-            except (Invalid, Conflict) as exc:
-                errors = forms.service_error(exc, "gpuTypeIds")
-            else:
-                return Console.redirect(request, f"/pods?{urlencode({'created': made.spec.name})}")
-        values = {field: form.get(field, "") for field in forms.POD_FIELDS}
-        return await list_page(request, visitor, values, errors, 400)
+        if errors:
+            return None, errors
+        return forms.validate(PodCreate, data, forms.POD_FIELDS, "imageName")
+
+    async def make(user: User, model: PodCreate) -> str:
+        return (await services.pods.create(user, model)).spec.name
 
     async def detail(request: Request) -> Response:
         visitor = await console.signed_in(request)
@@ -182,8 +164,8 @@ def routes(console: Console) -> list[BaseRoute]:
         return Console.redirect(request, f"/pods?{urlencode({'deleted': pod.spec.name})}")
 
     return [
-        Route("/pods", pods_page, methods=["GET"]),
-        Route("/pods", create, methods=["POST"]),
+        Route("/pods", page.show, methods=["GET"]),
+        Route("/pods", page.create(read, make, "gpuTypeIds", forms.POD_FIELDS), methods=["POST"]),
         Route("/pods/{pod_id}", detail, methods=["GET"]),
         Route("/pods/{pod_id}/log/lines.json", log_lines, methods=["GET"]),
         Route("/pods/{pod_id}/delete", delete_form, methods=["GET"]),

@@ -3,73 +3,49 @@ not even into the form shown again after an error."""
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
+from typing import Any
+
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
+from skiff.console.resource_pages import ListPage
 from skiff.domain.registry_auths import RegistryAuthCreate
-from skiff.errors import Conflict
+from skiff.domain.users import User
 
 FIELDS = ("name", "username", "password")
+#: What a refused form shows again: not the password.
+KEPT = ("name", "username")
 
 
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
-    async def list_page(
-        request: Request,
-        visitor: Visitor,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
-    ) -> Response:
+    async def shows(visitor: Visitor) -> dict[str, Any]:
         used_by: dict[str, list[str]] = {}
         for template in await services.templates.all(visitor.user):
             if template.containerRegistryAuthId:
                 used_by.setdefault(template.containerRegistryAuthId, []).append(template.name)
-        return console.page(
-            request,
-            "registry_auths.html",
-            visitor,
-            status,
-            title="Registry auths",
-            auths=await services.registry_auths.all(visitor.user),
-            used_by=used_by,
-            values=values or {},
-            errors=errors or {},
-            created=request.query_params.get("created"),
-            deleted=request.query_params.get("deleted"),
-        )
+        return {"auths": await services.registry_auths.all(visitor.user), "used_by": used_by}
 
-    async def auths_page(request: Request) -> Response:
-        return await list_page(request, await console.signed_in(request))
+    page = ListPage(
+        console, "/registry-auths", "registry_auths.html", "Registry auths", shows, raw_notice=True
+    )
 
-    async def create(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        form = await console.form(request, visitor)
+    def read(form: dict[str, str]) -> tuple[RegistryAuthCreate | None, forms.Errors]:
         data = {field: form.get(field, "") for field in FIELDS}
-        model, errors = forms.validate(RegistryAuthCreate, data, FIELDS, "name")
-        if model is not None:
-            try:
-                made = await services.registry_auths.create(visitor.user, model)
-            except Conflict as exc:
-                errors = {"name": exc.message}
-            else:
-                return Console.redirect(request, f"/registry-auths?created={made.name}")
-        shown = {"name": data["name"], "username": data["username"]}
-        return await list_page(request, visitor, shown, errors, 400)
+        return forms.validate(RegistryAuthCreate, data, FIELDS, "name")
 
-    async def delete(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        await console.form(request, visitor)
-        auth = await services.registry_auths.get(visitor.user, request.path_params["auth_id"])
-        await services.registry_auths.delete(visitor.user, auth.id)
-        return Console.redirect(request, f"/registry-auths?deleted={auth.name}")
+    async def make(user: User, model: RegistryAuthCreate) -> str:
+        return (await services.registry_auths.create(user, model)).name
 
+    auths = services.registry_auths
     return [
-        Route("/registry-auths", auths_page, methods=["GET"]),
-        Route("/registry-auths", create, methods=["POST"]),
-        Route("/registry-auths/{auth_id}/delete", delete, methods=["POST"]),
+        Route("/registry-auths", page.show, methods=["GET"]),
+        Route("/registry-auths", page.create(read, make, "name", KEPT), methods=["POST"]),
+        Route(
+            "/registry-auths/{auth_id}/delete",
+            page.delete("auth_id", auths.get, auths.delete, lambda auth: auth.name),
+            methods=["POST"],
+        ),
     ]

@@ -4,6 +4,7 @@ create, a volume's page (rename and grow; never shrink), and delete after typing
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -12,8 +13,10 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
+from skiff.console.resource_pages import ListPage
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.pods import Pod
+from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.errors import Conflict, Invalid
 
@@ -51,27 +54,14 @@ def routes(console: Console) -> list[BaseRoute]:
         """The volume the path names, if it is the visitor's (else 404)."""
         return await services.volumes.get(visitor.user, request.path_params["volume_id"])
 
-    async def list_page(
-        request: Request,
-        visitor: Visitor,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
-    ) -> Response:
-        return console.page(
-            request,
-            "volumes.html",
-            visitor,
-            status,
-            title="Network volumes",
-            reports=await services.volumes.all(visitor.user),
-            attached=await attached_to(visitor),
-            mounted=await mounted_by(visitor),
-            values=values or {},
-            errors=errors or {},
-            created=request.query_params.get("created"),
-            deleted=request.query_params.get("deleted"),
-        )
+    async def shows(visitor: Visitor) -> dict[str, Any]:
+        return {
+            "reports": await services.volumes.all(visitor.user),
+            "attached": await attached_to(visitor),
+            "mounted": await mounted_by(visitor),
+        }
+
+    page = ListPage(console, "/volumes", "volumes.html", "Network volumes", shows)
 
     async def volume_page(
         request: Request,
@@ -115,26 +105,12 @@ def routes(console: Console) -> list[BaseRoute]:
             error=error,
         )
 
-    async def volumes_page(request: Request) -> Response:
-        return await list_page(request, await console.signed_in(request))
+    def read(form: dict[str, str]) -> tuple[NetworkVolumeCreate | None, forms.Errors]:
+        data = forms.volume_data(form)
+        return forms.validate(NetworkVolumeCreate, data, forms.VOLUME_FIELDS, "name")
 
-    async def create(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        form = await console.form(request, visitor)
-        model, errors = forms.validate(
-            NetworkVolumeCreate, forms.volume_data(form), forms.VOLUME_FIELDS, "name"
-        )
-        if model is not None:
-            try:
-                made = await services.volumes.create(visitor.user, model)
-            except (Invalid, Conflict) as exc:
-                errors = forms.service_error(exc, "name")
-            else:
-                return Console.redirect(
-                    request, f"/volumes?{urlencode({'created': made.volume.name})}"
-                )
-        shown = {field: form.get(field, "") for field in forms.VOLUME_FIELDS}
-        return await list_page(request, visitor, shown, errors, 400)
+    async def make(user: User, model: NetworkVolumeCreate) -> str:
+        return (await services.volumes.create(user, model)).volume.name
 
     async def detail(request: Request) -> Response:
         visitor = await console.signed_in(request)
@@ -175,8 +151,8 @@ def routes(console: Console) -> list[BaseRoute]:
         return Console.redirect(request, f"/volumes?{urlencode({'deleted': shown.volume.name})}")
 
     return [
-        Route("/volumes", volumes_page, methods=["GET"]),
-        Route("/volumes", create, methods=["POST"]),
+        Route("/volumes", page.show, methods=["GET"]),
+        Route("/volumes", page.create(read, make, "name", forms.VOLUME_FIELDS), methods=["POST"]),
         Route("/volumes/{volume_id}", detail, methods=["GET"]),
         Route("/volumes/{volume_id}", update, methods=["POST"]),
         Route("/volumes/{volume_id}/delete", delete_form, methods=["GET"]),

@@ -1,0 +1,126 @@
+"""What the pages of a resource (templates, registry auths, network volumes, pods) share: the
+list page with its create form below, the create and the delete handlers, and the way back to
+the list saying what was done. A ``*_pages.py`` module states only what is particular to its
+resource: what the list shows, how the form reads, what the service is called with."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from skiff.console import forms
+from skiff.console.base import Console, Visitor
+from skiff.domain.users import User
+from skiff.errors import Conflict, Invalid
+
+Handler = Callable[[Request], Awaitable[Response]]
+Model = TypeVar("Model")
+Item = TypeVar("Item")
+
+
+def _no_defaults(listed: Mapping[str, Any]) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """A resource's list at ``path`` (the page ``template``) with its create form, and the
+    notice of what was just ``created`` or ``deleted`` (the query the redirects add)."""
+
+    console: Console
+    path: str
+    template: str
+    title: str
+    #: What the page shows of the visitor's resources, besides the form.
+    shows: Callable[[Visitor], Awaitable[dict[str, Any]]]
+    #: A blank form's values, given what the page shows.
+    defaults: Callable[[Mapping[str, Any]], dict[str, str]] = field(default=_no_defaults)
+    #: The redirects put the name into the query as it is, not URL-encoded, as these pages
+    #: always have (kept so that their redirects stay the same).
+    raw_notice: bool = False
+
+    async def answer(
+        self,
+        request: Request,
+        visitor: Visitor,
+        values: dict[str, str] | None = None,
+        errors: forms.Errors | None = None,
+        status: int = 200,
+    ) -> Response:
+        """The list; after a refused create, with the form's values and errors."""
+        shown = await self.shows(visitor)
+        return self.console.page(
+            request,
+            self.template,
+            visitor,
+            status,
+            title=self.title,
+            values=values or self.defaults(shown),
+            errors=errors or {},
+            created=request.query_params.get("created"),
+            deleted=request.query_params.get("deleted"),
+            **shown,
+        )
+
+    async def show(self, request: Request) -> Response:
+        """The list page's GET."""
+        return await self.answer(request, await self.console.signed_in(request))
+
+    def done(self, request: Request, notice: str, name: str) -> RedirectResponse:
+        """Back to the list, which says what was ``created`` or ``deleted``."""
+        query = f"{notice}={name}" if self.raw_notice else urlencode({notice: name})
+        return Console.redirect(request, f"{self.path}?{query}")
+
+    def create(
+        self,
+        read: Callable[[dict[str, str]], tuple[Model | None, forms.Errors]],
+        make: Callable[[User, Model], Awaitable[str]],
+        refused_at: str,
+        kept: Collection[str] | None = None,
+    ) -> Handler:
+        """The create form's POST: ``read`` the form into the service's input (or field
+        errors), ``make`` it (giving its name), and back to the list; a refusal comes back as
+        the list, status 400, with the errors (a service's at its field, else ``refused_at``)
+        and the form's values: those ``kept`` (all when ``None``)."""
+
+        async def handler(request: Request) -> Response:
+            visitor = await self.console.signed_in(request)
+            form = await self.console.form(request, visitor)
+            model, errors = read(form)
+            if model is not None and not errors:
+                try:
+                    name = await make(visitor.user, model)
+                except (Invalid, Conflict) as exc:
+                    errors = forms.service_error(exc, refused_at)
+                else:
+                    return self.done(request, "created", name)
+            shown = form if kept is None else {k: form.get(k, "") for k in kept}
+            return await self.answer(request, visitor, shown, errors, 400)
+
+        return handler
+
+    def delete(
+        self,
+        id_param: str,
+        get: Callable[[User, str], Awaitable[Item]],
+        remove: Callable[[User, str], Awaitable[object]],
+        name_of: Callable[[Item], str],
+    ) -> Handler:
+        """A list row's delete button: the CSRF token checked, the item the path names (404 if
+        it is not the visitor's) removed by its service (whose refusal, such as in use, is the
+        error page), and back to the list."""
+
+        async def handler(request: Request) -> Response:
+            visitor = await self.console.signed_in(request)
+            await self.console.form(request, visitor)
+            item_id = request.path_params[id_param]
+            item = await get(visitor.user, item_id)
+            await remove(visitor.user, item_id)
+            return self.done(request, "deleted", name_of(item))
+
+        return handler
