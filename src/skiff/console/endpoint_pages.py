@@ -13,6 +13,7 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
+from skiff.console.resource_pages import DeletePage
 from skiff.domain.endpoints import (
     ComputeType,
     Endpoint,
@@ -25,6 +26,7 @@ from skiff.domain.endpoints import (
 from skiff.domain.health import health_view
 from skiff.domain.jobs import JobStatus
 from skiff.domain.templates import Template, TemplateCategory, TemplateCreate
+from skiff.domain.users import User
 from skiff.domain.workers import WorkerReport
 from skiff.errors import Conflict, Invalid
 
@@ -49,6 +51,10 @@ ROLLING_LABELS = {
 }
 #: A brand-new endpoint form: the API's defaults.
 DEFAULTS = EndpointSpec(name="", templateId="")
+
+
+def endpoint_name(endpoint: Endpoint) -> str:
+    return endpoint.spec.name
 
 
 def form_values(spec: EndpointSpec) -> dict[str, str]:
@@ -281,34 +287,27 @@ def routes(console: Console) -> list[BaseRoute]:
         restarted = "&restarted=1" if changes else ""
         return Console.redirect(request, f"/endpoints/{endpoint.id}?saved=1{restarted}")
 
-    async def delete_page(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        endpoint = await console.endpoint(visitor, request)
-        return console.page(
-            request,
-            "endpoint_delete.html",
-            visitor,
-            title=f"Delete {endpoint.spec.name}",
-            endpoint=endpoint,
-            error=None,
-        )
+    async def named(request: Request, visitor: Visitor) -> Endpoint:
+        return await console.endpoint(visitor, request)
 
-    async def delete(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        endpoint = await console.endpoint(visitor, request)
-        form = await console.form(request, visitor)
-        if form.get("confirm_name") != endpoint.spec.name:
-            return console.page(
-                request,
-                "endpoint_delete.html",
-                visitor,
-                400,
-                title=f"Delete {endpoint.spec.name}",
-                endpoint=endpoint,
-                error="The name you typed is not this endpoint's name; nothing was deleted.",
-            )
-        await services.endpoints.delete(visitor.user, endpoint.id)
-        return Console.redirect(request, f"/?deleted={endpoint.spec.name}")
+    async def delete_shows(visitor: Visitor, endpoint: Endpoint) -> dict[str, Any]:
+        return {"endpoint": endpoint}
+
+    async def remove(user: User, endpoint: Endpoint) -> None:
+        await services.endpoints.delete(user, endpoint.id)
+
+    # Back to the endpoint list, with the name as it is (as this page always did).
+    deleting = DeletePage(
+        console,
+        "endpoint_delete.html",
+        "endpoint",
+        named,
+        endpoint_name,
+        remove,
+        delete_shows,
+        "/",
+        raw_notice=True,
+    )
 
     async def detail(request: Request) -> Response:
         visitor = await console.signed_in(request)
@@ -329,8 +328,8 @@ def routes(console: Console) -> list[BaseRoute]:
         Route("/endpoints/{endpoint_id}/live", detail_live, methods=["GET"]),
         Route("/endpoints/{endpoint_id}/edit", edit_form, methods=["GET"]),
         Route("/endpoints/{endpoint_id}/edit", update, methods=["POST"]),
-        Route("/endpoints/{endpoint_id}/delete", delete_page, methods=["GET"]),
-        Route("/endpoints/{endpoint_id}/delete", delete, methods=["POST"]),
+        Route("/endpoints/{endpoint_id}/delete", deleting.show, methods=["GET"]),
+        Route("/endpoints/{endpoint_id}/delete", deleting.delete, methods=["POST"]),
     ]
 
 

@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from skiff.console import forms
 from skiff.console.base import Console, Visitor, json_answer
 from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
-from skiff.console.resource_pages import ListPage
+from skiff.console.resource_pages import DeletePage, ListPage
 from skiff.domain.pods import Pod, PodCreate, runtime_status
 from skiff.domain.users import User
 from skiff.errors import Conflict, NotFound
@@ -40,6 +40,10 @@ class PodView:
     ports: list[tuple[str, str | None, int]]
     #: Seconds since its instance started, while it runs.
     uptime: float | None
+
+
+def pod_name(pod: Pod) -> str:
+    return pod.spec.name
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -133,42 +137,22 @@ def routes(console: Console) -> list[BaseRoute]:
         found = await services.pod_logs.lines(pod.id, since, tail_of(request))
         return json_answer({"lines": [line_view(x) for x in found]})
 
-    async def delete_page(
-        request: Request, visitor: Visitor, pod: Pod, error: str | None = None, status: int = 200
-    ) -> Response:
-        return console.page(
-            request,
-            "pod_delete.html",
-            visitor,
-            status,
-            title=f"Delete {pod.spec.name}",
-            pod=pod,
-            error=error,
-        )
+    async def delete_shows(visitor: Visitor, pod: Pod) -> dict[str, Any]:
+        return {"pod": pod}
 
-    async def delete_form(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        return await delete_page(request, visitor, await shown(request, visitor))
+    async def remove(user: User, pod: Pod) -> None:
+        await services.pods.delete(user, pod.id)
 
-    async def delete(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        pod = await shown(request, visitor)
-        form = await console.form(request, visitor)
-        if form.get("confirm_name") != pod.spec.name:
-            error = "The name you typed is not this pod's name; nothing was deleted."
-            return await delete_page(request, visitor, pod, error, 400)
-        try:
-            await services.pods.delete(visitor.user, pod.id)
-        except Conflict as exc:
-            return await delete_page(request, visitor, pod, exc.message, exc.status_code)
-        return Console.redirect(request, f"/pods?{urlencode({'deleted': pod.spec.name})}")
+    deleting = DeletePage(
+        console, "pod_delete.html", "pod", shown, pod_name, remove, delete_shows, "/pods"
+    )
 
     return [
         Route("/pods", page.show, methods=["GET"]),
         Route("/pods", page.create(read, make, "gpuTypeIds", forms.POD_FIELDS), methods=["POST"]),
         Route("/pods/{pod_id}", detail, methods=["GET"]),
         Route("/pods/{pod_id}/log/lines.json", log_lines, methods=["GET"]),
-        Route("/pods/{pod_id}/delete", delete_form, methods=["GET"]),
-        Route("/pods/{pod_id}/delete", delete, methods=["POST"]),
+        Route("/pods/{pod_id}/delete", deleting.show, methods=["GET"]),
+        Route("/pods/{pod_id}/delete", deleting.delete, methods=["POST"]),
         Route("/pods/{pod_id}/{action}", act, methods=["POST"]),
     ]

@@ -1,17 +1,18 @@
-"""What the pages of a resource (templates, registry auths, network volumes, pods) share: the
-list page with its create form below, the create and the delete handlers, and the way back to
-the list saying what was done. A ``*_pages.py`` module states only what is particular to its
+"""What the pages of a resource (templates, registry auths, network volumes, pods, endpoints)
+share: the list page with its create form below, the create and the delete handlers, the
+delete page that asks for the name typed again, and the way back to the list saying what was
+done. A ``*_pages.py`` module states only what is particular to its
 resource: what the list shows, how the form reads, what the service is called with."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlencode
 
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
@@ -21,6 +22,13 @@ from skiff.errors import Conflict, Invalid
 Handler = Callable[[Request], Awaitable[Response]]
 Model = TypeVar("Model")
 Item = TypeVar("Item")
+
+
+def back_to_list(request: Request, path: str, notice: str, name: str, raw: bool) -> Response:
+    """Back to the list at ``path``, which says what was ``created`` or ``deleted`` (the name
+    URL-encoded, or ``raw``: as it is)."""
+    query = f"{notice}={name}" if raw else urlencode({notice: name})
+    return Console.redirect(request, f"{path}?{query}")
 
 
 def _no_defaults(listed: Mapping[str, Any]) -> dict[str, str]:
@@ -71,10 +79,9 @@ class ListPage:
         """The list page's GET."""
         return await self.answer(request, await self.console.signed_in(request))
 
-    def done(self, request: Request, notice: str, name: str) -> RedirectResponse:
+    def done(self, request: Request, notice: str, name: str) -> Response:
         """Back to the list, which says what was ``created`` or ``deleted``."""
-        query = f"{notice}={name}" if self.raw_notice else urlencode({notice: name})
-        return Console.redirect(request, f"{self.path}?{query}")
+        return back_to_list(request, self.path, notice, name, self.raw_notice)
 
     def create(
         self,
@@ -124,3 +131,62 @@ class ListPage:
             return self.done(request, "deleted", name_of(item))
 
         return handler
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePage(Generic[Item]):
+    """A delete on its own page (``template``) that asks for the item's name typed again
+    (``confirm_name``); a mistyped name or a service's refusal (such as still attached) comes
+    back on that page, and a delete goes back to the list at ``list_path`` naming what it
+    deleted."""
+
+    console: Console
+    template: str
+    #: What the page calls the item: "The name you typed is not this <noun>'s name".
+    noun: str
+    #: The item the path names, if it is the visitor's (else 404).
+    find: Callable[[Request, Visitor], Awaitable[Item]]
+    name_of: Callable[[Item], str]
+    remove: Callable[[User, Item], Awaitable[object]]
+    #: What the page shows of the item, by the names its template uses.
+    shows: Callable[[Visitor, Item], Awaitable[dict[str, Any]]]
+    list_path: str
+    raw_notice: bool = False
+
+    async def answer(
+        self,
+        request: Request,
+        visitor: Visitor,
+        item: Item,
+        error: str | None = None,
+        status: int = 200,
+    ) -> Response:
+        return self.console.page(
+            request,
+            self.template,
+            visitor,
+            status,
+            title=f"Delete {self.name_of(item)}",
+            error=error,
+            **await self.shows(visitor, item),
+        )
+
+    async def show(self, request: Request) -> Response:
+        """The delete page's GET."""
+        visitor = await self.console.signed_in(request)
+        return await self.answer(request, visitor, await self.find(request, visitor))
+
+    async def delete(self, request: Request) -> Response:
+        """The delete page's POST."""
+        visitor = await self.console.signed_in(request)
+        item = await self.find(request, visitor)
+        form = await self.console.form(request, visitor)
+        name = self.name_of(item)
+        if form.get("confirm_name") != name:
+            error = f"The name you typed is not this {self.noun}'s name; nothing was deleted."
+            return await self.answer(request, visitor, item, error, 400)
+        try:
+            await self.remove(visitor.user, item)
+        except Conflict as exc:
+            return await self.answer(request, visitor, item, exc.message, exc.status_code)
+        return back_to_list(request, self.list_path, "deleted", name, self.raw_notice)

@@ -5,7 +5,6 @@ create, a volume's page (rename and grow; never shrink), and delete after typing
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,7 +12,7 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
-from skiff.console.resource_pages import ListPage
+from skiff.console.resource_pages import DeletePage, ListPage
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.pods import Pod
 from skiff.domain.users import User
@@ -38,6 +37,10 @@ def mounted(pods: list[Pod]) -> dict[str, list[Pod]]:
         if pod.spec.networkVolumeId:
             by_volume.setdefault(pod.spec.networkVolumeId, []).append(pod)
     return by_volume
+
+
+def volume_name(shown: VolumeReport) -> str:
+    return shown.volume.name
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -86,25 +89,6 @@ def routes(console: Console) -> list[BaseRoute]:
             saved=request.query_params.get("saved"),
         )
 
-    async def delete_page(
-        request: Request,
-        visitor: Visitor,
-        shown: VolumeReport,
-        error: str | None = None,
-        status: int = 200,
-    ) -> Response:
-        return console.page(
-            request,
-            "volume_delete.html",
-            visitor,
-            status,
-            title=f"Delete {shown.volume.name}",
-            report=shown,
-            endpoints=(await attached_to(visitor)).get(shown.volume.id, []),
-            pods=(await mounted_by(visitor)).get(shown.volume.id, []),
-            error=error,
-        )
-
     def read(form: dict[str, str]) -> tuple[NetworkVolumeCreate | None, forms.Errors]:
         data = forms.volume_data(form)
         return forms.validate(NetworkVolumeCreate, data, forms.VOLUME_FIELDS, "name")
@@ -133,28 +117,32 @@ def routes(console: Console) -> list[BaseRoute]:
                 return Console.redirect(request, f"/volumes/{current.volume.id}?saved=1")
         return await volume_page(request, visitor, current, shown, errors, 400)
 
-    async def delete_form(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        return await delete_page(request, visitor, await report(request, visitor))
+    async def delete_shows(visitor: Visitor, shown: VolumeReport) -> dict[str, Any]:
+        return {
+            "report": shown,
+            "endpoints": (await attached_to(visitor)).get(shown.volume.id, []),
+            "pods": (await mounted_by(visitor)).get(shown.volume.id, []),
+        }
 
-    async def delete(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        shown = await report(request, visitor)
-        form = await console.form(request, visitor)
-        if form.get("confirm_name") != shown.volume.name:
-            error = "The name you typed is not this volume's name; nothing was deleted."
-            return await delete_page(request, visitor, shown, error, 400)
-        try:
-            await services.volumes.delete(visitor.user, shown.volume.id)
-        except Conflict as exc:
-            return await delete_page(request, visitor, shown, exc.message, exc.status_code)
-        return Console.redirect(request, f"/volumes?{urlencode({'deleted': shown.volume.name})}")
+    async def remove(user: User, shown: VolumeReport) -> None:
+        await services.volumes.delete(user, shown.volume.id)
+
+    deleting = DeletePage(
+        console,
+        "volume_delete.html",
+        "volume",
+        report,
+        volume_name,
+        remove,
+        delete_shows,
+        "/volumes",
+    )
 
     return [
         Route("/volumes", page.show, methods=["GET"]),
         Route("/volumes", page.create(read, make, "name", forms.VOLUME_FIELDS), methods=["POST"]),
         Route("/volumes/{volume_id}", detail, methods=["GET"]),
         Route("/volumes/{volume_id}", update, methods=["POST"]),
-        Route("/volumes/{volume_id}/delete", delete_form, methods=["GET"]),
-        Route("/volumes/{volume_id}/delete", delete, methods=["POST"]),
+        Route("/volumes/{volume_id}/delete", deleting.show, methods=["GET"]),
+        Route("/volumes/{volume_id}/delete", deleting.delete, methods=["POST"]),
     ]

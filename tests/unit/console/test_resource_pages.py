@@ -1,6 +1,6 @@
-"""The list, create and delete handlers a resource's console pages are built from
-(console/resource_pages.py), around a console that signs everyone in and answers a page with
-what it would render it with."""
+"""What a resource's console pages are built from (console/resource_pages.py): the list, its
+create and delete handlers, and the delete page; around a console that signs everyone in and
+answers a page with what it would render it with."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
-from skiff.console.resource_pages import ListPage
+from skiff.console.resource_pages import DeletePage, ListPage
 from skiff.errors import Conflict, Invalid, NotFound
 
 USER: Any = SimpleNamespace(id="u1", name="ann")
@@ -170,3 +170,85 @@ def test_a_delete_removes_the_thing_and_goes_back_to_the_list_naming_it() -> Non
 def test_a_delete_of_a_thing_not_there_is_the_services_not_found() -> None:
     with pytest.raises(NotFound):
         client().post("/things/t9/delete", data={"csrf": "token"})
+
+
+def delete_client(raw_notice: bool = False) -> tuple[TestClient, Things]:
+    things = Things()
+    things.names["t2"] = "in use"
+
+    async def find(request: Request, visitor: Visitor) -> tuple[str, str]:
+        thing_id = request.path_params["thing_id"]
+        return thing_id, await things.get(visitor.user, thing_id)
+
+    async def remove(user: Any, thing: tuple[str, str]) -> None:
+        if thing[1] == "in use":
+            raise Conflict("thing t2 is used by pod p1")
+        await things.delete(user, thing[0])
+
+    async def shows(visitor: Visitor, thing: tuple[str, str]) -> dict[str, Any]:
+        return {"thing": thing[1]}
+
+    deleting = DeletePage(
+        PageContext(),
+        "thing_delete.html",
+        "thing",
+        find,
+        lambda thing: thing[1],
+        remove,
+        shows,
+        "/things",
+        raw_notice,
+    )
+    app = Starlette(
+        routes=[
+            Route("/things/{thing_id}/delete", deleting.show, methods=["GET"]),
+            Route("/things/{thing_id}/delete", deleting.delete, methods=["POST"]),
+        ]
+    )
+    return TestClient(app, root_path="/console", follow_redirects=False), things
+
+
+def test_the_delete_page_shows_the_thing_and_asks_for_its_name() -> None:
+    answer = delete_client()[0].get("/things/t1/delete")
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "page": "thing_delete.html",
+        "title": "Delete first thing",
+        "error": None,
+        "thing": "first thing",
+    }
+
+
+def test_a_mistyped_name_deletes_nothing_and_says_so() -> None:
+    web, things = delete_client()
+    answer = web.post("/things/t1/delete", data={"confirm_name": "first"})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == (
+        "The name you typed is not this thing's name; nothing was deleted."
+    )
+    assert "t1" in things.names
+
+
+def test_a_refused_delete_comes_back_on_the_page_with_the_services_words_and_status() -> None:
+    web, things = delete_client()
+    answer = web.post("/things/t2/delete", data={"confirm_name": "in use"})
+    assert answer.status_code == 409
+    assert answer.json()["error"] == "thing t2 is used by pod p1"
+    assert "t2" in things.names
+
+
+@pytest.mark.parametrize(
+    ("raw_notice", "location"),
+    [
+        (False, "/console/things?deleted=first+thing"),
+        (True, "/console/things?deleted=first%20thing"),
+    ],
+)
+def test_the_typed_name_deletes_and_goes_back_to_the_list_naming_it(
+    raw_notice: bool, location: str
+) -> None:
+    web, things = delete_client(raw_notice)
+    answer = web.post("/things/t1/delete", data={"confirm_name": "first thing"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == location
+    assert "t1" not in things.names
