@@ -44,3 +44,34 @@ def test_an_empty_list_without_a_sentence_shows_nothing() -> None:
     call = '{% call(x) list_table(items, ["Name"]) %}<tr></tr>{% endcall %}'
     assert _list_table(call, items=[]).strip() == ""
     assert "<table>" in _list_table(call, items=[1])
+
+
+def _confirm_delete(error: str | None) -> str:
+    source = (
+        '{% from "_macros.html" import confirm_delete %}'
+        '{{ confirm_delete(visitor, "/c/pods/p1/delete", "my <pod>", "pod", "/c/pods/p1", error) }}'
+    )
+    visitor = {"csrf": "tok"}
+    template = render.environment(TEMPLATES).from_string(source)
+    return template.render(visitor=visitor, error=error)
+
+
+def test_a_delete_form_asks_for_the_name_typed_again_with_the_csrf_token() -> None:
+    html = _confirm_delete(None)
+    assert (
+        '<form method="post" action="/c/pods/p1/delete" class="card"'
+        ' data-confirm-name="my &lt;pod&gt;">'
+    ) in html
+    assert '<input type="hidden" name="csrf" value="tok">' in html
+    assert 'Type <strong class="mono">my &lt;pod&gt;</strong> to confirm' in html
+    assert 'name="confirm_name"' in html
+    assert '<button type="submit" class="danger">Delete this pod</button>' in html
+    assert '<a href="/c/pods/p1">Cancel</a>' in html
+    assert "aria-invalid" not in html
+
+
+def test_a_delete_forms_error_is_tied_to_the_name_field() -> None:
+    html = _confirm_delete("Not <its> name")
+    assert 'aria-invalid="true" aria-describedby="e-confirm_name"' in html
+    assert '<p class="error" id="e-confirm_name" role="alert">Not &lt;its&gt; name</p>' in html
+    assert 'class="field invalid"' in html
