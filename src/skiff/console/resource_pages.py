@@ -1,8 +1,8 @@
 """What the pages of a resource (templates, registry auths, network volumes, pods, endpoints)
 share: the list page with its create form below, the create and the delete handlers, the
 delete page that asks for the name typed again, and the way back to the list saying what was
-done. A ``*_pages.py`` module states only what is particular to its
-resource: what the list shows, how the form reads, what the service is called with."""
+done. A ``*_pages.py`` module states only what is particular to its resource: what the list
+shows, how the form reads, which service calls make and remove."""
 
 from __future__ import annotations
 
