@@ -10,14 +10,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from eventually import eventually
+
 WORKERS = Path(__file__).parent / "workers"
 ADMIN_KEY = "sk_e2e_admin_key_0123456789"
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -82,17 +86,16 @@ class Server:
             stderr=subprocess.STDOUT,
             cwd=self.cwd,
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"skiff serve exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("skiff serve did not become ready in 30 s")
+        eventually(self._ready, "skiff serve to answer /healthz", timeout=30)
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"skiff serve exited: {self.log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -136,14 +139,14 @@ class Server:
         assert response.status_code == 200, response.text
         return dict(response.json())
 
-    def wait_for(self, predicate: Any, timeout: float = 60, what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}; server log:\n{self.tail_log()}")
+    def wait_for(
+        self, predicate: Callable[[], T], timeout: float = 60, what: str = "condition"
+    ) -> T:
+        """:func:`eventually` with this server's log tail in the failure."""
+        return eventually(predicate, what, timeout=timeout, context=self._log_context)
+
+    def _log_context(self) -> str:
+        return f"server log:\n{self.tail_log()}"
 
     def tail_log(self) -> str:
         try:

@@ -7,7 +7,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -68,8 +67,10 @@ def test_keys_created_and_revoked_with_the_cli(tmp_path: Path) -> None:
         row = next(line for line in listing.splitlines() if "carol" in line)
         assert key not in listing and "active" in row
         _cli(server.data_dir, "keys", "revoke", row.split()[0])
-        time.sleep(1)
-        assert httpx.get(f"{server.url}/v1/templates", headers=headers).status_code == 401
+        server.wait_for(
+            lambda: httpx.get(f"{server.url}/v1/templates", headers=headers).status_code == 401,
+            what="the revoked key to be refused",
+        )
         assert "revoked" in _cli(server.data_dir, "keys", "list")
     finally:
         server.stop()

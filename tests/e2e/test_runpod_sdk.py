@@ -130,7 +130,7 @@ def test_cancel_of_a_running_job_stops_it(server: Server, echo: Any) -> None:
     job = echo.run({"sleep": 10})
     server.wait_for(lambda: job.status() == "IN_PROGRESS", what="IN_PROGRESS")
     assert job.cancel()["status"] == "CANCELLED"
-    time.sleep(1)
+    time.sleep(1)  # deliberate: a while for a worker that kept running to overwrite the cancel
     assert server.http.get(f"/v2/{echo.endpoint_id}/status/{job.job_id}").json()["status"] == (
         "CANCELLED"
     )

@@ -6,16 +6,16 @@ does not have, and for a locked pod. Another user sees none of it."""
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from eventually import eventually_async
 from in_process import InProcess
 from pod_programs import SERVER
 from skiff.providers import bubblewrap
@@ -50,14 +50,12 @@ async def pod_of(app: InProcess, pod_id: str) -> dict[str, Any]:
     return dict(answer.json())
 
 
-async def until(app: InProcess, pod_id: str, status: str, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+async def until(app: InProcess, pod_id: str, status: str) -> dict[str, Any]:
+    async def there() -> dict[str, Any] | None:
         pod = await pod_of(app, pod_id)
-        if pod["status"] == status:
-            return pod
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"pod {pod_id} never became {status}: {pod}")
+        return pod if pod["status"] == status else None
+
+    return await eventually_async(there, f"pod {pod_id} to become {status}")
 
 
 async def write_disk(url: str, text: str) -> None:
@@ -65,17 +63,17 @@ async def write_disk(url: str, text: str) -> None:
         assert (await client.post(url, content=text)).json() == {"written": True}
 
 
-async def served(url: str, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+async def answer_of(url: str) -> dict[str, Any]:
+    """What the pod's server answers at ``url`` now (a TransportError while it is down)."""
     async with httpx.AsyncClient() as client:
-        while True:
-            try:
-                answer = await client.get(url)
-                return dict(answer.json())
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.1)
+        return dict((await client.get(url)).json())
+
+
+async def served(url: str) -> dict[str, Any]:
+    """What the pod's server answers at ``url`` once it is up."""
+    return await eventually_async(
+        lambda: answer_of(url), f"{url} to answer", ignoring=(httpx.TransportError,)
+    )
 
 
 def refusal(answer: httpx.Response, status: int, field: str | None = None) -> str:
@@ -110,7 +108,7 @@ async def test_a_pod_runs_serves_its_port_and_keeps_its_volume_across_stop_and_s
     assert stopped.json()["desiredStatus"] == "EXITED"
     await until(in_process, pod["id"], "stopped")
     with pytest.raises(httpx.TransportError):
-        await served(url, timeout=0)
+        await answer_of(url)
 
     started = await in_process.http.post(f"/v1/pods/{pod['id']}/start")
     assert started.json()["desiredStatus"] == "RUNNING"
@@ -133,32 +131,20 @@ async def test_restart_keeps_the_disk_and_reset_wipes_it_keeping_the_volume(
 
     restarted = await in_process.http.post(f"/v1/pods/{pod['id']}/restart")
     assert restarted.status_code == 200, restarted.text
-    await _until_served(url, lambda s: s["starts"] == 2)
+    await _until_served(url, lambda s: s["starts"] == 2, "a second start")
     assert (await served(url))["disk"] == "on the disk"
 
     reset = await in_process.http.post(f"/v1/pods/{pod['id']}/reset")
     assert reset.status_code == 200, reset.text
-    await _until_served(url, lambda s: s["starts"] == 3)
+    await _until_served(url, lambda s: s["starts"] == 3, "a third start")
     assert (await served(url))["disk"] is None
 
 
-async def _until(done: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.1)
+async def _until_served(url: str, done: Callable[[dict[str, Any]], bool], what: str) -> None:
+    async def answered() -> bool:
+        return done(await answer_of(url))
 
-
-async def _until_served(url: str, done: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if done(await served(url, timeout=0)):
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{url} never answered as wanted")
+    await eventually_async(answered, f"{url} to answer {what}", ignoring=(httpx.TransportError,))
 
 
 @needs_bwrap
@@ -175,7 +161,7 @@ async def test_an_update_of_what_runs_restarts_the_pod_and_says_so(
     )
     assert changed.status_code == 200, changed.text
     assert changed.json()["restartedFor"] == ["env"]
-    await _until_served(url, lambda s: s["greeting"] == "changed")
+    await _until_served(url, lambda s: s["greeting"] == "changed", "the changed greeting")
     shrink = await in_process.http.patch(f"/v1/pods/{pod['id']}", json={"volumeInGb": 0})
     assert "never shrinks" in refusal(shrink, 400, "volumeInGb")
 
@@ -186,11 +172,11 @@ async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> N
     await until(in_process, pod["id"], "running")
     volume = in_process.services.settings.volumes_path() / "pods" / pod["id"]
     # Running is its process started; the file is written once its program gets going.
-    await _until(lambda: (volume / "starts").exists())
+    await eventually_async(lambda: (volume / "starts").exists(), "the pod to write its volume")
     assert (await in_process.http.delete(f"/v1/pods/{pod['id']}")).status_code == 204
     assert (await in_process.http.get(f"/v1/pods/{pod['id']}")).status_code == 404
     assert [p["id"] for p in (await in_process.http.get("/v1/pods")).json()] == []
-    await _until(lambda: not volume.exists())
+    await eventually_async(lambda: not volume.exists(), "the volume to be removed")
     assert await in_process.services.store.list_pods(None) == []
 
 
