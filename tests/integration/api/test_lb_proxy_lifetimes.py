@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 from starlette.types import ASGIApp, Message
 
+from eventually import eventually_async
 from service_stubs import lb_endpoint as stub_lb_endpoint
 from skiff.api import lb as lb_api
 from skiff.clock import ManualClock
@@ -175,14 +176,6 @@ class Rig:
         )
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 def lb_endpoint(execution_timeout_ms: int = 600_000) -> Endpoint:
     return stub_lb_endpoint(T0, executionTimeoutMs=execution_timeout_ms)
 
@@ -260,12 +253,12 @@ async def test_a_caller_leaving_before_the_answer_head_closes_the_connection_to_
     rig = await make_rig()
     caller = Caller()
     task = rig.request(caller, "/never")
-    await until(lambda: rig.worker.open == 1, "the request at the worker")
+    await eventually_async(lambda: rig.worker.open == 1, "the request at the worker")
 
     caller.leave()
     await asyncio.wait_for(task, DEADLINE)  # ends quietly: nobody to answer
 
-    await until(rig.settled, "the request's slot, lease and connection given back")
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
     assert caller.sent == []
     assert not task.cancelled()
 
@@ -276,12 +269,12 @@ async def test_a_caller_leaving_halfway_through_its_body_closes_the_connection_t
     rig = await make_rig()
     caller = Caller(body=b"x" * 10, complete=False)
     task = rig.request(caller, "/never", method="POST", length=1000)
-    await until(lambda: rig.worker.open == 1, "the request at the worker")
+    await eventually_async(lambda: rig.worker.open == 1, "the request at the worker")
 
     caller.leave()
     await asyncio.wait_for(task, DEADLINE)
 
-    await until(rig.settled, "the request's slot, lease and connection given back")
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
     assert caller.sent == []
 
 
@@ -291,12 +284,14 @@ async def test_a_caller_leaving_in_the_middle_of_the_answer_closes_the_connectio
     rig = await make_rig()
     caller = Caller()
     task = rig.request(caller, "/drip")
-    await until(lambda: caller.body_sent() == b"data: 0\n\n", "the first piece of the answer")
+    await eventually_async(
+        lambda: caller.body_sent() == b"data: 0\n\n", "the first piece of the answer"
+    )
 
     caller.leave()
     await asyncio.wait_for(task, DEADLINE)
 
-    await until(rig.settled, "the request's slot, lease and connection given back")
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
     assert caller.status() == 200
 
 
@@ -307,7 +302,7 @@ async def test_a_caller_leaving_while_waiting_for_a_worker_stops_waiting(
     rig.balancer.out_of_rotation(rig.record)  # none ready
     caller = Caller()
     task = rig.request(caller, "/ok")
-    await until(lambda: rig.balancer.demand("ep1").waiting == 1, "the request waiting")
+    await eventually_async(lambda: rig.balancer.demand("ep1").waiting == 1, "the request waiting")
 
     caller.leave()
     await asyncio.wait_for(task, DEADLINE)
@@ -327,7 +322,7 @@ async def test_a_worker_too_slow_for_the_execution_timeout_is_a_502_that_gives_i
 
     assert caller.status() == 502
     assert "did not answer within 0.2 s" in json.loads(caller.body_sent())["error"]
-    await until(rig.settled, "the request's slot, lease and connection given back")
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
 
 
 async def test_the_server_stopping_cancels_the_request_and_gives_its_slot_back(
@@ -336,13 +331,13 @@ async def test_the_server_stopping_cancels_the_request_and_gives_its_slot_back(
     rig = await make_rig()
     caller = Caller()
     task = rig.request(caller, "/never")
-    await until(lambda: rig.worker.open == 1, "the request at the worker")
+    await eventually_async(lambda: rig.worker.open == 1, "the request at the worker")
 
     task.cancel()  # not the caller leaving: the cancellation goes on
 
     with pytest.raises(asyncio.CancelledError):
         await task
-    await until(rig.settled, "the request's slot, lease and connection given back")
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
 
 
 async def test_over_the_cap_a_request_is_a_503_with_retry_after_and_a_freed_slot_is_reused(
@@ -351,7 +346,7 @@ async def test_over_the_cap_a_request_is_a_503_with_retry_after_and_a_freed_slot
     rig = await make_rig(cap=2)
     held = [Caller(), Caller()]
     tasks = [rig.request(caller, "/never") for caller in held]
-    await until(lambda: rig.worker.open == 2, "two requests at the worker")
+    await eventually_async(lambda: rig.worker.open == 2, "two requests at the worker")
     over = Caller()
 
     await rig.request(over, "/ok")
@@ -373,6 +368,6 @@ async def test_over_the_cap_a_request_is_a_503_with_retry_after_and_a_freed_slot
     held[1].leave()
     await asyncio.wait_for(tasks[1], DEADLINE)
     # The answered request's connection stays, pooled for the next.
-    await until(lambda: rig.worker.open == 1, "the held requests' connections closed")
+    await eventually_async(lambda: rig.worker.open == 1, "the held requests' connections closed")
     assert rig.in_flight.of("ep1") == 0
     assert rig.balancer.demand("ep1").in_flight == 0

@@ -6,14 +6,13 @@ naming the field), never accepted to leave a pod waiting for ever; nothing is st
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from typing import Any
 
 import httpx
 import pytest
 
+from eventually import eventually_async
 from in_process import ADMIN_KEY, InProcess
 
 BAD_PATHS = ["/", "/etc", "../../", "/workspace/models", "/data/../etc", "/a:b"]
@@ -39,10 +38,11 @@ async def deleted(app: InProcess, pod_id: str) -> None:
     """Delete the pod and wait until its process has ended and it is gone, so that no process
     outlives the test's app."""
     assert (await app.http.delete(f"/v1/pods/{pod_id}")).status_code == 204
-    deadline = time.monotonic() + 30
-    while await app.services.store.list_pods(None):
-        assert time.monotonic() < deadline, "the deleted pod is still there"
-        await asyncio.sleep(0.05)
+
+    async def gone() -> bool:
+        return not await app.services.store.list_pods(None)
+
+    await eventually_async(gone, "the deleted pod to be gone")
 
 
 async def template_stored_with(app: InProcess, path: str) -> str:

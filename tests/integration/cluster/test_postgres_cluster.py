@@ -4,7 +4,6 @@ database (dropped afterwards) and is skipped when no server is reachable."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -13,19 +12,10 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from eventually import eventually_async
 from pgtest import PG_DSN, pg_admin, schema_name
 from skiff.cluster import ClusterUnavailable, PostgresCluster
 from skiff.store.postgres import migrate
-
-
-async def until(check: Callable[[], bool | Awaitable[bool]], timeout: float = 3.0) -> None:
-    """Poll ``check`` (sync or async) until it holds; fail after ``timeout`` seconds."""
-    async with asyncio.timeout(timeout):
-        while True:
-            ok = check()
-            if await ok if inspect.isawaitable(ok) else ok:
-                return
-            await asyncio.sleep(0.01)
 
 
 @dataclass
@@ -133,7 +123,9 @@ async def settle(sender: PostgresCluster, *probes: Probe) -> None:
     marker = f"marker-{secrets.token_hex(4)}"
     sender.publish(marker)
 
-    await until(lambda: all(marker in p.keys for p in probes))
+    await eventually_async(
+        lambda: all(marker in p.keys for p in probes), f"every probe to get {marker}"
+    )
     for p in probes:
         for batch in p.batches:
             if marker in batch:
@@ -155,7 +147,7 @@ async def test_a_published_key_reaches_the_other_replica_and_not_its_own(replica
     a, pa = await replica()
     b, pb = await replica()
     a.publish("ep-1")
-    await until(lambda: pb.keys == ["ep-1"])
+    await eventually_async(lambda: pb.keys == ["ep-1"], "b to get the key a published")
     await settle(b, pa)
     assert pa.batches == []
 
@@ -196,9 +188,9 @@ async def test_a_failing_on_keys_callback_does_not_stop_delivery(
     await b.start(flaky, lambda: None)
     try:
         a.publish("one")
-        await until(lambda: "one" in got)
+        await eventually_async(lambda: "one" in got, "the key 'one'")
         a.publish("two")
-        await until(lambda: "two" in got)
+        await eventually_async(lambda: "two" in got, "the key 'two'")
     finally:
         await b.close()
 
@@ -274,11 +266,11 @@ async def test_a_killed_connection_loses_the_lead_and_comes_back_by_itself(
     pa.when_lost = lambda: checks.append(asyncio.ensure_future(while_down()))
 
     await admin.execute("SELECT pg_terminate_backend($1)", old_pid)
-    await until(lambda: pa.lost == 1)
+    await eventually_async(lambda: pa.lost == 1, "a to report its lost connection")
     await asyncio.gather(*checks)
     assert seen == {"leading": False, "campaign": False}
     assert sum("dropping published keys" in r.getMessage() for r in caplog.records) == 1
-    await until(b.campaign)
+    await eventually_async(b.campaign, "b to win the campaign")
 
     async def a_is_back() -> bool:
         try:
@@ -287,7 +279,7 @@ async def test_a_killed_connection_loses_the_lead_and_comes_back_by_itself(
             return False
         return await b.alive([a.replica_id]) == {a.replica_id}
 
-    await until(a_is_back)
+    await eventually_async(a_is_back, "a to be back in the cluster")
     assert await a.peers() == {a.replica_id: "http://a", b.replica_id: "http://b"}
     assert await a.leader() == (b.replica_id, "http://b")
     assert not await a.campaign()
@@ -306,7 +298,7 @@ async def test_a_reconnecting_replica_ends_its_own_stale_session(
     stale = await asyncpg.connect(PG_DSN)
     try:
         await admin.execute("SELECT pg_terminate_backend($1)", await backend_pid(admin, schema, a))
-        await until(lambda: pa.lost == 1)
+        await eventually_async(lambda: pa.lost == 1, "a to report its lost connection")
         # Stand in for a's old session after a network drop the server has not noticed yet:
         # it still holds a's liveness lock and is the session a's row names.
         assert await stale.fetchval(
@@ -318,7 +310,7 @@ async def test_a_reconnecting_replica_ends_its_own_stale_session(
             f'UPDATE "{schema}".replicas SET session = pg_backend_pid()::text WHERE id = $1',
             a.replica_id,
         )
-        await until(stale.is_closed)
+        await eventually_async(stale.is_closed, "a to end its stale session")
 
         async def a_is_back() -> bool:
             try:
@@ -326,7 +318,7 @@ async def test_a_reconnecting_replica_ends_its_own_stale_session(
             except ClusterUnavailable:
                 return False
 
-        await until(a_is_back)
+        await eventually_async(a_is_back, "a to be back in the cluster")
     finally:
         await stale.close()
 

@@ -10,10 +10,12 @@ import os
 import signal
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from process_exits import Exits
 from skiff.providers import bubblewrap
 from skiff.providers.base import VOLUME_MOUNT_PATH, Launch
@@ -24,6 +26,15 @@ pytestmark = pytest.mark.skipif(
     bubblewrap.executable() is None,
     reason="bubblewrap (bwrap) is not installed: .ci/run installs it",
 )
+
+
+def ended(send: Callable[[int, int], None], pid: int) -> bool:
+    """Whether ``pid`` (a process or, with ``os.killpg``, a group) is gone."""
+    try:
+        send(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 class Box:
@@ -61,11 +72,9 @@ class Box:
 
     async def wait_for_line(self, text: str, worker_id: str = "w1") -> None:
         path = self.logs.log_path("ep1", worker_id)
-        for _ in range(600):
-            if path.exists() and text in path.read_text():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no {text!r} in the log")
+        await eventually_async(
+            lambda: path.exists() and text in path.read_text(), f"{text!r} in the log"
+        )
 
 
 async def test_a_sandboxed_worker_writes_its_home_and_volume_and_never_the_data_directory(
@@ -146,15 +155,11 @@ async def test_a_stop_ends_a_child_that_ignores_sigterm_inside_the_sandbox(
     await box.provider.stop("w1", grace=0.5)
     await asyncio.wait_for(box.exits.done.wait(), 30)
     # Nothing is left of the group (the child is a member, whatever its pid inside).
-    for _ in range(100):
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    else:
+    try:
+        await eventually_async(lambda: ended(os.killpg, pid), "the worker's group to end")
+    except AssertionError:
         os.killpg(pid, signal.SIGKILL)
-        pytest.fail("the worker's child outlived the stop")
+        raise
 
 
 async def test_a_leftover_sandboxed_worker_is_recognised_and_ended(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from process_exits import Exits
 from skiff.providers import bubblewrap
 from skiff.providers.base import VOLUME_MOUNT_PATH, Launch
@@ -44,6 +45,15 @@ def provider_for(tmp_path: Path, exits: Exits) -> tuple[LocalProvider, WorkerLog
 
 def host_has_mount_point() -> bool:
     return Path(VOLUME_MOUNT_PATH).exists()
+
+
+def ended(pid: int) -> bool:
+    """Whether the process ``pid`` is gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def log_text(logs: WorkerLogs, worker_id: str = "w1") -> str:
@@ -112,10 +122,9 @@ async def test_a_stopped_worker_behind_bwrap_gets_its_grace_and_its_exit_code_is
     """
     await provider.start(launch(tmp_path, code, volume))
     log_path = logs.log_path("ep1", "w1")
-    for _ in range(300):
-        if log_path.exists() and "ready" in log_path.read_text():
-            break
-        await asyncio.sleep(0.05)
+    await eventually_async(
+        lambda: log_path.exists() and "ready" in log_path.read_text(), "'ready' in the log"
+    )
     await provider.stop("w1", grace=10)
     await asyncio.wait_for(exits.done.wait(), 30)
     assert exits.codes == {"w1": 7}
@@ -140,22 +149,18 @@ async def test_a_stop_ends_the_whole_group_inside_the_namespace(tmp_path: Path) 
         time.sleep(120)
     """
     await provider.start(launch(tmp_path, code, volume))
-    for _ in range(300):
-        if (volume / "child").exists() and (volume / "child").read_text():
-            break
-        await asyncio.sleep(0.05)
+    await eventually_async(
+        lambda: (volume / "child").exists() and (volume / "child").read_text(),
+        "the child to write its pid",
+    )
     child_pid = int((volume / "child").read_text())
     await provider.stop("w1", grace=0.5)
     await asyncio.wait_for(exits.done.wait(), 30)
-    for _ in range(100):
-        try:
-            os.kill(child_pid, 0)
-        except ProcessLookupError:
-            break
-        await asyncio.sleep(0.05)
-    else:
+    try:
+        await eventually_async(lambda: ended(child_pid), "the worker's child to end")
+    except AssertionError:
         os.kill(child_pid, signal.SIGKILL)
-        pytest.fail("the worker's child outlived the stop")
+        raise
 
 
 async def test_a_leftover_worker_behind_bwrap_is_recognised_and_ended(tmp_path: Path) -> None:
