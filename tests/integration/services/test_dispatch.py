@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from eventually import eventually_async
 from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
@@ -37,6 +38,7 @@ class Rig:
     dispatch: Dispatch
     jobs: Jobs
     endpoint: Endpoint
+    wakeups: Wakeups
 
     async def submit(self, body: bytes = b'{"input": {"x": 1}}') -> str:
         return (await self.jobs.submit(self.endpoint, _request(self.endpoint, body), sync=False)).id
@@ -63,7 +65,7 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
         spec=EndpointSpec(name="ep", templateId="t1"),
     )
     await store.create_endpoint(endpoint)
-    yield Rig(store, clock, workers, dispatch, jobs, endpoint)
+    yield Rig(store, clock, workers, dispatch, jobs, endpoint, wakeups)
 
 
 async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: Rig) -> None:
@@ -183,7 +185,7 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
         rig.dispatch.wake_pollers("ep1")
 
     poll = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, connected))
-    await asyncio.sleep(0.05)
+    await eventually_async(lambda: rig.wakeups.listening > 0, "the take to wait")
     await stop_elsewhere()
     await rig.submit()
     assert await asyncio.wait_for(poll, 2.0) == []
@@ -193,7 +195,7 @@ async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Ri
     """The SDK leaves on SIGTERM only once its job-stop long-poll is answered."""
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, jobs_in_progress=False)
     poll = asyncio.create_task(rig.dispatch.stop_signals(rig.endpoint, "w1", 5.0, connected))
-    await asyncio.sleep(0.05)
+    await eventually_async(lambda: rig.wakeups.listening > 0, "the job-stop poll to wait")
     await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
     rig.dispatch.worker_stopping("w1")
     assert await asyncio.wait_for(poll, 2.0) == []

@@ -4,13 +4,13 @@ real SQLite store, time on a ``ManualClock``."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
@@ -79,18 +79,6 @@ async def add_up_worker(services: Services, worker_id: str, kind: WorkerKind) ->
     )
 
 
-async def eventually(check: Callable[[], object], what: str) -> None:
-    """Processes start and end in real time."""
-    for _ in range(200):
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def unhealthy(services: Services) -> list[Worker]:
     return [
         w for w in await services.workers.of_endpoint("ep1") if w.state is WorkerState.UNHEALTHY
@@ -114,8 +102,8 @@ async def fail_once(services: Services, endpoint: Endpoint, failed_before: int) 
         failure = await services.fleet.failure("ep1")
         return failure is not None and failure.failed_starts == failed_before + 1
 
-    await eventually(counted, f"failed start {failed_before + 1} to be recorded")
-    await eventually(lambda: services.fleet.provider.running() == [], "the worker to be gone")
+    await eventually_async(counted, f"failed start {failed_before + 1} to be recorded")
+    await eventually_async(lambda: services.fleet.provider.running() == [], "the worker to be gone")
 
 
 @pytest.mark.parametrize("kind", [WorkerKind.EXTERNAL, WorkerKind.LOCAL])

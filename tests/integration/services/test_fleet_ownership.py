@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
@@ -148,11 +149,9 @@ async def test_a_process_whose_record_was_deleted_elsewhere_is_stopped(
     await services.store.delete_endpoint("ep1")
     await services.fleet.reap_orphans()
 
-    for _ in range(200):
-        if worker.id not in provider.running():
-            break
-        await asyncio.sleep(0.05)
-    assert worker.id not in provider.running()
+    await eventually_async(
+        lambda: worker.id not in provider.running(), "the orphaned worker's process to end"
+    )
 
 
 async def test_replicas_starting_together_both_bootstrap_the_administrator(

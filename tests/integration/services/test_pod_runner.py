@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from skiff.clock import ManualClock
 from skiff.domain.gpus import Gpu
 from skiff.domain.pods import (
@@ -93,16 +94,16 @@ def pod_input(*command: str, **fields: object) -> PodCreate:
     )
 
 
-async def settled(running: Running, pod_id: str, check: object, timeout: float = 15) -> Pod:
-    """Passes until ``check(pod)`` holds; the runner's starts run in the background."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+async def settled(running: Running, pod_id: str, check: Callable[[Pod], bool]) -> Pod:
+    """The pod once ``check(pod)`` holds; the runner's starts run in the background, so each
+    look reconciles first."""
+
+    async def looked() -> Pod | None:
         await running.runner.reconcile()
         pod = await running.pods.get(ALICE, pod_id)
-        if check(pod):  # type: ignore[operator]
-            return pod
-        assert asyncio.get_running_loop().time() < deadline, pod
-        await asyncio.sleep(0.05)
+        return pod if check(pod) else None
+
+    return await eventually_async(looked, f"pod {pod_id} to settle as wanted")
 
 
 async def test_a_pod_that_exits_starts_again_after_a_back_off_that_doubles(
@@ -143,7 +144,7 @@ async def test_a_pod_that_exits_while_its_start_is_recorded_shows_its_exit_not_r
     monkeypatch.setattr(running.store, "set_pod_placement", exit_first)
     pod = await running.pods.create(ALICE, pod_input("raise SystemExit(3)"))
     shown = await settled(
-        running, pod.id, lambda p: start_recorded.is_set() and p.placement.owner is None, 5
+        running, pod.id, lambda p: start_recorded.is_set() and p.placement.owner is None
     )
     assert "exited with code 3" in (shown.placement.problem or "")
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from eventually import eventually_async
 from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
@@ -87,8 +88,15 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups.close()
 
 
-async def settle() -> None:
-    await asyncio.sleep(0.05)
+async def parked(rig: Rig) -> None:
+    """Until a take started in the background waits for jobs."""
+    await eventually_async(lambda: rig.wakeups.listening > 0, "the take to wait for jobs")
+
+
+async def answer_is_held(rig: Rig) -> None:
+    await eventually_async(
+        lambda: rig.dispatch.result_holds.held("w1") > 0, "the worker's answer to be held"
+    )
 
 
 async def one_job_running(rig: Rig) -> str:
@@ -109,9 +117,9 @@ class Held:
 async def answer_held(rig: Rig, room: int = 4) -> Held:
     first = await one_job_running(rig)
     polling = rig.poll(room)
-    await settle()
+    await parked(rig)
     answer = rig.report(first)
-    await settle()
+    await answer_is_held(rig)
     assert not answer.done()
     return Held(first, polling, answer)
 
@@ -125,7 +133,8 @@ async def test_the_answer_waits_for_the_next_job_but_the_result_is_final_at_once
 
     second = await rig.submit()
     assert await asyncio.wait_for(held.polling, 2) == [second]
-    await settle()
+    # Deliberate: a while (well under WATCH) in which the answer must stay held.
+    await asyncio.sleep(0.05)
     assert not held.answer.done(), "released before the worker polled again"
     again = rig.poll()
     await asyncio.wait_for(held.answer, 2)
@@ -147,7 +156,7 @@ async def test_a_take_while_an_answer_is_held_gets_one_job_fewer_than_asked(rig:
 async def test_a_worker_polling_for_one_job_gets_its_answer_at_once(rig: Rig) -> None:
     first = await one_job_running(rig)
     polling = rig.poll(room=1)
-    await settle()
+    await parked(rig)
     await asyncio.wait_for(rig.report(first), 2)
     polling.cancel()
 
@@ -178,7 +187,7 @@ async def test_the_server_going_down_releases_every_held_answer(rig: Rig) -> Non
 async def test_a_progress_update_is_answered_at_once(rig: Rig) -> None:
     first = await one_job_running(rig)
     polling = rig.poll()
-    await settle()
+    await parked(rig)
     update = b'{"status": "IN_PROGRESS", "output": "half"}'
     await asyncio.wait_for(
         rig.dispatch.done(rig.endpoint, "w1", first, parse_worker_result(update)), 2

@@ -4,13 +4,13 @@ real (sleeping) processes on a real SQLite store, time on a ``ManualClock``."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from eventually import eventually_async
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
@@ -74,18 +74,6 @@ async def workers_of(services: Services, endpoint_id: str) -> list[Worker]:
     return await services.workers.of_endpoint(endpoint_id)
 
 
-async def eventually(check: Callable[[], object], what: str) -> None:
-    """Processes end in real time (SIGTERM, then SIGKILL after a 1 s grace)."""
-    for _ in range(200):
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def running(services: Services) -> list[str]:
     assert services.fleet.provider is not None
     return services.fleet.provider.running()
@@ -105,13 +93,13 @@ async def test_a_worker_that_never_calls_in_is_ended_at_the_start_timeout_as_a_f
 
     clock.advance(1)
     await services.scaler.reconcile(endpoint)
-    await eventually(lambda: hung.id not in running(services), "the hung worker to end")
+    await eventually_async(lambda: hung.id not in running(services), "the hung worker to end")
 
     async def recorded_unhealthy() -> bool:
         record = await services.workers.get(hung.id)
         return record is not None and record.state is WorkerState.UNHEALTHY
 
-    await eventually(recorded_unhealthy, "the hung worker kept as unhealthy")
+    await eventually_async(recorded_unhealthy, "the hung worker kept as unhealthy")
     failure = await services.fleet.failure("ep1")
     assert failure is not None and failure.failed_starts == 1
     assert f"worker {hung.id} did not call in within 600 s" in failure.error
@@ -143,12 +131,12 @@ async def test_lowering_workers_max_to_zero_ends_workers_still_starting(
     clock.advance(1)
     await services.scaler.reconcile(lowered)
 
-    await eventually(lambda: running(services) == [], "every starting worker to end")
+    await eventually_async(lambda: running(services) == [], "every starting worker to end")
 
     async def forgotten() -> bool:
         return await workers_of(services, "ep1") == []
 
-    await eventually(forgotten, "their records to go")
+    await eventually_async(forgotten, "their records to go")
     assert await services.fleet.failure("ep1") is None  # a scale-down is no failed start
 
 
@@ -187,7 +175,7 @@ async def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(
             ep2 = await workers_of(services, "ep2")
             return sum(w.state is WorkerState.INITIALIZING for w in ep2) == 3
 
-        await eventually(moved_over, "the freed room to go to the second endpoint")
+        await eventually_async(moved_over, "the freed room to go to the second endpoint")
         assert await workers_of(services, "ep1") == []
         assert len(running(services)) == 3
     finally:
