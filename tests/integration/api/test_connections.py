@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from eventually import eventually_async
 from skiff.api import errors
 from skiff.api.connections import ConnectionRules, connection_cap
 from skiff.api.hot import HotRoutes
@@ -31,6 +32,8 @@ CAP = 5
 class Running:
     port: int
     release: asyncio.Event
+    #: Requests to /busy being worked on.
+    busy: list[str]
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
@@ -51,7 +54,10 @@ async def serving(rules: ConnectionRules) -> AsyncIterator[Running]:
     async def ok(_request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    working: list[str] = []
+
     async def busy(_request: Request) -> Response:
+        working.append("busy")
         await release.wait()
         return PlainTextResponse("done")
 
@@ -64,9 +70,8 @@ async def serving(rules: ConnectionRules) -> AsyncIterator[Running]:
     )
     srv = uvicorn.Server(config)
     task = asyncio.create_task(srv.serve(sockets=[sock]))
-    while not srv.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
-        await asyncio.sleep(0.01)
-    yield Running(sock.getsockname()[1], release)
+    await eventually_async(lambda: srv.started, "uvicorn to start")
+    yield Running(sock.getsockname()[1], release, working)
     release.set()
     srv.should_exit = True
     await task
@@ -110,6 +115,8 @@ async def test_over_the_cap_a_silent_connection_goes_before_an_idle_one(
     for reader, writer in idle:
         await _ask(reader, writer, "/ok")
     silent = await server.connect()
+    # Kept: the server must have taken the silent connection in before the next one comes,
+    # and a connection that sends nothing shows the client nothing to wait on.
     await asyncio.sleep(0.05)
     reader, writer = await server.connect()
     answer = await _ask(reader, writer, "/ok")
@@ -127,7 +134,7 @@ async def test_when_every_connection_is_busy_a_new_one_is_refused_at_once(
     for _, writer in busy:
         writer.write(b"GET /busy HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
-    await asyncio.sleep(0.1)
+    await eventually_async(lambda: len(server.busy) == CAP, "every connection to be busy")
     reader, writer = await server.connect()
     refused = await _answer(reader)
     assert refused is not None and refused.startswith(b"HTTP/1.1 503 ")

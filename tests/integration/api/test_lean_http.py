@@ -11,7 +11,7 @@ import contextlib
 import re
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from eventually import eventually_async
 from skiff.api import errors
 from skiff.api.body import read_body
 from skiff.api.hot import Handler, HotRoutes, WithHotRoutes
@@ -46,6 +47,8 @@ class Seen:
     #: Requests that went through uvicorn's ASGI cycle (not the lean one).
     asgi: list[str]
     connected_after_close: list[bool]
+    #: Takes waiting at the gate.
+    at_gate: list[str] = field(default_factory=list)
 
 
 def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
@@ -61,7 +64,7 @@ def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
         if job_id == "missing":
             raise NotFound(f"job {job_id} not found")
         if job_id == "slow":
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the point: answered after the requests behind it
         query = request.query_params.get("ttl")
         return json_response({"id": job_id, "ttl": query, "root": request.scope["root_path"]})
 
@@ -69,6 +72,7 @@ def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
     async def take(request: Request, worker_id: str) -> Response:
         if worker_id == "wait":
             connected = request.scope[CONNECTED]
+            seen.at_gate.append(worker_id)
             await gate.wait()
             seen.connected_after_close.append(await connected())
         return Response(status_code=204)
@@ -160,8 +164,7 @@ async def server() -> AsyncIterator[Running]:
     )
     srv = uvicorn.Server(config)
     task = asyncio.create_task(srv.serve(sockets=[sock]))
-    while not srv.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
-        await asyncio.sleep(0.01)
+    await eventually_async(lambda: srv.started, "uvicorn to start")
     yield Running(sock.getsockname()[1], seen, gate)
     gate.set()
     srv.should_exit = True
@@ -215,7 +218,7 @@ async def test_a_body_arriving_in_pieces_is_read_whole(server: Running) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(head + b"a" * 40000)
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the point: the rest arrives later, in a read of its own
     writer.write(b"b" * 60000)
     await writer.drain()
     answer = await asyncio.wait_for(reader.read(65536), 5)
@@ -272,16 +275,16 @@ async def test_a_handler_sees_that_its_client_went_away(server: Running) -> None
     _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(b"GET /v2/ep1/job-take/wait HTTP/1.1\r\nHost: x\r\n\r\n")
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await eventually_async(lambda: server.seen.at_gate, "the take to wait at the gate")
     writer.close()
     await writer.wait_closed()
+    # Kept: a moment for the server's side of the socket to see the close; nothing here can
+    # observe that but the handler itself, which is what the test asks.
     await asyncio.sleep(0.05)
     server.gate.set()
-    for _ in range(100):
-        if server.seen.connected_after_close:
-            break
-        await asyncio.sleep(0.01)
-    assert server.seen.connected_after_close == [False]
+    assert await eventually_async(
+        lambda: server.seen.connected_after_close, "the handler to look at its client"
+    ) == [False]
 
 
 # -- The same on both paths: uvicorn's own protocol (the ASGI cycle) and the lean one ----------
@@ -331,8 +334,7 @@ async def _serving(lean: bool, **config: Any) -> AsyncIterator[Running]:
     )
     srv = uvicorn.Server(uv)
     task = asyncio.create_task(srv.serve(sockets=[sock]))
-    while not srv.started:  # noqa: ASYNC110 - uvicorn offers a flag, not an event
-        await asyncio.sleep(0.01)
+    await eventually_async(lambda: srv.started, "uvicorn to start")
     try:
         yield Running(sock.getsockname()[1], seen, asyncio.Event())
     finally:
