@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from eventually import eventually
 from skiff.providers import ray_actor
 from skiff.providers.ray_actor import WorkerProcess
 
@@ -31,8 +31,8 @@ def spec(tmp_path: Path, code: str, **more: Any) -> dict[str, Any]:
     } | more
 
 
-def read_all(process: WorkerProcess, timeout: float = 30) -> tuple[bytes, int]:
-    return read_all_from(process, 0, timeout)
+def read_all(process: WorkerProcess) -> tuple[bytes, int]:
+    return read_all_from(process, 0)
 
 
 def test_the_worker_gets_the_nodes_environment_beneath_its_own_without_rays(
@@ -79,9 +79,7 @@ def test_a_read_lets_go_of_what_came_before_it_and_a_late_reader_starts_at_what_
     code = "import sys; sys.stdout.write('x' * 5000); sys.stdout.flush()"
     process = WorkerProcess(spec(tmp_path, code))
     # Nobody reads while it writes (a leader is away): only the newest 1000 bytes are kept.
-    deadline = time.monotonic() + 30
-    while process.written() < 5000 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: process.written() >= 5000, "all 5000 bytes written")
     data, offset, _ = process.read(0, 1)
     assert len(data) == 1000 and offset == 5000
 
@@ -101,10 +99,7 @@ def test_a_stop_ends_the_whole_process_group_and_gives_the_exit_code(tmp_path: P
     code_at_stop = process.stop(0.5)
     assert code_at_stop is not None and code_at_stop < 0
     child = int(pid_file.read_text())
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(child)
+    eventually(lambda: not _alive(child), "the worker's child to end")
 
 
 def test_a_command_that_cannot_start_is_reported_not_raised(tmp_path: Path) -> None:
@@ -146,7 +141,7 @@ def test_the_exit_comes_although_a_child_left_in_its_group_holds_the_output_open
         "print('hi', flush=True)\n"
         "sys.exit(3)\n"
     )
-    out, exit_code = read_all(WorkerProcess(spec(tmp_path, code)), timeout=20)
+    out, exit_code = read_all(WorkerProcess(spec(tmp_path, code)))
     assert (out, exit_code) == (b"hi\n", 3)
 
 
@@ -180,27 +175,42 @@ def test_a_restart_that_cannot_start_the_command_again_ends_the_actor_saying_why
     assert exit_code == 127 and b"could not start again" in out
 
 
-def read_line_from(
-    process: WorkerProcess, offset: int, timeout: float = 30
-) -> tuple[bytes, int, int | None]:
+class Reader:
+    """What a process wrote from ``offset`` on, read a piece (up to 0.5 s) at a time."""
+
+    def __init__(self, process: WorkerProcess, offset: int) -> None:
+        self.process, self.offset = process, offset
+        self.out = b""
+        self.code: int | None = None
+
+    def more(self) -> None:
+        data, self.offset, self.code = self.process.read(self.offset, 0.5)
+        self.out += data
+
+    def so_far(self) -> str:
+        return f"output so far: {self.out!r}"
+
+
+def read_line_from(process: WorkerProcess, offset: int) -> tuple[bytes, int, int | None]:
     """Output up to its first newline: a print's pieces may come in several writes (under
     PYTHONUNBUFFERED, 'start' and ' 1234\\n' are two), and one read returns what is there."""
-    out = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data, offset, code = process.read(offset, 0.5)
-        out += data
-        if b"\n" in out or code is not None:
-            return out, offset, code
-    raise AssertionError(f"no whole line; output so far: {out!r}")
+    reader = Reader(process, offset)
+
+    def whole_line() -> bool:
+        reader.more()
+        return b"\n" in reader.out or reader.code is not None
+
+    eventually(whole_line, "a whole line", context=reader.so_far)
+    return reader.out, reader.offset, reader.code
 
 
-def read_all_from(process: WorkerProcess, offset: int, timeout: float = 30) -> tuple[bytes, int]:
-    out = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        data, offset, code = process.read(offset, 0.5)
-        out += data
-        if code is not None:
-            return out, code
-    raise AssertionError(f"no exit; output so far: {out!r}")
+def read_all_from(process: WorkerProcess, offset: int) -> tuple[bytes, int]:
+    reader = Reader(process, offset)
+
+    def exited() -> bool:
+        reader.more()
+        return reader.code is not None
+
+    eventually(exited, "the process to exit", context=reader.so_far)
+    assert reader.code is not None
+    return reader.out, reader.code

@@ -23,7 +23,7 @@ async def test_waiting_listener_is_woken_by_a_later_notify() -> None:
     wakeups = Wakeups()
 
     async def notify_soon() -> None:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the point: the notify comes while the listener waits
         wakeups.notify(Wake.endpoint("a"))
 
     with wakeups.listen(Wake.endpoint("a")) as event:
