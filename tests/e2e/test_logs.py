@@ -104,13 +104,14 @@ def test_follow_sends_lines_written_after_it_started(server: Server, ran: dict[s
     first = next(stream)  # the stream is open: the follower is in place
     assert first is not None and first == logs(server, eid, tail=1)[0]
     job = server.http.post(f"/v2/{eid}/run", json={"input": {"followed": True}}).json()
-    deadline = time.monotonic() + 60
+
+    def the_jobs_line() -> dict[str, Any] | None:
+        item = next(stream)
+        return item if item is not None and job["id"] in item["line"] else None
+
     try:
-        for item in stream:
-            if item is not None and job["id"] in item["line"]:
-                assert item["time"] is not None
-                break
-            assert time.monotonic() < deadline, "the job's lines never came"
+        line = server.wait_for(the_jobs_line, what="the job's lines in the followed stream")
+        assert line["time"] is not None
     finally:
         stream.close()
 

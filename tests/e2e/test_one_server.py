@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -159,10 +158,7 @@ def test_a_second_ctrl_c_ends_the_server_at_once_and_its_workers_with_it(tmp_pat
     output = server.log_path.read_text()
     assert code == 130, output[-3000:]
     assert "Second Ctrl-C: ending at once" in output, output[-3000:]
-    deadline = time.monotonic() + 30
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(pid), "the worker outlived the server"
+    server.wait_for(lambda: not alive(pid), what="the worker to end with the server")
 
 
 def logs_of(server: Server, endpoint_id: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from harness import Server, running
+
+from eventually import eventually_async
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +90,15 @@ async def test_callers_that_go_away_free_their_slots_at_once_and_their_jobs_are_
         async def jobs() -> dict[str, int]:
             return dict((await client.get(f"/v2/{endpoint}/health")).json()["jobs"])
 
-        await _until(lambda counts: counts["inQueue"] == 400, jobs)
+        await _until(lambda counts: counts["inQueue"] == 400, jobs, "all 400 jobs queued")
         refused = await client.post(path, content=body)
         assert refused.status_code == 429  # every slot is held
 
         for _, writer in callers:
             writer.close()
-        counts = await _until(lambda counts: counts["cancelled"] == 400, jobs)
+        counts = await _until(
+            lambda counts: counts["cancelled"] == 400, jobs, "all 400 jobs cancelled"
+        )
         assert counts["inQueue"] == 0
         # A new caller is let in (a stream answers its head at once) instead of a 429.
         async with client.stream(
@@ -105,15 +108,16 @@ async def test_callers_that_go_away_free_their_slots_at_once_and_their_jobs_are_
 
 
 async def _until(
-    done: Callable[[dict[str, int]], bool], read: Callable[[], Awaitable[dict[str, int]]]
+    done: Callable[[dict[str, int]], bool],
+    read: Callable[[], Awaitable[dict[str, int]]],
+    what: str,
 ) -> dict[str, int]:
-    deadline = time.monotonic() + 30  # far under the 300 s a held slot used to last
-    while True:
+    async def counts() -> dict[str, int] | None:
         value = await read()
-        if done(value) or time.monotonic() > deadline:
-            assert done(value), value
-            return value
-        await asyncio.sleep(0.2)
+        return value if done(value) else None
+
+    # 30 s: far under the 300 s a held slot used to last, so a slot kept that long fails.
+    return await eventually_async(counts, what, timeout=30, interval=0.2)
 
 
 # -- with the real openai client ------------------------------------------------------------
