@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from eventually import eventually
+from eventually import INTERVAL, eventually
 
 WORKERS = Path(__file__).parent / "workers"
 ADMIN_KEY = "sk_e2e_admin_key_0123456789"
@@ -140,10 +140,16 @@ class Server:
         return dict(response.json())
 
     def wait_for(
-        self, predicate: Callable[[], T], timeout: float = 60, what: str = "condition"
+        self,
+        predicate: Callable[[], T],
+        timeout: float = 60,
+        what: str = "condition",
+        interval: float = INTERVAL,
     ) -> T:
         """:func:`eventually` with this server's log tail in the failure."""
-        return eventually(predicate, what, timeout=timeout, context=self._log_context)
+        return eventually(
+            predicate, what, timeout=timeout, interval=interval, context=self._log_context
+        )
 
     def _log_context(self) -> str:
         return f"server log:\n{self.tail_log()}"

@@ -20,6 +20,7 @@ import pytest
 from harness import Server, free_port, running
 
 from docker_image import CONTAINER_SERVER_ENV, containers_of, docker_client
+from eventually import eventually
 
 USER, PASSWORD = "skiff", "registry-pw-0123"
 
@@ -59,12 +60,12 @@ auth:
         ["docker-registry", "serve", str(root / "config.yml")], stdout=log, stderr=log
     )
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 401:
-                    break
-            time.sleep(0.1)
+        eventually(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/v2/").status_code == 401,
+            "the registry to ask for credentials",
+            ignoring=(httpx.TransportError,),
+            context=lambda: (root / "registry.log").read_text(errors="replace")[-2000:],
+        )
         address = f"127.0.0.1:{port}"
         client = docker_client()
         client.images.get(image).tag(f"{address}/skiff/worker", "v1")

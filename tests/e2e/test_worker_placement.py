@@ -170,7 +170,7 @@ def test_the_server_wide_worker_limit_holds_across_endpoints_and_says_so(tmp_pat
             lambda: sum(w["state"] == "idle" for w in processes()) == 2, what="two idle workers"
         )
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:  # and it stays there
+        while time.monotonic() < deadline:  # deliberate: 3 s in which it must stay there
             assert len(processes()) <= 2
             time.sleep(0.2)
 
@@ -237,7 +237,8 @@ def test_a_failed_fitness_check_is_the_endpoints_failure_with_its_reason(server:
     )
     assert "fitness check 'model_files_present' failed" in failure["error"], failure
     assert "model file /models/weights.safetensors not found" in failure["error"], failure
-    # Its exit right after does not replace the reason the worker gave.
+    # Its exit right after does not replace the reason the worker gave (a deliberate pause:
+    # nothing to wait for when what is checked is that nothing changes).
     time.sleep(2)
     assert "fitness check" in endpoint_view(server, eid)["lastWorkerFailure"]["error"]
     server.http.delete(f"/v1/endpoints/{eid}")
