@@ -72,7 +72,7 @@ def test_a_workers_time_is_billed_within_a_second_of_its_life(tmp_path: Path) ->
         )
         assert life_ms - 1000 <= total["ms"] <= life_ms + 1000, (total, life_ms)
         assert abs(total["amount"] - total["ms"] * 2 * 3.6 / 3_600_000) < 1e-6
-        # Nothing holds resources any more: the total stays.
+        # Nothing holds resources any more: the total stays (deliberately two meter passes).
         time.sleep(2 * METER_SECONDS)
         assert billed(server, endpoint["id"])["ms"] == total["ms"]
     finally:
@@ -85,7 +85,7 @@ def test_a_killed_server_bills_neither_its_downtime_nor_a_second_twice(tmp_path:
     try:
         endpoint = server.create_endpoint(workersMin=1, workersMax=1, idleTimeout=60)
         (first,) = server.wait_for(lambda: workers_of(server, endpoint["id"]), what="the worker")
-        time.sleep(6)
+        time.sleep(6)  # the point: a worker up for a while, to be billed
         assert server.proc is not None
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait()
@@ -96,11 +96,11 @@ def test_a_killed_server_bills_neither_its_downtime_nor_a_second_twice(tmp_path:
             lambda: [w for w in workers_of(server, endpoint["id"]) if w["id"] != first["id"]],
             what="a new worker",
         )
-        time.sleep(4)
+        time.sleep(4)  # the point: the new worker up for a while, to be billed
         # Deleting the endpoint ends its worker: then nothing of it is metered any more.
         assert server.http.delete(f"/v1/endpoints/{endpoint['id']}").status_code == 204
         ended = time.time()
-        time.sleep(2 * METER_SECONDS)
+        time.sleep(2 * METER_SECONDS)  # deliberate: passes that must add nothing more
         total_ms = billed(server, endpoint["id"])["ms"]
         up_ms = (killed - epoch(first["startedAt"]) + ended - epoch(second["startedAt"])) * 1000
         # At most a meter pass or two lost around the kill; never the 8 s it was down.
@@ -138,7 +138,7 @@ def test_two_replicas_meter_each_second_once_across_a_leader_kill(
             assert {r["networkVolumeId"] for r in records} <= {volume["id"]}
             return sum(r["timeBilledMs"] for r in records)
 
-        time.sleep(5)
+        time.sleep(5)  # the point: a few meter passes, which one replica alone may make
         # The leader alone meters: never more than the volume's age, whichever replica reads.
         assert 0 < metered() <= (time.time() - made_at) * 1000 + 500
         assert first.proc is not None
@@ -146,7 +146,7 @@ def test_two_replicas_meter_each_second_once_across_a_leader_kill(
         first.proc.wait()
         first.proc = None
         second.wait_for(lambda: httpx.get(f"{second.url}/healthz").json()["leader"], timeout=15)
-        time.sleep(5)
+        time.sleep(5)  # the point: a few passes of the new leader
         age_ms = (time.time() - made_at) * 1000
         # The new leader carried on: at most a few seconds lost around the kill, none twice.
         assert age_ms - 3 * METER_SECONDS * 1000 <= metered() <= age_ms + 500, (metered(), age_ms)

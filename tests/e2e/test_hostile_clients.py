@@ -64,7 +64,7 @@ async def _trickle(writer: asyncio.StreamWriter, head: bytes, stop: asyncio.Even
             await writer.drain()
         except ConnectionError:
             return
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the point: a byte every 0.2 s, slower than any real client
 
 
 async def test_slow_headers_are_closed_after_the_header_timeout_while_others_are_answered(
@@ -83,7 +83,7 @@ async def test_slow_headers_are_closed_after_the_header_timeout_while_others_are
                     f"/v2/{endpoint_id}/health", headers={"Authorization": quick.key}
                 )
                 assert health.status_code == 200
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.3)  # the point: others keep being answered over time
         slow = await asyncio.gather(*(_closed_by_server(r, WITHIN) for r, _ in lorises))
         idle = await asyncio.gather(*(_closed_by_server(r, WITHIN) for r, _ in silent))
     finally:

@@ -61,7 +61,7 @@ def test_low_priority_jobs_alone_never_start_a_worker(server: Server, runpod_cli
     low = server.http.post(
         f"/v2/{eid}/run", json={"input": {"low": 1}, "policy": {"lowPriority": True}}
     ).json()
-    time.sleep(3)
+    time.sleep(3)  # deliberate: a while in which no worker may start for it
     health = server.http.get(f"/v2/{eid}/health").json()
     assert sum(health["workers"].values()) == 0
     assert health["jobs"]["inQueue"] == 1

@@ -250,7 +250,10 @@ def test_a_killed_worker_fails_only_its_requests_in_flight_and_is_replaced(
     callers = [threading.Thread(target=keep_calling) for _ in range(6)]
     for caller in callers:
         caller.start()
-    time.sleep(1.5)
+    lb_server.wait_for(
+        lambda: {victim["id"], survivor["id"]} <= {worker for _, _, worker in results},
+        what="both workers serving the callers",
+    )
     killed_at = time.monotonic()
     os.killpg(victim["pid"], signal.SIGKILL)
     lb_server.wait_for(
@@ -260,7 +263,11 @@ def test_a_killed_worker_fails_only_its_requests_in_flight_and_is_replaced(
         ),
         what="a replacement worker",
     )
-    time.sleep(1.5)
+    # A few answers per caller from well after the kill, to check they all went well.
+    lb_server.wait_for(
+        lambda: sum(at > killed_at + 1.0 for at, _, _ in results) >= 3 * len(callers),
+        what="answers from after the kill",
+    )
     stop.set()
     for caller in callers:
         caller.join()
@@ -293,7 +300,7 @@ def test_a_worker_answering_204_gets_no_traffic_until_it_answers_200(
         lambda: [w for w in workers_of(lb_server, endpoint["id"]) if w["state"] == "initializing"],
         what="a starting worker",
     )
-    time.sleep(2.0)
+    time.sleep(2.0)  # deliberate: a while in which no request may reach the starting worker
     assert answers == []
     assert [w["state"] for w in workers_of(lb_server, endpoint["id"])] == ["initializing"]
 

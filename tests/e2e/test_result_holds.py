@@ -57,7 +57,9 @@ def runsync(server: Server, endpoint_id: str, **job_input: Any) -> dict[str, Any
 def test_the_answer_to_a_job_done_arrives_with_the_workers_next_job(server: Server) -> None:
     eid = ready_endpoint(server)
     first = runsync(server, eid, n=1)
-    time.sleep(0.5)  # the worker polls again and waits, its first answer held
+    # Kept: the worker polls again and waits, its first answer held; nothing outside the
+    # server shows a held answer to wait on.
+    time.sleep(0.5)
     second = runsync(server, eid, n=2)
     assert second["output"] == {"echo": {"n": 2}}
 
@@ -80,7 +82,7 @@ def test_a_worker_holding_an_answer_still_stops_on_sigterm(tmp_path: Path) -> No
     with running(tmp_path / "data", env=env) as server:
         eid = ready_endpoint(server)
         runsync(server, eid, n=1)
-        time.sleep(0.5)
+        time.sleep(0.5)  # kept: the worker polls again, its answer held (nothing shows that)
         server.http.patch(f"/v1/endpoints/{eid}", json={"workersMin": 0, "workersMax": 0})
         started = time.monotonic()
         server.wait_for(
@@ -102,7 +104,7 @@ def test_the_server_stops_promptly_while_it_holds_an_answer(tmp_path: Path) -> N
     try:
         eid = ready_endpoint(server)
         runsync(server, eid, n=1)
-        time.sleep(0.5)
+        time.sleep(0.5)  # kept: the worker polls again, its answer held (nothing shows that)
         started = time.monotonic()
         server.stop()
         # Its worker left on SIGTERM too: stop() waits up to 30 s, then kills.
