@@ -17,6 +17,7 @@ import pytest
 import standardwebhooks
 from aiohttp import web
 
+from eventually import eventually_async
 from skiff.api import management
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
@@ -395,14 +396,30 @@ async def test_one_bad_delivery_does_not_stop_the_others_in_a_pass(
     assert unparsable.last_error == "webhook must be an absolute http(s) URL"
 
 
+def count_passes(sender: WebhookSender, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """What each of the sender's passes attempted, in order."""
+    passes: list[int] = []
+    original = sender.pass_once
+
+    async def counted() -> int:
+        attempted = await original()
+        passes.append(attempted)
+        return attempted
+
+    monkeypatch.setattr(sender, "pass_once", counted)
+    return passes
+
+
 async def test_run_delivers_as_soon_as_it_is_woken(
     rig: Rig, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(webhooks_module, "IDLE_SECONDS", 60.0)
     sender = rig.sender()
+    passes = count_passes(sender, monkeypatch)
     task = asyncio.create_task(sender.run())
     try:
-        await asyncio.sleep(0.1)  # the first pass finds nothing; the loop idles for a minute
+        # The first pass finds nothing; the loop idles for a minute.
+        await eventually_async(lambda: passes == [0], "the first pass, finding nothing")
         await rig.final(receiver.url)
         sender.wake()
         async with asyncio.timeout(5.0):
@@ -421,9 +438,11 @@ async def test_a_job_that_becomes_final_with_a_webhook_is_delivered_at_once(
     sender = rig.sender()
     events = JobEvents(Wakeups())
     events.on_final(sender.job_finished)
+    passes = count_passes(sender, monkeypatch)
     task = asyncio.create_task(sender.run())
     try:
-        await asyncio.sleep(0.1)  # the first pass finds nothing; the loop idles for a minute
+        # The first pass finds nothing; the loop idles for a minute.
+        await eventually_async(lambda: passes == [0], "the first pass, finding nothing")
         events.finished(await rig.final(receiver.url))
         async with asyncio.timeout(5.0):
             await receiver.arrived.wait()
