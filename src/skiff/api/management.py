@@ -9,7 +9,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from skiff.api import billing, credentials, errors, models, pods
+from skiff.api import billing, credentials, errors, models, pods, registry_auths
 from skiff.api.log_lines import (
     FOLLOWED,
     LogsOut,
@@ -26,7 +26,6 @@ from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.placement import BlockerCause
-from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
@@ -157,9 +156,6 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (o
 BAD: dict[int | str, dict[str, Any]] = {
     400: {"description": "A field is invalid; `field` names it"}
 }
-BAD_ID: dict[int | str, dict[str, Any]] = {
-    400: {"description": "invalid ID supplied: not the shape of an id (`field` is `id`)"}
-}
 
 
 def build(services: Services) -> FastAPI:
@@ -218,35 +214,6 @@ def build(services: Services) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-    # -- container registry auths -------------------------------------------------------
-    auths = APIRouter(prefix="/containerregistryauth", tags=["container registry auths"])
-
-    @auths.post(
-        "", response_model=RegistryAuth, responses={**BAD, 409: {"description": "Name taken"}}
-    )
-    async def create_registry_auth(body: RegistryAuthCreate, user: UserDep) -> RegistryAuth:
-        """Store credentials for a private registry. The password is never returned."""
-        return await services.registry_auths.create(user, body)
-
-    @auths.get("", response_model=list[RegistryAuth])
-    async def list_registry_auths(user: UserDep) -> list[RegistryAuth]:
-        return await services.registry_auths.all(user)
-
-    @auths.get("/{auth_id}", response_model=RegistryAuth, responses={**BAD_ID, **NOT_FOUND})
-    async def get_registry_auth(auth_id: str, user: UserDep) -> RegistryAuth:
-        """An id that cannot be one (not lowercase letters and digits, e.g. the auth's name) is
-        a 400 "invalid ID supplied", as the specification has it; an unknown one a 404."""
-        return await services.registry_auths.get(user, auth_id)
-
-    @auths.delete(
-        "/{auth_id}",
-        status_code=204,
-        responses={**BAD_ID, **NOT_FOUND, 409: {"description": "In use"}},
-    )
-    async def delete_registry_auth(auth_id: str, user: UserDep) -> Response:
-        await services.registry_auths.delete(user, auth_id)
-        return Response(status_code=204)
 
     # -- templates ----------------------------------------------------------------------
     templates = APIRouter(prefix="/templates", tags=["templates"])
@@ -510,7 +477,8 @@ def build(services: Services) -> FastAPI:
         `GET /webhooksecret`)."""
         return WebhookSecretOut(secret=await services.webhooks.rotate_secret(user.id))
 
-    for router in (auths, templates, endpoints, volumes, webhooks):
+    app.include_router(registry_auths.router(services, current_user))
+    for router in (templates, endpoints, volumes, webhooks):
         app.include_router(router)
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
