@@ -9,7 +9,7 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from skiff.api import billing, credentials, errors, models, pods, registry_auths
+from skiff.api import billing, credentials, errors, models, pods, registry_auths, templates
 from skiff.api.log_lines import (
     FOLLOWED,
     LogsOut,
@@ -26,7 +26,7 @@ from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.placement import BlockerCause
-from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
+from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.domain.workers import WorkerReport
@@ -214,45 +214,6 @@ def build(services: Services) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-
-    # -- templates ----------------------------------------------------------------------
-    templates = APIRouter(prefix="/templates", tags=["templates"])
-
-    @templates.post(
-        "", response_model=Template, responses={**BAD, 409: {"description": "Name taken"}}
-    )
-    async def create_template(body: TemplateCreate, user: UserDep) -> Template:
-        """The local provider runs `dockerEntrypoint + dockerStartCmd` as a process."""
-        return await services.templates.create(user, body)
-
-    @templates.get("", response_model=list[Template])
-    async def list_templates(user: UserDep) -> list[Template]:
-        return await services.templates.all(user)
-
-    @templates.get("/{template_id}", response_model=Template, responses=NOT_FOUND)
-    async def get_template(template_id: str, user: UserDep) -> Template:
-        return await services.templates.get(user, template_id)
-
-    @templates.patch("/{template_id}", response_model=Template, responses={**BAD, **NOT_FOUND})
-    async def update_template(template_id: str, body: TemplateUpdate, user: UserDep) -> Template:
-        """Changing what the template runs rolls the workers of the endpoints using it."""
-        return await services.templates.update(user, template_id, body)
-
-    @templates.post(
-        "/{template_id}/update", response_model=Template, responses={**BAD, **NOT_FOUND}
-    )
-    async def update_template_post(
-        template_id: str, body: TemplateUpdate, user: UserDep
-    ) -> Template:
-        """The same as PATCH."""
-        return await services.templates.update(user, template_id, body)
-
-    @templates.delete(
-        "/{template_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
-    )
-    async def delete_template(template_id: str, user: UserDep) -> Response:
-        await services.templates.delete(user, template_id)
-        return Response(status_code=204)
 
     # -- endpoints ----------------------------------------------------------------------
     endpoints = APIRouter(prefix="/endpoints", tags=["endpoints"])
@@ -478,7 +439,8 @@ def build(services: Services) -> FastAPI:
         return WebhookSecretOut(secret=await services.webhooks.rotate_secret(user.id))
 
     app.include_router(registry_auths.router(services, current_user))
-    for router in (templates, endpoints, volumes, webhooks):
+    app.include_router(templates.router(services, current_user))
+    for router in (endpoints, volumes, webhooks):
         app.include_router(router)
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
