@@ -357,7 +357,7 @@ async def detail_page(
         request_error=request_error,
         states=[s.value for s in JobStatus],
         notice=request.query_params,
-        # Right after a create or a save: what the API's answer warns of (api/management.py).
+        # Right after a create or a save: what the API's answer warns of (api/endpoints.py).
         warnings=saved_warnings,
         worker_cost=console.services.billing.worker_cost_per_hour(endpoint),
         lb_domain=console.services.settings.lb_domain,
