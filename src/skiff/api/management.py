@@ -7,7 +7,6 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, Field
-from starlette.responses import Response
 
 from skiff.api import (
     billing,
@@ -18,13 +17,12 @@ from skiff.api import (
     pods,
     registry_auths,
     templates,
+    volumes,
 )
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY
 from skiff.body_gate import BodyGate
-from skiff.domain import times
 from skiff.domain.users import User
-from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.services.hub import Services
 
 
@@ -34,40 +32,10 @@ class WebhookSecretOut(BaseModel):
     )
 
 
-class NetworkVolumeOut(BaseModel):
-    id: str
-    name: str
-    size: int = Field(description="GB (of 2^30 bytes): the quota it was given")
-    dataCenterId: str
-    usedBytes: int = Field(
-        description="The disk space its files take now (allocated blocks, as `du` counts "
-        "them), read when asked. It may pass `size`: writes are not stopped there"
-    )
-    createdAt: str = Field(description="When it was created (ISO-8601, UTC, milliseconds)")
-
-
-def _volume_out(report: VolumeReport) -> NetworkVolumeOut:
-    v = report.volume
-    return NetworkVolumeOut(
-        id=v.id,
-        name=v.name,
-        size=v.size,
-        dataCenterId=v.dataCenterId,
-        usedBytes=report.used_bytes,
-        createdAt=times.iso(v.createdAt),
-    )
-
-
 #: The largest request body ``/v1`` takes (a template with a long readme and env fits easily).
 BODY_LIMIT = 1024 * 1024
 #: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
 USER = "skiff.user"
-
-
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 
 
 def build(services: Services) -> FastAPI:
@@ -127,57 +95,6 @@ def build(services: Services) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    # -- network volumes ----------------------------------------------------------------
-    volumes = APIRouter(prefix="/networkvolumes", tags=["network volumes"])
-
-    @volumes.post("", response_model=NetworkVolumeOut, responses=BAD)
-    async def create_network_volume(body: NetworkVolumeCreate, user: UserDep) -> NetworkVolumeOut:
-        """Create a volume: a directory on the server, mounted read-write at `/runpod-volume`
-        in every worker of the endpoints that name it in `networkVolumeId`. Refused (400,
-        `size`) when the disk has less free space than `size`."""
-        return _volume_out(await services.volumes.create(user, body))
-
-    @volumes.get("", response_model=list[NetworkVolumeOut])
-    async def list_network_volumes(user: UserDep) -> list[NetworkVolumeOut]:
-        return [_volume_out(r) for r in await services.volumes.all(user)]
-
-    @volumes.get("/{volume_id}", response_model=NetworkVolumeOut, responses=NOT_FOUND)
-    async def get_network_volume(volume_id: str, user: UserDep) -> NetworkVolumeOut:
-        return _volume_out(await services.volumes.get(user, volume_id))
-
-    @volumes.patch("/{volume_id}", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND})
-    async def update_network_volume(
-        volume_id: str, body: NetworkVolumeUpdate, user: UserDep
-    ) -> NetworkVolumeOut:
-        """Rename, grow, or both. A volume never shrinks (400, `size`), and what it grows by
-        must fit in the disk's free space (400, `size`). Its workers see the new size at once:
-        nothing restarts."""
-        return _volume_out(await services.volumes.update(user, volume_id, body))
-
-    @volumes.post(
-        "/{volume_id}/update", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND}
-    )
-    async def update_network_volume_post(
-        volume_id: str, body: NetworkVolumeUpdate, user: UserDep
-    ) -> NetworkVolumeOut:
-        """The same as PATCH."""
-        return _volume_out(await services.volumes.update(user, volume_id, body))
-
-    @volumes.delete(
-        "/{volume_id}",
-        status_code=204,
-        responses={
-            **NOT_FOUND,
-            409: {"description": "In use by endpoints or pods, which the message names"},
-        },
-    )
-    async def delete_network_volume(volume_id: str, user: UserDep) -> Response:
-        """Delete the volume and every file in it, permanently. Refused (409) while endpoints
-        or pods (not ones being deleted) name it in `networkVolumeId`: the message lists
-        them."""
-        await services.volumes.delete(user, volume_id)
-        return Response(status_code=204)
-
     # -- webhook signing secret ---------------------------------------------------------
     webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])
 
@@ -206,7 +123,8 @@ def build(services: Services) -> FastAPI:
     app.include_router(registry_auths.router(services, current_user))
     app.include_router(templates.router(services, current_user))
     app.include_router(endpoints.router(services, current_user))
-    for router in (volumes, webhooks):
+    app.include_router(volumes.router(services, current_user))
+    for router in (webhooks,):
         app.include_router(router)
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
