@@ -1,12 +1,13 @@
-"""``/v1``: the management REST interface (registry auths, templates, endpoints, network
-volumes, the webhook signing secret)."""
+"""``/v1``: the management REST interface, put together: its OpenAPI description, error bodies,
+the key and body-size check before a body is read, and the routers of its resources, one module
+each (registry auths, templates, endpoints, network volumes, the webhook signing secret, pods,
+billing, public models)."""
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, Field
 
 from skiff.api import (
     billing,
@@ -18,19 +19,13 @@ from skiff.api import (
     registry_auths,
     templates,
     volumes,
+    webhooks,
 )
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY
 from skiff.body_gate import BodyGate
 from skiff.domain.users import User
 from skiff.services.hub import Services
-
-
-class WebhookSecretOut(BaseModel):
-    secret: str = Field(
-        description="Standard Webhooks signing secret: `whsec_` + base64 of 32 random bytes"
-    )
-
 
 #: The largest request body ``/v1`` takes (a template with a long readme and env fits easily).
 BODY_LIMIT = 1024 * 1024
@@ -51,8 +46,6 @@ def build(services: Services) -> FastAPI:
         key = credentials.api_key(request.headers.get("authorization"))
         request.scope[USER] = await services.auth.authenticate(key)
         return BODY_LIMIT
-
-    UserDep = Annotated[User, Depends(current_user)]
 
     app = FastAPIOffline(
         title="skiff management API",
@@ -95,37 +88,11 @@ def build(services: Services) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    # -- webhook signing secret ---------------------------------------------------------
-    webhooks = APIRouter(prefix="/webhooksecret", tags=["webhooks"])
-
-    @webhooks.get("", response_model=WebhookSecretOut)
-    async def get_webhook_secret(user: UserDep) -> WebhookSecretOut:
-        """Your webhook signing secret, made on first use.
-
-        Every job webhook of your endpoints is signed the Standard Webhooks way
-        (https://www.standardwebhooks.com): headers `webhook-id` (the delivery id, the same on
-        every attempt: deduplicate on it), `webhook-timestamp` (Unix seconds) and
-        `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`. A receiver
-        verifies the raw body with any Standard Webhooks library, e.g. in Python
-        `standardwebhooks.Webhook(secret).verify(body, headers)`, and answers 200; any other
-        answer is tried again, 3 attempts in all, 10 s apart."""
-        return WebhookSecretOut(secret=await services.webhooks.secret(user.id))
-
-    @webhooks.post("/rotate", response_model=WebhookSecretOut)
-    async def rotate_webhook_secret(user: UserDep) -> WebhookSecretOut:
-        """Replace your webhook signing secret; the old one stops working at once.
-
-        Every attempt from now on is signed with the new secret, retries of deliveries made
-        before included, so update your receivers with it (verify as described under
-        `GET /webhooksecret`)."""
-        return WebhookSecretOut(secret=await services.webhooks.rotate_secret(user.id))
-
     app.include_router(registry_auths.router(services, current_user))
     app.include_router(templates.router(services, current_user))
     app.include_router(endpoints.router(services, current_user))
     app.include_router(volumes.router(services, current_user))
-    for router in (webhooks,):
-        app.include_router(router)
+    app.include_router(webhooks.router(services, current_user))
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
     app.include_router(models.router(services, current_user))
