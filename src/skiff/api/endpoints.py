@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.api.log_lines import (
     FOLLOWED,
     LogsOut,
@@ -108,12 +109,6 @@ def worker_out(report: WorkerReport) -> WorkerOut:
         replica=w.owner,
         jobs=report.jobs,
     )
-
-
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 
 
 def router(services: Services, user_dep: Any) -> APIRouter:

@@ -6,14 +6,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
+from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 BAD_ID: dict[int | str, dict[str, Any]] = {
     400: {"description": "invalid ID supplied: not the shape of an id (`field` is `id`)"}
 }

@@ -6,14 +6,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
+from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.services.hub import Services
-
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 
 
 def router(services: Services, user_dep: Any) -> APIRouter:

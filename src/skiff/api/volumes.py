@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.domain import times
 from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
@@ -35,12 +36,6 @@ def volume_out(report: VolumeReport) -> NetworkVolumeOut:
         usedBytes=report.used_bytes,
         createdAt=times.iso(v.createdAt),
     )
-
-
-NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 
 
 def router(services: Services, user_dep: Any) -> APIRouter:

@@ -1,0 +1,9 @@
+"""The error answers the /v1 resource routers declare alike in their OpenAPI description: one
+text each, so the routers cannot drift apart."""
+
+from typing import Any
+
+Responses = dict[int | str, dict[str, Any]]
+
+NOT_FOUND: Responses = {404: {"description": "Not found (or not yours)"}}
+BAD: Responses = {400: {"description": "A field is invalid; `field` names it"}}
