@@ -91,6 +91,37 @@ class Backoff:
     not_before: float
 
 
+@dataclass(slots=True)
+class OwnWorker:
+    """What this replica knows of one of its own workers beyond its record: kept from its start
+    until its exit has been handled, and dropped once nothing here is left to say."""
+
+    #: The endpoint of a process this replica started (or took over) and that has not exited.
+    endpoint_id: str | None = None
+    #: The start under way in the background, for a provider whose starts may take minutes (an
+    #: image pull): the scaler's pass never waits for one.
+    start: asyncio.Task[None] | None = None
+    #: Being stopped by this replica: no other pass stops it again meanwhile.
+    reaping: bool = False
+    #: Ended for not calling in by the start-up deadline: its exit is a failed start, not the
+    #: stop it looks like.
+    failed_start: bool = False
+    #: Its start-up check failed (``unfit``): its failure is recorded already.
+    unfit: bool = False
+    #: Ended because this replica stops leading or shuts down: its exit is the stop it asked
+    #: for, however soon after its start it comes.
+    ending: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing left to say: the record can go."""
+        return (
+            self.endpoint_id is None
+            and self.start is None
+            and not (self.reaping or self.failed_start or self.unfit or self.ending)
+        )
+
+
 class Fleet:
     def __init__(
         self,
@@ -124,26 +155,26 @@ class Fleet:
         self._stopping: set[asyncio.Task[None]] = set()
         #: Endpoints whose recorded failure this replica has cleared since it began leading.
         self._cleared: set[str] = set()
-        #: worker id -> endpoint id of every process this replica started.
-        self._launched: dict[str, str] = {}
-        self._reaping: set[str] = set()
-        #: Workers ended for not calling in by the start-up deadline: their exit is a failed
-        #: start, not the stop it looks like.
-        self._failed_starts: set[str] = set()
-        #: Workers whose start-up check failed (``unfit``): their failure is recorded already.
-        self._unfit: set[str] = set()
-        #: Workers ended because this replica stops leading or shuts down: their exit is the
-        #: stop it asked for, however soon after their start it comes.
-        self._ending: set[str] = set()
+        #: worker id -> what this replica knows of it beyond its record (``OwnWorker``).
+        self._own: dict[str, OwnWorker] = {}
         #: endpoint id -> the cause last logged for holding its workers back (logged once).
         self._said: dict[str, str] = {}
-        #: worker id -> the start under way in the background, for a provider whose starts may
-        #: take minutes (an image pull): the scaler's pass never waits for one.
-        self._starting: dict[str, asyncio.Task[None]] = {}
         self._gpus = gpus
         self._logs = logs
         self._volumes = volumes
         self._isolation = isolation
+
+    def _of(self, worker_id: str) -> OwnWorker:
+        """The worker's own record as it stands (an empty one when there is none: read only)."""
+        return self._own.get(worker_id) or OwnWorker()
+
+    def _mark(self, worker_id: str, **fields: object) -> None:
+        """Change the worker's own record, dropping it once it has nothing left to say."""
+        record = self._own.setdefault(worker_id, OwnWorker())
+        for name, value in fields.items():
+            setattr(record, name, value)
+        if record.idle:
+            del self._own[worker_id]
 
     def home(self, worker_id: str) -> Path:
         return self._settings.data_dir / "workers" / worker_id / "home"
@@ -331,11 +362,11 @@ class Fleet:
         # replica, which then only moves it on from there.
         worker.started_at = self._clock.now()
         worker.state = WorkerState.STANDBY if standby else WorkerState.INITIALIZING
-        self._launched[worker.id] = endpoint.id
+        self._mark(worker.id, endpoint_id=endpoint.id)
         await self._workers.add(worker)
         if self.provider.slow_starts:
             task = asyncio.create_task(self._start_in_background(endpoint, worker, launch))
-            self._starting[worker.id] = task
+            self._mark(worker.id, start=task)
             return worker
         return worker if await self._start(endpoint, worker, launch) else None
 
@@ -370,14 +401,14 @@ class Fleet:
             return False
         finally:
             # Past this point a stop goes to the process, not to the start.
-            self._starting.pop(worker.id, None)
+            self._mark(worker.id, start=None)
         fields: dict[str, object] = {"pid": pid}
         if launch.serves is not None:
             served = self.provider.served_at(worker.id)
             if served is None:
                 # Docker published no port for it: unreachable, so no use running.
                 await self._fail(endpoint.id, f"worker {worker.id}: its ports were not published")
-                self._failed_starts.add(worker.id)
+                self._mark(worker.id, failed_start=True)
                 await self.provider.stop(worker.id, 0)
                 return False
             fields |= {"address": served.address, "health_address": served.health_address}
@@ -391,7 +422,7 @@ class Fleet:
 
     def _start_failed(self, worker_id: str) -> None:
         self._gpus.release(worker_id)
-        self._launched.pop(worker_id, None)
+        self._mark(worker_id, endpoint_id=None)
 
     async def _start_in_background(
         self, endpoint: Endpoint, worker: Worker, launch: Launch
@@ -402,7 +433,7 @@ class Fleet:
             # The start was given up (``_halt``): the provider removes a process that appears
             # after all, and the worker ended as far as everything else is concerned. Not
             # raised on: the cancel was this start's answer, not the task's.
-            self._starting.pop(worker.id, None)
+            self._mark(worker.id, start=None)
             await self.on_exit(worker.id, -1)
         except Exception:
             log.exception("starting worker %s failed", worker.id)
@@ -411,12 +442,12 @@ class Fleet:
 
     def starting(self, worker_id: str) -> bool:
         """Whether the worker's start is still under way (its image being pulled)."""
-        return worker_id in self._starting
+        return self._of(worker_id).start is not None
 
     async def _halt(self, worker_id: str) -> None:
         """End a worker's process: SIGTERM, the grace, SIGKILL; or, while its start is still
         under way, give the start up (its exit is reported as for any ended worker)."""
-        task = self._starting.get(worker_id)
+        task = self._of(worker_id).start
         if task is not None:
             task.cancel()
             await asyncio.wait({task})
@@ -447,16 +478,17 @@ class Fleet:
 
     def running_count(self) -> int:
         """Worker processes this replica runs, those on their way out included."""
-        return len(self._launched)
+        return sum(1 for own in self._own.values() if own.endpoint_id is not None)
 
     async def end_failed_start(self, worker: Worker) -> None:
         """A worker that has not called in by the start-up deadline: counted as a failed start
         (back-off, ``lastWorkerFailure``), ended, and kept as ``unhealthy`` until the scaler
         replaces it."""
+        own = self._of(worker.id)
         if (
             not self._owns(worker)
-            or worker.id in self._reaping
-            or worker.id in self._starting  # the deadline counts from the start's end
+            or own.reaping
+            or own.start is not None  # the deadline counts from the start's end
             or worker.state is WorkerState.STOPPING
         ):
             return
@@ -466,13 +498,13 @@ class Fleet:
             f"worker {worker.id} did not call in within {timeout:g} s of its start; it was ended",
             worker.id,
         )
-        self._failed_starts.add(worker.id)
+        self._mark(worker.id, failed_start=True)
         self.stop_worker(worker)
 
     async def end_unresponsive(self, worker: Worker, why: str) -> None:
         """A load-balancing worker failed its health check: recorded as the endpoint's
         worker failure, and ended; the scaler replaces it."""
-        if not self._owns(worker) or worker.id in self._reaping:
+        if not self._owns(worker) or self._of(worker.id).reaping:
             return
         if worker.state is WorkerState.STOPPING:
             return
@@ -490,36 +522,37 @@ class Fleet:
         included (services/lineup.py). Its exit is then reported as for any stopped worker, and
         its lined-up jobs go back to the queue. False, and nothing done, for a worker this
         replica does not run (external, another replica's) or that is already being stopped."""
-        if not self._owns(worker) or worker.id in self._reaping or worker.id in self._starting:
+        own = self._of(worker.id)
+        if not self._owns(worker) or own.reaping or own.start is not None:
             return False
         if worker.state is WorkerState.STOPPING:
             return False
         worker.state = WorkerState.STOPPING
-        self._reaping.add(worker.id)
+        self._mark(worker.id, reaping=True)
         try:
             # Recorded first: the claim refuses a stopping worker whichever replica it polls.
             await self._workers.set_state(worker, WorkerState.STOPPING)
             self._dispatch.wake_pollers(worker.endpoint_id)
             await self.provider.stop(worker.id, 0)
         finally:
-            self._reaping.discard(worker.id)
+            self._mark(worker.id, reaping=False)
         return True
 
     def stop_worker(self, worker: Worker) -> None:
         """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
         without a process (throttled, unhealthy) is simply dropped."""
-        if worker.state is WorkerState.STOPPING or worker.id in self._reaping:
+        if worker.state is WorkerState.STOPPING or self._of(worker.id).reaping:
             return
         pending = worker.is_pending
         worker.state = WorkerState.STOPPING
         # Until its record says so, a later pass reading the store must not stop it again.
-        self._reaping.add(worker.id)
+        self._mark(worker.id, reaping=True)
         task = asyncio.create_task(
             self._workers.remove(worker.id) if pending else self._stop(worker)
         )
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
-        task.add_done_callback(lambda _task: self._reaping.discard(worker.id))
+        task.add_done_callback(lambda _task: self._mark(worker.id, reaping=False))
 
     async def _stop(self, worker: Worker) -> None:
         # Recorded first: the claim refuses a stopping worker whichever replica it polls.
@@ -539,15 +572,14 @@ class Fleet:
     async def on_exit(self, worker_id: str, code: int) -> None:
         # Its GPUs are free only now that its process is gone.
         self._gpus.release(worker_id)
-        self._launched.pop(worker_id, None)
+        self._mark(worker_id, endpoint_id=None)
         worker = await self._workers.get(worker_id)
         if worker is None:
             return
+        own = self._of(worker_id)
         # Ended for missing the start-up deadline: its failure is already recorded.
-        failed_start = worker_id in self._failed_starts
-        self._failed_starts.discard(worker_id)
-        ended = worker_id in self._ending
-        self._ending.discard(worker_id)
+        failed_start, ended = own.failed_start, own.ending
+        self._mark(worker_id, failed_start=False, ending=False)
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
         expected = not failed_start and (
             worker.state is WorkerState.STOPPING or worker.recycle or ended
@@ -559,8 +591,8 @@ class Fleet:
         await self._dispatch.worker_lost(worker, reason)
         if expected:
             return
-        unfit = worker_id in self._unfit
-        self._unfit.discard(worker_id)
+        unfit = self._of(worker_id).unfit
+        self._mark(worker_id, unfit=False)
         if (quick or failed_start or unfit) and await self._store.get_endpoint(
             worker.endpoint_id
         ) is not None:
@@ -613,9 +645,9 @@ class Fleet:
     async def unfit(self, endpoint_id: str, worker_id: str, check: str, reason: str) -> None:
         """The worker's start-up check failed (``register_fitness_check``): the reason becomes
         the endpoint's failure now, and its exit that follows does not replace it."""
-        if worker_id in self._unfit:
+        if self._of(worker_id).unfit:
             return
-        self._unfit.add(worker_id)
+        self._mark(worker_id, unfit=True)
         what = f"its fitness check {check!r} failed" if check else "its fitness check failed"
         error = f"worker {worker_id}: {what}: {reason or 'no reason given'}"
         await self._fail(endpoint_id, error, worker_id)
@@ -700,7 +732,7 @@ class Fleet:
                     "health_address": found.served.health_address,
                 }
             await self._workers.update(record, **fields)
-            self._launched[found.worker_id] = found.endpoint_id
+            self._mark(found.worker_id, endpoint_id=found.endpoint_id)
             await provider.take_over(found.worker_id)
             adopted.append(record)
         if adopted:
@@ -747,8 +779,8 @@ class Fleet:
             for w in await self._workers.all()
             if self._owns(w)
             and w.id not in running
-            and w.id not in self._launched
-            and w.id not in self._reaping
+            and self._of(w.id).endpoint_id is None
+            and not self._of(w.id).reaping
             and not (leading and w.is_pending)
         ]
         for worker in stale:
@@ -759,12 +791,12 @@ class Fleet:
         """Stop this replica's processes whose record says they should not run: the endpoint
         was deleted, or the worker was told to stop, through another replica."""
         for worker_id in self.provider.running():
-            if worker_id in self._reaping:
+            if self._of(worker_id).reaping:
                 continue
             record = await self._workers.get(worker_id)
             if record is not None and record.state is not WorkerState.STOPPING:
                 continue
-            self._reaping.add(worker_id)
+            self._mark(worker_id, reaping=True)
             task = asyncio.create_task(self._reap(worker_id, record is None))
             self._stopping.add(task)
             task.add_done_callback(self._stopping.discard)
@@ -772,25 +804,27 @@ class Fleet:
     async def _reap(self, worker_id: str, forgotten: bool) -> None:
         try:
             await self._halt(worker_id)
-            endpoint_id = self._launched.get(worker_id)
+            endpoint_id = self._of(worker_id).endpoint_id
             gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
             if forgotten and gone and endpoint_id is not None:
                 self.remove_files(endpoint_id, [worker_id])
         finally:
-            self._reaping.discard(worker_id)
+            self._mark(worker_id, reaping=False)
 
     async def remove_endpoint_workers(self, endpoint_id: str, workers: list[Worker]) -> None:
         """Stop the workers of an endpoint being deleted. This replica's own are waited for;
         another replica's are forgotten here and stopped by their owner (``reap_orphans``)."""
         own = [w for w in workers if self._owns(w)]
         # Stopped here, so the scaler's orphan sweep must leave them alone meanwhile.
-        self._reaping.update(w.id for w in own)
+        for worker in own:
+            self._mark(worker.id, reaping=True)
         try:
             for worker in own:
                 await self._workers.set_state(worker, WorkerState.STOPPING)
             await asyncio.gather(*(self._halt(w.id) for w in own))
         finally:
-            self._reaping.difference_update(w.id for w in own)
+            for worker in own:
+                self._mark(worker.id, reaping=False)
         for worker in workers:
             await self._workers.remove(worker.id)
         self._backoff.pop(endpoint_id, None)
@@ -803,8 +837,9 @@ class Fleet:
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""
-        starting = list(self._starting)
-        self._ending.update(self.provider.running(), starting)
+        starting = [worker_id for worker_id, own in self._own.items() if own.start is not None]
+        for worker_id in {*self.provider.running(), *starting}:
+            self._mark(worker_id, ending=True)
         await asyncio.gather(*(self._halt(w) for w in starting))
         await self.provider.stop_all(self._settings.worker_stop_grace_seconds)
 
