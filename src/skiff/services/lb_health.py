@@ -67,12 +67,9 @@ class LbHealth:
         return self._client
 
     async def run(self) -> None:
-        while not self._wakeups.closing:
-            try:
-                await self.check_all()
-            except Exception:
-                log.exception("the load-balancing health check failed; trying again")
-            await asyncio.sleep(self._interval)
+        await self._wakeups.repeat(
+            self.check_all, self._interval, "the load-balancing health check", log
+        )
 
     async def check_all(self) -> None:
         """Ping every load-balancing worker this replica runs, all at once. One read of the

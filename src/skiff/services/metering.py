@@ -95,12 +95,7 @@ class Meter:
         return now
 
     async def run(self) -> None:
-        while not self._wakeups.closing:
-            try:
-                await self.pass_once()
-            except Exception:
-                log.exception("the meter's pass failed; trying again")
-            await asyncio.sleep(self._interval)
+        await self._wakeups.repeat(self.pass_once, self._interval, "the meter's pass", log)
 
     async def ended(self, kind: UsageKind, thing_id: str) -> None:
         """The thing is gone now: its usage ends at this very moment."""

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from skiff.clock import Clock
@@ -58,12 +57,7 @@ class Reaper:
         self._stop_grace = stop_grace
 
     async def run(self) -> None:
-        while not self._wakeups.closing:
-            try:
-                await self.pass_once()
-            except Exception:
-                log.exception("the reaper pass failed; trying again")
-            await asyncio.sleep(self._interval)
+        await self._wakeups.repeat(self.pass_once, self._interval, "the reaper pass", log)
 
     async def pass_once(self) -> None:
         now = self._clock.now()

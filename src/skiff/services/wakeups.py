@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Final, NewType
 
 #: What a wait sleeps on. Its string is the wire form replicas publish to each other, so the
@@ -124,6 +125,23 @@ class Wakeups:
         if self.max_wait is not None:
             timeout = min(timeout, self.max_wait)
         return await wait(event, timeout)
+
+    async def repeat(
+        self,
+        step: Callable[[], Awaitable[None]],
+        seconds: float,
+        what: str,
+        log: logging.Logger,
+    ) -> None:
+        """A service's loop: ``step`` every ``seconds`` until the server goes down. A pass that
+        fails is logged on the service's ``log`` (``what`` failed) and the next one runs as
+        usual: one bad pass must not end the loop."""
+        while not self.closing:
+            try:
+                await step()
+            except Exception:
+                log.exception("%s failed; trying again", what)
+            await asyncio.sleep(seconds)
 
     @property
     def listening(self) -> int:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+
+import pytest
 
 from skiff.services.wakeups import Wake, Wakeups, wait
 
@@ -175,3 +178,26 @@ async def test_max_wait_bounds_every_wait() -> None:
         started = time.monotonic()
         assert await wakeups.wait(event, 5.0) is False
         assert time.monotonic() - started < 1.0
+
+
+async def test_repeat_logs_a_failed_pass_and_runs_the_next_until_closing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    wakeups = Wakeups()
+    passes = 0
+
+    async def step() -> None:
+        nonlocal passes
+        passes += 1
+        if passes == 1:
+            raise RuntimeError("boom")
+        if passes == 3:
+            wakeups.close()
+
+    log = logging.getLogger("skiff.services.some_loop")
+    with caplog.at_level(logging.ERROR, logger=log.name):
+        await asyncio.wait_for(wakeups.repeat(step, 0.001, "the test pass", log), 2.0)
+    assert passes == 3
+    [record] = caplog.records
+    assert record.name == log.name
+    assert record.getMessage() == "the test pass failed; trying again"
