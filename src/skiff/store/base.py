@@ -384,8 +384,6 @@ class Store(Protocol):
 
     async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]: ...
 
-    async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]: ...
-
     async def record_webhook_attempt(
         self,
         delivery_id: str,

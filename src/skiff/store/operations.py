@@ -848,10 +848,6 @@ class SqlStore:
         rows = await self._rows("due_webhook_deliveries", now=now, limit=limit)
         return [webhook_delivery_from_row(r) for r in rows]
 
-    async def webhook_deliveries_of(self, job_id: str) -> list[WebhookDelivery]:
-        rows = await self._rows("webhook_deliveries_of", job_id=job_id)
-        return [webhook_delivery_from_row(r) for r in rows]
-
     async def record_webhook_attempt(
         self,
         delivery_id: str,

@@ -289,7 +289,7 @@ def webhook_delivery_params(job: Job, user_id: str, finished_at: float) -> dict[
 
 
 def webhook_delivery_from_row(row: Any) -> WebhookDelivery:
-    """A delivery from a row of ``due_webhook_deliveries`` / ``webhook_deliveries_of``."""
+    """A delivery from a row of ``due_webhook_deliveries``."""
     return WebhookDelivery(
         id=row["id"],
         job_id=row["job_id"],

@@ -5,6 +5,8 @@ clock decides when a failed delivery is due again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import WebhookSender
 from skiff.store.base import User, WebhookDelivery
+from skiff.store.rows import webhook_delivery_from_row
 from skiff.store.sqlite import SQLiteStore
 
 LEASE = 30.0
@@ -148,8 +151,22 @@ class Rig:
         assert done is not None and done.status is status
         return done
 
+    def deliveries(self, job_id: str) -> list[WebhookDelivery]:
+        """The job's stored deliveries, read from the database file itself: the server reads a
+        delivery only while it is due (``due_webhook_deliveries``), and these tests also look
+        at delivered and failed ones."""
+        with contextlib.closing(sqlite3.connect(self.path)) as conn:
+            conn.row_factory = sqlite3.Row
+            rows = conn.execute(
+                "SELECT d.*, u.webhook_secret AS secret"
+                " FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id"
+                " WHERE d.job_id = ? ORDER BY d.created_at",
+                (job_id,),
+            ).fetchall()
+        return [webhook_delivery_from_row(row) for row in rows]
+
     async def delivery(self, job_id: str) -> WebhookDelivery:
-        deliveries = await self.store.webhook_deliveries_of(job_id)
+        deliveries = self.deliveries(job_id)
         assert len(deliveries) == 1
         return deliveries[0]
 
@@ -334,7 +351,7 @@ async def test_every_final_state_gets_a_delivery_with_its_status(
 
 async def test_a_job_without_a_webhook_gets_no_delivery(rig: Rig, receiver: Receiver) -> None:
     job = await rig.final(None)
-    assert await rig.store.webhook_deliveries_of(job.id) == []
+    assert rig.deliveries(job.id) == []
     assert await rig.sender().pass_once() == 0
     assert receiver.requests == []
 

@@ -12,11 +12,6 @@ FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
 WHERE d.status = 'pending' AND d.next_attempt_at <= :now
 ORDER BY d.next_attempt_at LIMIT :limit;
 
--- name: webhook_deliveries_of
-SELECT d.*, u.webhook_secret AS secret
-FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
-WHERE d.job_id = :job_id ORDER BY d.created_at;
-
 -- ``next_attempt_at`` NULL keeps the one set.
 -- name: record_webhook_attempt
 UPDATE webhook_deliveries
