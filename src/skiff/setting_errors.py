@@ -87,19 +87,21 @@ def allowed(info: FieldInfo) -> str:
     return text
 
 
+#: How a description says each bound: the bound's kind, the attribute holding its value, the text.
+_BOUNDS: tuple[tuple[type, str, str], ...] = (
+    (annotated_types.Gt, "gt", "more than {}"),
+    (annotated_types.Ge, "ge", "at least {}"),
+    (annotated_types.Lt, "lt", "less than {}"),
+    (annotated_types.Le, "le", "at most {}"),
+    (annotated_types.MinLen, "min_length", "of at least {} characters"),
+    (annotated_types.MaxLen, "max_length", "of at most {} characters"),
+)
+
+
 def _bound(item: object) -> str:
-    if isinstance(item, annotated_types.Gt):
-        return f"more than {_number(item.gt)}"
-    if isinstance(item, annotated_types.Ge):
-        return f"at least {_number(item.ge)}"
-    if isinstance(item, annotated_types.Lt):
-        return f"less than {_number(item.lt)}"
-    if isinstance(item, annotated_types.Le):
-        return f"at most {_number(item.le)}"
-    if isinstance(item, annotated_types.MinLen):
-        return f"of at least {item.min_length} characters"
-    if isinstance(item, annotated_types.MaxLen):
-        return f"of at most {item.max_length} characters"
+    for kind, attribute, text in _BOUNDS:
+        if isinstance(item, kind):
+            return text.format(_number(getattr(item, attribute)))
     return ""
 
 

@@ -109,18 +109,7 @@ def routes(console: Console) -> list[BaseRoute]:
         named = await names(visitor)
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(
-            [
-                "day",
-                "kind",
-                "id",
-                "name",
-                "gpuTypeId",
-                "timeBilledMs",
-                "diskSpaceBilledGb",
-                "amount",
-            ]
-        )
+        writer.writerow(CSV_COLUMNS)
         for item in spent:
             record = item.record
             writer.writerow(
