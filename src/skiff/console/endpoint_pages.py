@@ -202,6 +202,18 @@ def routes(console: Console) -> list[BaseRoute]:
             errors = forms.prefixed(forms.service_error(exc, "name"), "template_")
             raise _FormInvalid(errors) from exc
 
+    async def posted(
+        request: Request, visitor: Visitor, settings: type[Settings]
+    ) -> tuple[dict[str, str], TemplateCreate | None, Settings | None, forms.Errors]:
+        """The endpoint form as sent, read alike on create and edit: its fields, the new
+        template it may ask for, and the settings they make (None where ``errors`` says
+        why not)."""
+        form = await console.form(request, visitor)
+        data, errors = forms.endpoint_data(form, creating=settings is EndpointCreate)
+        template = new_template_input(form, data, errors)
+        model, invalid = forms.validate(settings, data, forms.ENDPOINT_FIELDS, "workersMin")
+        return form, template, model, invalid | errors
+
     async def save_with(
         visitor: Visitor,
         template: TemplateCreate | None,
@@ -234,11 +246,7 @@ def routes(console: Console) -> list[BaseRoute]:
 
     async def create(request: Request) -> Response:
         visitor = await console.signed_in(request)
-        form = await console.form(request, visitor)
-        data, errors = forms.endpoint_data(form, creating=True)
-        template = new_template_input(form, data, errors)
-        model, invalid = forms.validate(EndpointCreate, data, forms.ENDPOINT_FIELDS, "workersMin")
-        errors = invalid | errors
+        form, template, model, errors = await posted(request, visitor, EndpointCreate)
         if errors or model is None:
             return await form_page(request, visitor, form, errors, status=400)
 
@@ -259,11 +267,7 @@ def routes(console: Console) -> list[BaseRoute]:
     async def update(request: Request) -> Response:
         visitor = await console.signed_in(request)
         endpoint = await console.endpoint(visitor, request)
-        form = await console.form(request, visitor)
-        data, errors = forms.endpoint_data(form, creating=False)
-        template = new_template_input(form, data, errors)
-        model, invalid = forms.validate(EndpointUpdate, data, forms.ENDPOINT_FIELDS, "workersMin")
-        errors = invalid | errors
+        form, template, model, errors = await posted(request, visitor, EndpointUpdate)
         if errors or model is None:
             return await form_page(request, visitor, form, errors, endpoint, status=400)
         try:
