@@ -4,18 +4,18 @@ schema, and on SQLite."""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from click.testing import CliRunner
 
 from pgtest import PG_DSN, fresh_schema_sync
 from skiff.cli import main
+from skiff.store import migration_scripts
+from skiff.store.named_queries import Dialect
 
 
 def migrations(backend: str) -> list[str]:
-    folder = resources.files("skiff.store").joinpath(f"migrations/{backend}")
-    return sorted(e.name for e in folder.iterdir() if e.name.endswith(".sql"))
+    return [name for name, _sql in migration_scripts.migrations(Dialect(backend))]
 
 
 def test_migrate_on_a_new_postgresql_schema_says_how_many_migrations_it_applied(

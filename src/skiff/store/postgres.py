@@ -11,11 +11,11 @@ job.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
+from skiff.store.migration_scripts import migrations
 from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
@@ -62,15 +62,14 @@ async def migrate(conn: Any, schema: str | None = None) -> list[str]:
                 if present in done and missing not in done:
                     await conn.execute(record, missing)
                     done.add(missing)
-        folder = resources.files("skiff.store").joinpath("migrations/postgres")
-        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-            if not entry.name.endswith(".sql") or entry.name in done:
+        for name, script in migrations(Dialect.POSTGRES):
+            if name in done:
                 continue
-            await conn.execute(entry.read_text())
-            await conn.execute(record, entry.name)
-            if entry.name in EARLIER_NAMES:
-                await conn.execute(record, EARLIER_NAMES[entry.name])
-            applied.append(entry.name)
+            await conn.execute(script)
+            await conn.execute(record, name)
+            if name in EARLIER_NAMES:
+                await conn.execute(record, EARLIER_NAMES[name])
+            applied.append(name)
     return applied
 
 

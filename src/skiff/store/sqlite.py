@@ -20,13 +20,13 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
 from skiff.datadir import FILE_MODE, create_private_file, make_private_dirs, tighten
+from skiff.store.migration_scripts import migrations
 from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
@@ -72,22 +72,19 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     )
     done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
     applied = []
-    folder = resources.files("skiff.store").joinpath("migrations/sqlite")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql") or entry.name in done:
+    for name, script in migrations(Dialect.SQLITE):
+        if name in done:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(entry.read_text()):
+            for statement in _statements(script):
                 conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations VALUES (?, strftime('%s','now'))", (entry.name,)
-            )
+            conn.execute("INSERT INTO schema_migrations VALUES (?, strftime('%s','now'))", (name,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        applied.append(entry.name)
+        applied.append(name)
     return applied
 
 

@@ -8,7 +8,6 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,8 @@ from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
 from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, Store, StreamChunk, User
+from skiff.store.migration_scripts import migrations
+from skiff.store.named_queries import Dialect
 from skiff.store.postgres import EARLIER_NAMES, PostgresStore
 from skiff.store.sqlite import SQLiteStore
 
@@ -946,12 +947,11 @@ async def test_pg_data_survives_close_and_reopen(pg_schema: str) -> None:
 
 
 def test_both_migration_sets_are_numbered_alike() -> None:
-    folder = resources.files("skiff.store").joinpath("migrations")
     numbers = {
-        dialect: sorted(e.name.split("_")[0] for e in folder.joinpath(dialect).iterdir())
-        for dialect in ("sqlite", "postgres")
+        dialect: [name.split("_")[0] for name, _sql in migrations(dialect)]
+        for dialect in (Dialect.SQLITE, Dialect.POSTGRES)
     }
-    assert numbers["sqlite"] == numbers["postgres"]
+    assert numbers[Dialect.SQLITE] == numbers[Dialect.POSTGRES]
 
 
 #: What a database migrated by the version before the renumbering records.

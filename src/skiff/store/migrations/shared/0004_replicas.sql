@@ -1,4 +1,5 @@
--- Several replicas on one database: the same model as SQLite migration 0004.
+-- Several replicas on one database. On SQLite there is only ever one replica, but the model is
+-- the same on both databases.
 
 -- The replica that started a local worker owns its process; only it can stop it.
 ALTER TABLE workers ADD COLUMN owner TEXT;
