@@ -112,18 +112,12 @@ def build(services: Services) -> WorkerHandlers:
         store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
         result = parse_worker_result(await read_body(request, RESULT_LIMIT))
-        refused = await dispatch.done(endpoint, worker_id, job_id, result)
-        if refused is not None:
-            return json_response({"error": refused}, 400)
-        return json_response({"ok": True})
+        return _taken(await dispatch.done(endpoint, worker_id, job_id, result))
 
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
         chunk = read_stream_chunk(await read_body(request, RESULT_LIMIT))
-        refused = await dispatch.stream(endpoint, worker_id, job_id, chunk)
-        if refused is not None:
-            return json_response({"error": refused}, 400)
-        return json_response({"ok": True})
+        return _taken(await dispatch.stream(endpoint, worker_id, job_id, chunk))
 
     async def ping(request: Request, worker_id: str) -> Response:
         """Renews the leases of the jobs named in `job_id` (comma-separated). A worker whose
@@ -150,3 +144,11 @@ def build(services: Services) -> WorkerHandlers:
 def _printable(text: str, limit: int = 2000) -> str:
     """A worker's words as a failure shows them: no control characters or NULs, bounded."""
     return "".join(ch if ch.isprintable() else " " for ch in text[:limit]).strip()
+
+
+def _taken(refused: str | None) -> Response:
+    """The answer to a job's result or stream chunk: 400 with why the dispatcher refused it,
+    else ok."""
+    if refused is not None:
+        return json_response({"error": refused}, 400)
+    return json_response({"ok": True})
