@@ -158,19 +158,13 @@ class Metrics:
         self._workers = workers
         self._oldest_queued_at = oldest_queued_at
         self.registry = CollectorRegistry()
-        self._delay = Histogram(
+        self._delay = self._seconds(
             "skiff_job_delay_seconds",
             "Time from submission until a worker started the job (finished jobs).",
-            ["endpoint"],
-            buckets=_DURATION_BUCKETS,
-            registry=self.registry,
         )
-        self._execution = Histogram(
+        self._execution = self._seconds(
             "skiff_job_execution_seconds",
             "Time from a worker's start of the job until it finished (finished jobs).",
-            ["endpoint"],
-            buckets=_DURATION_BUCKETS,
-            registry=self.registry,
         )
         self._finished = Counter(
             "skiff_jobs_finished",
@@ -198,13 +192,10 @@ class Metrics:
             ["endpoint", "code"],
             registry=self.registry,
         )
-        self._lb_head = Histogram(
+        self._lb_head = self._seconds(
             "skiff_lb_response_seconds",
             "Load-balancing endpoints: time from a request's arrival to its answer's head "
             "(waiting for a ready worker included).",
-            ["endpoint"],
-            buckets=_DURATION_BUCKETS,
-            registry=self.registry,
         )
         self._lb_codes: dict[str, set[str]] = {}
         self._state = _StateCollector()
@@ -212,6 +203,12 @@ class Metrics:
         # Endpoint ids that have series in the event instruments, with the statuses seen, so
         # a deleted endpoint's series can be removed (prometheus-client does not list them).
         self._labelled: dict[str, set[JobStatus]] = {}
+
+    def _seconds(self, name: str, documentation: str) -> Histogram:
+        """A duration per endpoint, in the buckets every skiff duration uses."""
+        return Histogram(
+            name, documentation, ["endpoint"], buckets=_DURATION_BUCKETS, registry=self.registry
+        )
 
     # -- events -----------------------------------------------------------------------------
     def take_poll(self, endpoint_id: str, got_job: bool) -> None:
