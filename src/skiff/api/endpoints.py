@@ -21,6 +21,7 @@ from skiff.api.responses import json_response
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
+from skiff.domain.logs import LogQuery
 from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.users import User
@@ -249,14 +250,11 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         since_ts = parse_since(since)
         local_only = request.headers.get(LOCAL_HEADER) == "1"
         auth = request.headers.get("authorization")
+        query = LogQuery(endpoint_id, worker, since_ts, tail)
         if not follow:
-            lines = await services.logs.lines(
-                endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
-            )
+            lines = await services.logs.lines(query, local_only=local_only, credentials=auth)
             return json_response({"lines": [log_line(line) for line in lines]})
-        followed = await services.logs.follow(
-            endpoint_id, worker, since_ts, tail, local_only=local_only, credentials=auth
-        )
+        followed = await services.logs.follow(query, local_only=local_only, credentials=auth)
         return ndjson_stream(followed)
 
     return endpoints

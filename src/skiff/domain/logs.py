@@ -34,6 +34,17 @@ class LogLine:
     line: str
 
 
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    """The lines of an endpoint's log a caller asks for: one ``worker``'s (None: every
+    worker's), stamped at or after ``since`` (None: any), the last ``tail`` of them."""
+
+    endpoint_id: str
+    worker: str | None
+    since: float | None
+    tail: int
+
+
 @functools.lru_cache(maxsize=4)
 def _second(whole: int) -> bytes:
     return dt.datetime.fromtimestamp(whole, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
-from skiff.domain.logs import LogLine, log_name, safe_name, worker_names
+from skiff.domain.logs import LogLine, LogQuery, log_name, safe_name, worker_names
 from skiff.errors import NotFound
 from skiff.services.log_reader import LogFollower, collect
 from skiff.services.log_writer import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, LogFile
@@ -149,41 +149,28 @@ class EndpointLogs:
         self._wakeups = wakeups
 
     async def lines(
-        self,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        *,
-        local_only: bool,
-        credentials: str | None,
+        self, query: LogQuery, *, local_only: bool, credentials: str | None
     ) -> list[LogLine]:
         """The last ``tail`` lines stamped at or after ``since`` (``WorkerLogs.read``) of every
         replica, merged by time; ``credentials`` (the caller's ``Authorization``) ask the
         others. Raises NotFound for a worker that has a log on no replica."""
+        endpoint_id, worker = query.endpoint_id, query.worker
         here = worker is None or self.files.has_log(endpoint_id, worker)
         found = (
-            await asyncio.to_thread(self.files.read, endpoint_id, worker, since, tail)
+            await asyncio.to_thread(self.files.read, endpoint_id, worker, query.since, query.tail)
             if here
             else []
         )
         if not local_only:
-            extra = await self._peers.lines(endpoint_id, worker, since, tail, credentials)
+            extra = await self._peers.lines(query, credentials)
             if extra:
-                found = sorted(found + extra, key=_time)[-tail:]
+                found = sorted(found + extra, key=_time)[-query.tail :]
         if worker is not None and not here and not found:
             raise _no_log(endpoint_id, worker)
         return found
 
     async def follow(
-        self,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        *,
-        local_only: bool,
-        credentials: str | None,
+        self, query: LogQuery, *, local_only: bool, credentials: str | None
     ) -> Relayed | Batches:
         """The last ``tail`` lines, then new ones as they are written, until the caller stops
         reading, the endpoint is deleted or the server shuts down. From the leader when that
@@ -191,13 +178,12 @@ class EndpointLogs:
         if not local_only:
             leader = await self._peers.leader_url()
             if leader is not None:
-                return Relayed(
-                    self._peers.follow(leader, endpoint_id, worker, since, tail, credentials)
-                )
+                return Relayed(self._peers.follow(leader, query, credentials))
+        endpoint_id, worker = query.endpoint_id, query.worker
         if worker is not None and not self.files.has_log(endpoint_id, worker):
             raise _no_log(endpoint_id, worker)
         follower = await asyncio.to_thread(self.files.follow, endpoint_id, worker)
-        return self._batches(follower, endpoint_id, since, tail)
+        return self._batches(follower, endpoint_id, query.since, query.tail)
 
     async def _batches(
         self, follower: LogFollower, endpoint_id: str, since: float | None, tail: int

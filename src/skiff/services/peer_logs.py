@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from skiff.cluster.base import Cluster, ClusterUnavailable
-from skiff.domain.logs import LogLine, parse_time
+from skiff.domain.logs import LogLine, LogQuery, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +54,12 @@ class PeerLogs:
             return None
         return leader[1]
 
-    async def lines(
-        self,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        authorization: str | None,
-    ) -> list[LogLine]:
+    async def lines(self, query: LogQuery, authorization: str | None) -> list[LogLine]:
         """Every other replica's lines for this log request (a replica that does not answer
         is left out and logged: its lines are unavailable, not the whole request)."""
         found: list[LogLine] = []
-        path = _path(endpoint_id)
-        params = _query(worker, since, tail, follow=False)
+        path = _path(query.endpoint_id)
+        params = _query(query, follow=False)
         for url in await self.others():
             try:
                 response = await self._http().get(
@@ -82,18 +75,12 @@ class PeerLogs:
         return found
 
     async def follow(
-        self,
-        url: str,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        authorization: str | None,
+        self, url: str, query: LogQuery, authorization: str | None
     ) -> AsyncIterator[bytes]:
         """A followed log, streamed from the replica at ``url`` as it sends it."""
-        params = _query(worker, since, tail, follow=True)
+        params = _query(query, follow=True)
         async with self._http().stream(
-            "GET", url + _path(endpoint_id), params=params, headers=_headers(authorization)
+            "GET", url + _path(query.endpoint_id), params=params, headers=_headers(authorization)
         ) as response:
             async for chunk in response.aiter_bytes():
                 yield chunk
@@ -115,12 +102,12 @@ def _path(endpoint_id: str) -> str:
     return f"/v1/endpoints/{endpoint_id}/logs"
 
 
-def _query(worker: str | None, since: float | None, tail: int, follow: bool) -> dict[str, str]:
-    params = {"tail": str(tail)}
-    if worker is not None:
-        params["worker"] = worker
-    if since is not None:
-        params["since"] = repr(since)  # epoch seconds, read back to the same float
+def _query(query: LogQuery, follow: bool) -> dict[str, str]:
+    params = {"tail": str(query.tail)}
+    if query.worker is not None:
+        params["worker"] = query.worker
+    if query.since is not None:
+        params["since"] = repr(query.since)  # epoch seconds, read back to the same float
     if follow:
         params["follow"] = "true"
     return params

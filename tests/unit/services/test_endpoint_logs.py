@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from skiff.cluster.base import Cluster
-from skiff.domain.logs import LogLine, iso, stamp
+from skiff.domain.logs import LogLine, LogQuery, iso, stamp
 from skiff.errors import NotFound
 from skiff.services import logs as logs_module
 from skiff.services.logs import EndpointLogs, Relayed, WorkerLogs
@@ -39,30 +39,19 @@ class FakePeers:
         self._leader = leader
         self.asked: list[tuple[Any, ...]] = []
 
-    async def lines(
-        self,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        authorization: str | None,
-    ) -> list[LogLine]:
-        self.asked.append((endpoint_id, worker, since, tail, authorization))
-        return [x for x in self._lines if worker is None or x.worker == worker]
+    async def lines(self, query: LogQuery, authorization: str | None) -> list[LogLine]:
+        q = query
+        self.asked.append((q.endpoint_id, q.worker, q.since, q.tail, authorization))
+        return [x for x in self._lines if q.worker is None or x.worker == q.worker]
 
     async def leader_url(self) -> str | None:
         return self._leader
 
     async def follow(
-        self,
-        url: str,
-        endpoint_id: str,
-        worker: str | None,
-        since: float | None,
-        tail: int,
-        authorization: str | None,
+        self, url: str, query: LogQuery, authorization: str | None
     ) -> AsyncIterator[bytes]:
-        self.asked.append((url, endpoint_id, worker, since, tail, authorization))
+        q = query
+        self.asked.append((url, q.endpoint_id, q.worker, q.since, q.tail, authorization))
         yield b"from the leader\n"
 
 
@@ -87,7 +76,9 @@ def endpoint_logs(tmp_path: Path, peers: FakePeers, store: FakeStore | None = No
 async def test_the_lines_of_every_replica_are_merged_by_time(tmp_path: Path) -> None:
     peers = FakePeers([LogLine("b", T0 + 1, "b1"), LogLine("b", T0 + 3, "b3")])
     logs = endpoint_logs(tmp_path, peers)
-    lines = await logs.lines("ep1", None, None, 4, local_only=False, credentials="Bearer k")
+    lines = await logs.lines(
+        LogQuery("ep1", None, None, 4), local_only=False, credentials="Bearer k"
+    )
     assert [x.line for x in lines] == ["b1", "a2", "b3", "a4"]
     # The others are asked the same question, as the caller.
     assert peers.asked == [("ep1", None, None, 4, "Bearer k")]
@@ -96,17 +87,17 @@ async def test_the_lines_of_every_replica_are_merged_by_time(tmp_path: Path) -> 
 async def test_asked_by_another_replica_it_answers_alone(tmp_path: Path) -> None:
     peers = FakePeers([LogLine("b", T0 + 1, "b1")])
     logs = endpoint_logs(tmp_path, peers)
-    lines = await logs.lines("ep1", None, T0 + 1, 10, local_only=True, credentials=None)
+    lines = await logs.lines(LogQuery("ep1", None, T0 + 1, 10), local_only=True, credentials=None)
     assert [x.line for x in lines] == ["a2", "a4"]
     assert peers.asked == []
 
 
 async def test_a_worker_is_found_on_whichever_replica_holds_its_log(tmp_path: Path) -> None:
     logs = endpoint_logs(tmp_path, FakePeers([LogLine("b", T0 + 1, "b1")]))
-    lines = await logs.lines("ep1", "b", None, 10, local_only=False, credentials=None)
+    lines = await logs.lines(LogQuery("ep1", "b", None, 10), local_only=False, credentials=None)
     assert [x.line for x in lines] == ["b1"]
     with pytest.raises(NotFound, match="worker nobody has no log on endpoint ep1"):
-        await logs.lines("ep1", "nobody", None, 10, local_only=False, credentials=None)
+        await logs.lines(LogQuery("ep1", "nobody", None, 10), local_only=False, credentials=None)
 
 
 async def test_a_follow_is_relayed_from_the_leader_when_another_replica_leads(
@@ -114,16 +105,16 @@ async def test_a_follow_is_relayed_from_the_leader_when_another_replica_leads(
 ) -> None:
     peers = FakePeers(leader="http://leader:8000")
     logs = endpoint_logs(tmp_path, peers)
-    followed = await logs.follow("ep1", "a", T0, 5, local_only=False, credentials="k")
+    followed = await logs.follow(LogQuery("ep1", "a", T0, 5), local_only=False, credentials="k")
     assert isinstance(followed, Relayed)
     assert [chunk async for chunk in followed.chunks] == [b"from the leader\n"]
     assert peers.asked == [("http://leader:8000", "ep1", "a", T0, 5, "k")]
     # Asked on another's behalf, it follows its own files, and knows only its own workers.
-    local = await logs.follow("ep1", None, None, 5, local_only=True, credentials=None)
+    local = await logs.follow(LogQuery("ep1", None, None, 5), local_only=True, credentials=None)
     assert not isinstance(local, Relayed)
     await local.aclose()
     with pytest.raises(NotFound):
-        await logs.follow("ep1", "b", None, 5, local_only=True, credentials=None)
+        await logs.follow(LogQuery("ep1", "b", None, 5), local_only=True, credentials=None)
 
 
 async def test_a_local_follow_sends_the_backlog_new_lines_and_ends_with_its_endpoint(
@@ -132,7 +123,9 @@ async def test_a_local_follow_sends_the_backlog_new_lines_and_ends_with_its_endp
     monkeypatch.setattr(logs_module, "FOLLOW_POLL_SECONDS", 0.01)
     store = FakeStore()
     logs = endpoint_logs(tmp_path, FakePeers(), store)
-    followed = await logs.follow("ep1", None, T0 + 1, 1, local_only=False, credentials=None)
+    followed = await logs.follow(
+        LogQuery("ep1", None, T0 + 1, 1), local_only=False, credentials=None
+    )
     assert not isinstance(followed, Relayed)
     batches = aiter(followed)
     assert [x.line for x in await anext(batches)] == ["a4"]
@@ -151,7 +144,9 @@ async def test_a_quiet_follow_sends_empty_batches_and_opens_with_one(
     monkeypatch.setattr(logs_module, "FOLLOW_POLL_SECONDS", 0.01)
     monkeypatch.setattr(logs_module, "FOLLOW_KEEPALIVE_SECONDS", 0.0)
     logs = endpoint_logs(tmp_path, FakePeers())
-    followed = await logs.follow("ep1", None, T0 + 10, 5, local_only=False, credentials=None)
+    followed = await logs.follow(
+        LogQuery("ep1", None, T0 + 10, 5), local_only=False, credentials=None
+    )
     assert not isinstance(followed, Relayed)
     assert await anext(followed) == []
     assert await asyncio.wait_for(anext(followed), 5) == []
@@ -176,7 +171,7 @@ async def test_other_replicas_are_asked_as_the_caller_and_their_lines_read_back(
     peers = PeerLogs(cast(Cluster, OneOtherReplica()))
     peers._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     try:
-        found = await peers.lines("ep1", "b", T0 + 0.25, 7, "Bearer k")
+        found = await peers.lines(LogQuery("ep1", "b", T0 + 0.25, 7), "Bearer k")
     finally:
         await peers.aclose()
     assert [(x.worker, x.line) for x in found] == [("b", "hello")]
@@ -198,7 +193,9 @@ async def test_a_followed_log_is_streamed_from_the_leader_as_the_caller() -> Non
     peers = PeerLogs(cast(Cluster, OneOtherReplica()))
     peers._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     try:
-        chunks = [c async for c in peers.follow("http://other", "ep1", None, None, 3, "k")]
+        chunks = [
+            c async for c in peers.follow("http://other", LogQuery("ep1", None, None, 3), "k")
+        ]
     finally:
         await peers.aclose()
     assert b"".join(chunks) == b'{"worker": "a"}\n\n'
