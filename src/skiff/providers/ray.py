@@ -155,10 +155,7 @@ class RayProvider:
 
     async def found(self) -> list[FoundWorker]:
         found = []
-        for actor, placed in await self.connection.find(ACTOR_PREFIX):
-            worker_id = placed.name.removeprefix(ACTOR_PREFIX)
-            if worker_id in self._followed:
-                continue
+        for worker_id, actor, placed in await self._followed.unfollowed(ACTOR_PREFIX):
             worker = FoundWorker(
                 worker_id=worker_id,
                 endpoint_id=placed.info["endpoint_id"],

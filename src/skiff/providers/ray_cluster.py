@@ -372,6 +372,16 @@ class Followed:
         entry = self._followed.get(key)
         return entry[0] if entry is not None else None
 
+    async def unfollowed(self, prefix: str) -> list[tuple[str, Any, Placed]]:
+        """The living actors named ``prefix`` + key that this replica does not follow (an
+        earlier leader's, to take over): (key, actor, what it says of itself)."""
+        found = []
+        for actor, placed in await self._connection.find(prefix):
+            key = placed.name.removeprefix(prefix)
+            if key not in self._followed:
+                found.append((key, actor, placed))
+        return found
+
     def follow(self, key: str, actor: Any, log_key: str) -> None:
         """Stream the output of ``actor`` into the log of (``log_key``, ``key``), from what
         it still keeps, and report its end."""

@@ -120,10 +120,7 @@ class RayPodProvider:
 
     async def adopt(self) -> list[PodInstance]:
         adopted = []
-        for actor, placed in await self._connection.find(ACTOR_PREFIX):
-            pod_id = placed.name.removeprefix(ACTOR_PREFIX)
-            if pod_id in self._followed:
-                continue
+        for pod_id, actor, placed in await self._followed.unfollowed(ACTOR_PREFIX):
             instance = _instance(pod_id, placed)
             self._instances[pod_id] = instance
             self._followed.follow(pod_id, actor, pod_id)
