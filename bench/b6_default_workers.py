@@ -23,7 +23,13 @@ does it ask again. B6 measures what that costs, in three parts, on one skiff ser
    the next job the moment the last one ends (docs/workers.md, "Workers that take several
    jobs"). The reference answers the same client with the handler inline.
 
-The reference has no workers: parts 1 and 2 are n/a there (B2 has its inline ``/runsync``).
+4. A backlog: ``BACKLOG`` jobs of ``BACKLOG_SLEEP_S`` queued at once with ``/run`` on a new
+   endpoint of 2 default workers, warm but with no execution history yet (a fresh endpoint):
+   how long from the first submission until the last job completed, against the ideal (every
+   job back to back on both workers, nothing between them). The loss is the SDK's one-second
+   tick, paid whenever a worker's line-up runs dry before it asks again (services/lineup.py).
+
+The reference has no workers: parts 1, 2 and 4 are n/a there (B2 has its inline ``/runsync``).
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ POLL_S = 0.25
 #: The ``concurrency_modifier`` values part 3 measures besides the default: one too small to
 #: help and docs/workers.md's advice.
 ADVISED = (2, 8)
+#: Part 4: a backlog of short jobs on two default workers.
+BACKLOG = 160
+BACKLOG_SLEEP_S = 0.1
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 
 
@@ -57,6 +66,7 @@ def run(opts: Options) -> BenchResult:
     warmup = opts.pick(4, 1)
     queued = opts.pick(20, 3)
     sequential = opts.pick(30, 3)
+    backlog = opts.pick(BACKLOG, 20)
     result = BenchResult(
         "B6",
         f"default workers (concurrency 1): /runsync x {requests} on {WORKERS} workers, "
@@ -90,6 +100,11 @@ def run(opts: Options) -> BenchResult:
             )
             chain[f"concurrency {concurrency}"] = _sequential(skiff, advised, sequential, warmup)
             skiff.delete_endpoint(advised)
+
+        fresh = _warm_endpoint(skiff, default_env, WORKERS)
+        opts.say(f"B6: {backlog} jobs of {BACKLOG_SLEEP_S:g} s queued on {WORKERS} default workers")
+        drain = _backlog(skiff, fresh, backlog)
+        skiff.delete_endpoint(fresh)
     with servers.reference(opts.logs, "b6", opts.sdk_log_level) as ref:
         opts.say(f"B6: reference sequential /runsync x {sequential}")
         spec = reference_load(ref, "POST", ["/runsync"], sequential + warmup, 1, warmup=warmup)
@@ -98,9 +113,10 @@ def run(opts: Options) -> BenchResult:
     for load in (*loads.values(), *chain.values()):
         result.add_errors("skiff", load)
     result.add_errors("reference", inline)
-    result.errors["skiff"] += idle.failed
+    result.errors["skiff"] += idle.failed + drain.failed
     result.rows += _load_rows(loads)
     result.rows += _idle_rows(idle, queued)
+    result.rows += _drain_rows(drain, backlog)
     for name, load in chain.items():
         where = "1 default worker" if name == "default" else f"1 worker, {name}"
         result.rows += _sequential_rows(where, load, inline)
@@ -122,6 +138,13 @@ def run(opts: Options) -> BenchResult:
             "sleep_s": SLEEP_S,
             "gaps_ms_handler": [round(g * 1000, 1) for g in idle.gaps],
             "gaps_ms_skiff": [round(g * 1000, 1) for g in idle.skiff_gaps],
+        },
+        "backlog": {
+            "jobs": backlog,
+            "sleep_s": BACKLOG_SLEEP_S,
+            "workers": WORKERS,
+            "drain_s": drain.seconds,
+            "ideal_s": drain.ideal,
         },
     }
     return result
@@ -172,11 +195,54 @@ def _queue_of_sleepers(skiff: servers.Skiff, endpoint: str, jobs: int) -> _Idle:
     return _Idle(share, gaps, skiff_share, skiff_gaps, len(ids) - len(done))
 
 
+@dataclass
+class _Drain:
+    """Part 4's figures: seconds from the first submission to the last completion, the ideal
+    (the jobs' own time spread over the workers), and how many did not complete."""
+
+    seconds: float
+    ideal: float
+    failed: int
+
+
+def _backlog(skiff: servers.Skiff, endpoint: str, jobs: int) -> _Drain:
+    began = time.time()
+    ids = [skiff.submit(endpoint, {"sleep": BACKLOG_SLEEP_S}) for _ in range(jobs)]
+    finals = _wait_all(skiff, endpoint, ids, timeout_s=jobs * (BACKLOG_SLEEP_S + 1) + 60)
+    done = [f for f in finals.values() if f["status"] == "COMPLETED"]
+    # The handler's own clock for the end (the same clock as ``began``: this host's).
+    last = max((float(f["output"]["finished"]) for f in done), default=began)
+    return _Drain(last - began, jobs * BACKLOG_SLEEP_S / WORKERS, len(ids) - len(done))
+
+
+def _drain_rows(drain: _Drain, jobs: int) -> list[Row]:
+    where = f"{jobs} queued {BACKLOG_SLEEP_S:g} s jobs, {WORKERS} default workers"
+    ratio = drain.seconds / drain.ideal
+    return [
+        Row(
+            "B6",
+            f"backlog drained, first submission -> last end (s), {where}",
+            drain.seconds,
+            "n/a: no workers",
+            digits=2,
+        ),
+        Row(
+            "B6",
+            f"backlog drain / ideal (x), {where}",
+            ratio,
+            "n/a: no workers",
+            "<= 1.2x",
+            ratio <= 1.2,
+            digits=2,
+        ),
+    ]
+
+
 def _wait_all(
     skiff: servers.Skiff, endpoint: str, ids: list[str], timeout_s: float
 ) -> dict[str, dict[str, Any]]:
-    """Each job's final ``/status``. One worker runs them in order, so only the last job
-    still running is asked after, not the whole queue every time."""
+    """Each job's final ``/status``. The jobs run in about their order, so only the last one
+    still unfinished is asked after, not the whole queue every time."""
     pending = list(ids)
     finals: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + timeout_s

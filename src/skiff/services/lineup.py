@@ -38,6 +38,13 @@ if another worker frees up, so the line-up is kept short:
   share of the queue across the endpoint's live workers, but for jobs it would start within
   one tick of the SDK: a busy worker cannot ask for those sooner than that;
 - at most ``MAX_LINEUP`` jobs.
+
+Each time a line-up runs dry, the worker waits for its next tick (half a second on average), and
+a worker's first take on an endpoint with no history gets no line-up, so that tick is paid once
+more. Both are kept rare for a backlog of short jobs: one finished job is history enough (the
+moving average corrects it from the next), and a line-up may hold a whole fair share of a large
+queue (B6 measures 160 queued 100 ms jobs on two default workers: 1.39x the ideal drain time with
+three jobs of history and 64 at most, 1.16x with one and 128).
 """
 
 from __future__ import annotations
@@ -47,9 +54,9 @@ import re
 from dataclasses import dataclass
 
 #: The most jobs lined up behind one take (the SDK queues them all in memory).
-MAX_LINEUP = 64
+MAX_LINEUP = 128
 #: Finished jobs an endpoint needs before its execution time is trusted.
-MIN_SAMPLES = 3
+MIN_SAMPLES = 1
 #: Weight of the newest execution time in the moving average.
 ALPHA = 0.3
 #: Execution times below this count as this (no job costs nothing).

@@ -11,12 +11,13 @@ import httpx
 import pytest
 
 from in_process import InProcess
+from skiff.services.lineup import MIN_SAMPLES
 
 SDK_1_12 = "RunPod-Python-SDK/1.12.0 (Linux 6.1.0; x86_64) Language/Python 3.11.9"
 SDK_1_13 = "RunPod-Python-SDK/1.13.2 (Linux 6.1.0; x86_64) Language/Python 3.12.1"
 SDK_1_11 = "RunPod-Python-SDK/1.11.9 (Linux 6.1.0; x86_64) Language/Python 3.11.9"
-#: Enough finished jobs for the endpoint's execution time to be trusted (lineup.MIN_SAMPLES).
-HISTORY = 3
+#: Enough finished jobs for the endpoint's execution time to be trusted.
+HISTORY = MIN_SAMPLES
 
 
 @pytest.fixture

@@ -92,9 +92,11 @@ def test_a_job_that_took_no_time_counts_as_the_floor() -> None:
 
 def test_each_endpoint_has_its_own_estimate() -> None:
     lineup = _trained(20.0, 0.5)
-    lineup.observe("ep2", 3.0)
-    assert lineup.expected_seconds(EP) == pytest.approx(0.5)
     assert lineup.expected_seconds("ep2") is None
+    for _ in range(MIN_SAMPLES):
+        lineup.observe("ep2", 3.0)
+    assert lineup.expected_seconds(EP) == pytest.approx(0.5)
+    assert lineup.expected_seconds("ep2") == pytest.approx(3.0)
 
 
 def test_past_max_endpoints_the_longest_unseen_estimate_goes_first() -> None:
