@@ -64,7 +64,12 @@ log = logging.getLogger(__name__)
 
 
 def open_store(settings: Settings) -> Store:
-    return store_for(settings.database_url, settings.sqlite_path(), settings.database_schema)
+    return store_for(
+        settings.database_url,
+        settings.sqlite_path(),
+        settings.database_schema,
+        settings.key_source(),
+    )
 
 
 def open_cluster(settings: Settings) -> Cluster:

@@ -33,6 +33,7 @@ from skiff.services.auth import Auth, IssuedKey
 from skiff.setting_errors import explain
 from skiff.store import open_store, safe_url
 from skiff.store.base import Store
+from skiff.store.sealing import SealingKeyProblem
 
 T = TypeVar("T")
 
@@ -85,10 +86,26 @@ def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+def _store(settings: Settings) -> Store:
+    return open_store(
+        settings.database_url,
+        settings.sqlite_path(),
+        settings.database_schema,
+        settings.key_source(),
+    )
+
+
+async def _opened(_store: Store) -> None:
+    """Nothing to do with the store but open it."""
+
+
 def _with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     async def run() -> T:
-        store = open_store(settings.database_url, settings.sqlite_path(), settings.database_schema)
-        await store.open()
+        store = _store(settings)
+        try:
+            await store.open()
+        except SealingKeyProblem as exc:
+            raise SettingsProblem([str(exc)]) from None
         try:
             return await work(store)
         finally:
@@ -201,6 +218,15 @@ def serve(
         raise click.ClickException(str(exc)) from None
     # Building the app only checks the settings; nothing has read or changed state yet.
     lock, sock = _claim(settings)
+    try:
+        # The secret key checked against the database (and an earlier version's secrets
+        # encrypted) before anything starts: a key file gone missing is one Error line here,
+        # not a start that fails half-way (store/sealing.py).
+        _with_store(settings, _opened)
+    except BaseException:
+        sock.close()
+        lock.release()
+        raise
     # Each connection holds a file: take the open-file limit up to what the hard limit allows
     # and keep connections below it, with time limits on slow ones (api/connections.py).
     open_files = raise_open_file_limit()
@@ -262,8 +288,11 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     settings = _settings(data_dir=data_dir, database_url=database_url)
 
     async def run() -> list[str]:
-        store = open_store(settings.database_url, settings.sqlite_path(), settings.database_schema)
-        applied = await store.open()
+        store = _store(settings)
+        try:
+            applied = await store.open()
+        except SealingKeyProblem as exc:
+            raise SettingsProblem([str(exc)]) from None
         await store.close()
         return applied
 

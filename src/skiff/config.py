@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skiff.databases import sqlite_file_of
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
+from skiff.secret_keys import key_source, parse_keys
+from skiff.store.sealing import KeySource
 
 
 class Settings(BaseSettings):
@@ -30,6 +32,9 @@ class Settings(BaseSettings):
     database_schema: str | None = None
     #: Registered as the administrator's key at start when given.
     api_key: str | None = None
+    #: The key (or keys, comma-separated: the first encrypts, all decrypt) of the secrets
+    #: encrypted in the database (secret_keys.py); unset: the key file in the data directory.
+    secret_key: str | None = None
     #: Base URL workers use to reach this server; derived from host and port when unset.
     public_url: str | None = None
     #: How long a job-take or job-stop long-poll waits for work before answering 204.
@@ -170,6 +175,18 @@ class Settings(BaseSettings):
         A relative one handed on means something else to whatever reads it: bwrap, whose own
         directory differs, cannot find it, and Docker takes it for the name of a volume."""
         return None if value is None else Path(os.path.abspath(value))
+
+    @field_validator("secret_key")
+    @classmethod
+    def _secret_keys_readable(cls, value: str | None) -> str | None:
+        if not value:  # set but empty: unset
+            return None
+        parse_keys(value)
+        return value
+
+    def key_source(self) -> KeySource:
+        """Where the database's secret key comes from."""
+        return key_source(self.secret_key, self.data_dir)
 
     @field_validator("container_pids_limit")
     @classmethod

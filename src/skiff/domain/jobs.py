@@ -141,6 +141,8 @@ class Job:
     ttl_ms: int
     low_priority: bool
     webhook: str | None
+    #: Encrypted at rest (store/sealing.py): in clear in a job the store's ``get_job`` or a
+    #: claim read; as stored (sealed) in any other read, where nothing may show it anyway.
     s3_config_json: str | None
     submitted_at: float
     started_at: float | None = None

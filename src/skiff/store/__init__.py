@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 from skiff.databases import Backend, backend_of
 from skiff.store.base import Store
 from skiff.store.outages import unavailable as unavailable
+from skiff.store.sealing import KeySource
 
 
 def safe_url(database_url: str) -> str:
@@ -20,14 +21,21 @@ def safe_url(database_url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def open_store(database_url: str | None, sqlite_path: Path, schema: str | None = None) -> Store:
+def open_store(
+    database_url: str | None,
+    sqlite_path: Path,
+    schema: str | None = None,
+    keys: KeySource | None = None,
+) -> Store:
     """SQLite (the embedded default, or ``sqlite:///path``) or PostgreSQL
-    (``postgresql://...``); anything else is refused with a message that says what works."""
+    (``postgresql://...``); anything else is refused with a message that says what works.
+    ``keys``: where the key of its sealed values comes from (a key made for this store object
+    alone when None: for throwaway stores only)."""
     if backend_of(database_url) is Backend.SQLITE:
         from skiff.store.sqlite import SQLiteStore
 
-        return SQLiteStore(sqlite_path)
+        return SQLiteStore(sqlite_path, keys)
     from skiff.store.postgres import PostgresStore
 
     assert database_url is not None  # backend_of reads no URL as SQLite
-    return PostgresStore(database_url, schema=schema)
+    return PostgresStore(database_url, schema=schema, keys=keys)

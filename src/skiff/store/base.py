@@ -17,6 +17,7 @@ from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
+from skiff.domain.secrets import Secret
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
 from skiff.domain.users import User as User
@@ -114,6 +115,25 @@ class Store(Protocol):
         ...
 
     async def set_pub_key(self, user_id: str, pub_key: str) -> None: ...
+
+    # -- users' secrets (values sealed at rest, store/sealing.py) ----------------------
+    async def create_user_secret(self, user_id: str, secret: Secret, value: str) -> Secret:
+        """Raises ``Conflict`` when the owner already has one of that name."""
+        ...
+
+    async def list_user_secrets(self, user_id: str) -> list[Secret]: ...
+
+    async def get_user_secret(self, user_id: str, secret_id: str) -> Secret | None: ...
+
+    async def update_user_secret(
+        self, user_id: str, secret_id: str, value: str, now: float
+    ) -> Secret | None: ...
+
+    async def delete_user_secret(self, user_id: str, secret_id: str) -> bool: ...
+
+    async def user_secret_values(self, user_id: str) -> dict[str, str]:
+        """Every secret of the owner, name -> value in clear (for a worker's environment)."""
+        ...
 
     # -- templates ------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:

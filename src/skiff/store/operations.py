@@ -31,6 +31,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
+from skiff.domain.secrets import Secret
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.webhooks import new_webhook_secret
@@ -66,6 +67,7 @@ from skiff.store.rows import (
     public_model_params,
     registry_auth_from_row,
     registry_auth_params,
+    secret_from_row,
     stream_chunk_from_row,
     template_params,
     usage_from_row,
@@ -79,6 +81,7 @@ from skiff.store.rows import (
     worker_params,
     worker_update_sql,
 )
+from skiff.store.sealing import CHECK_NAME, KeySource, Sealer, SealingKeyProblem
 
 T = TypeVar("T")
 
@@ -140,6 +143,11 @@ class SqlStore:
     #: mark a worker that got jobs running, in their own statement.
     _claims_in_one_statement: bool
 
+    #: Where the keys of the sealed values come from (store/sealing.py); the adapter's
+    #: constructor sets it, ``open`` reads it.
+    _keys: KeySource
+    _sealer: Sealer | None = None
+
     # -- adapter hooks -----------------------------------------------------------------
     def _reader(self) -> Connection:
         raise NotImplementedError
@@ -179,6 +187,61 @@ class SqlStore:
     async def _ids_of(self, name: str, /, **values: object) -> list[str]:
         return [r["id"] for r in await self._rows(name, **values)]
 
+    # -- sealed values (store/sealing.py) -----------------------------------------------
+    async def _use_keys(self) -> None:
+        """At open, after the migrations: the keys checked against the database's check
+        value; values an earlier version left in clear sealed, and values sealed with an
+        older key sealed again with the first (a rotation), each in one transaction."""
+        row = await self._row("get_secret", name=CHECK_NAME)
+        check = None if row is None else bytes(row["value"])
+        sealer = Sealer(self._keys.keys(sealed_before=check is not None))
+        if check is not None and not sealer.opens(check):
+            raise SealingKeyProblem(
+                "the secret key given does not open the secrets in the database (encrypted with"
+                " another key): give the key they were encrypted with (SKIFF_SECRET_KEY, or the"
+                " key file from your backup)"
+            )
+        if check is None or not sealer.sealed_by_first(check):
+
+            async def op(c: Connection) -> None:
+                if check is None:
+                    added = await c.execute("add_secret", name=CHECK_NAME, value=sealer.check())
+                    if not added:  # another replica sealed them first
+                        return
+                    transform: Callable[[str], str] = sealer.seal
+                else:
+                    await c.execute("replace_secret", name=CHECK_NAME, value=sealer.check())
+                    transform = sealer.reseal
+
+                def again(rows: list[Any]) -> list[Mapping[str, object]]:
+                    return [{"id": r["id"], "value": transform(r["value"])} for r in rows]
+
+                passwords = await c.fetch("sealed_registry_passwords")
+                await c.execute_many("reseal_registry_password", again(passwords))
+                s3_configs = await c.fetch("sealed_s3_configs")
+                await c.execute_many("reseal_s3_config", again(s3_configs))
+                webhook_secrets = await c.fetch("sealed_webhook_secrets")
+                await c.execute_many("reseal_webhook_secret", again(webhook_secrets))
+                secrets = await c.fetch("sealed_secrets")
+                await c.execute_many("reseal_secret", again(secrets))
+
+            await self._write(op)
+        self._sealer = sealer
+
+    @property
+    def _sealed(self) -> Sealer:
+        assert self._sealer is not None, "store is not open"
+        return self._sealer
+
+    def _open_s3_configs(self, jobs: list[Job]) -> list[Job]:
+        """Jobs with their ``s3Config`` in clear: a claimed job's, for the worker that takes it,
+        and ``get_job``'s. The other reads (lists, state changes) leave it sealed, as stored:
+        nothing shows it, and the hot path is spared the decryption."""
+        for job in jobs:
+            if job.s3_config_json is not None:
+                job.s3_config_json = self._sealed.open(job.s3_config_json)
+        return jobs
+
     # -- secrets -----------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:
         # Added unless there, then read: of two replicas creating it at once, both read the
@@ -217,16 +280,21 @@ class SqlStore:
     # -- registry auths ----------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         conflict = f"a container registry auth named {auth.name!r} already exists"
-        await self._create("create_registry_auth", conflict, **registry_auth_params(auth))
+        sealed = replace(auth, password=self._sealed.seal(auth.password))
+        await self._create("create_registry_auth", conflict, **registry_auth_params(sealed))
         return auth
+
+    def _registry_auth(self, row: Any) -> RegistryAuthRecord:
+        auth = registry_auth_from_row(row)
+        return replace(auth, password=self._sealed.open(auth.password))
 
     async def list_registry_auths(self, user_id: str) -> list[RegistryAuthRecord]:
         rows = await self._rows("list_registry_auths", user_id=user_id)
-        return [registry_auth_from_row(r) for r in rows]
+        return [self._registry_auth(r) for r in rows]
 
     async def get_registry_auth(self, user_id: str, auth_id: str) -> RegistryAuthRecord | None:
         row = await self._row("get_registry_auth", user_id=user_id, id=auth_id)
-        return registry_auth_from_row(row) if row else None
+        return self._registry_auth(row) if row else None
 
     async def delete_registry_auth(self, user_id: str, auth_id: str) -> bool:
         return await self._run("delete_registry_auth", user_id=user_id, id=auth_id) > 0
@@ -239,7 +307,7 @@ class SqlStore:
             user_id=user_id,
             id=auth_id,
             username=username,
-            password=password,
+            password=self._sealed.seal(password),
         )
         return changed > 0
 
@@ -249,6 +317,42 @@ class SqlStore:
 
     async def set_pub_key(self, user_id: str, pub_key: str) -> None:
         await self._run("set_user_pub_key", user_id=user_id, pub_key=pub_key)
+
+    # -- users' secrets ----------------------------------------------------------------
+    async def create_user_secret(self, user_id: str, secret: Secret, value: str) -> Secret:
+        conflict = f"a secret named {secret.name!r} already exists"
+        await self._create(
+            "create_user_secret",
+            conflict,
+            id=secret.id,
+            user_id=user_id,
+            name=secret.name,
+            value=self._sealed.seal(value),
+            created_at=secret.created_at,
+        )
+        return secret
+
+    async def list_user_secrets(self, user_id: str) -> list[Secret]:
+        return [secret_from_row(r) for r in await self._rows("list_user_secrets", user_id=user_id)]
+
+    async def get_user_secret(self, user_id: str, secret_id: str) -> Secret | None:
+        row = await self._row("get_user_secret", user_id=user_id, id=secret_id)
+        return secret_from_row(row) if row else None
+
+    async def update_user_secret(
+        self, user_id: str, secret_id: str, value: str, now: float
+    ) -> Secret | None:
+        sealed = self._sealed.seal(value)
+        params = {"user_id": user_id, "id": secret_id, "value": sealed, "now": now}
+        row = await self._write_one(lambda c: c.fetchrow("update_user_secret", **params))
+        return secret_from_row(row) if row else None
+
+    async def delete_user_secret(self, user_id: str, secret_id: str) -> bool:
+        return await self._run("delete_user_secret", user_id=user_id, id=secret_id) > 0
+
+    async def user_secret_values(self, user_id: str) -> dict[str, str]:
+        rows = await self._rows("user_secret_values", user_id=user_id)
+        return {r["name"]: self._sealed.open(r["value"]) for r in rows}
 
     # -- templates ---------------------------------------------------------------------
     async def create_template(self, user_id: str, template: Template, now: float) -> Template:
@@ -430,12 +534,16 @@ class SqlStore:
 
     # -- jobs --------------------------------------------------------------------------
     async def insert_job(self, job: Job) -> None:
-        await self._run("insert_job", **job_params(job))
+        params = job_params(job)
+        if job.s3_config_json is not None:
+            params["s3_config"] = self._sealed.seal(job.s3_config_json)
+        await self._run("insert_job", **params)
 
     async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
-        return await self._reader().read_one(
+        job = await self._reader().read_one(
             "get_job", job_from_row, id=job_id, endpoint_id=endpoint_id
         )
+        return None if job is None else self._open_s3_configs([job])[0]
 
     async def list_jobs(self, endpoint_id: str, limit: int, before_seq: int | None) -> list[Job]:
         c = self._reader()
@@ -479,7 +587,7 @@ class SqlStore:
             limit=limit,
         )
         jobs.sort(key=claim_order)
-        return jobs
+        return self._open_s3_configs(jobs)
 
     async def claim_jobs(
         self, endpoint_id: str, worker_id: str, limit: int, now: float, lease_until: float
@@ -837,16 +945,23 @@ class SqlStore:
             if row is None:
                 raise KeyError(user_id)
             if row["webhook_secret"] and not rotate:
-                return str(row["webhook_secret"])
+                return self._sealed.open(row["webhook_secret"])
             secret = new_webhook_secret()
-            await c.execute("set_webhook_secret", secret=secret, user_id=user_id)
+            sealed = self._sealed.seal(secret)
+            await c.execute("set_webhook_secret", secret=sealed, user_id=user_id)
             return secret
 
         return await self._write(op)
 
     async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]:
         rows = await self._rows("due_webhook_deliveries", now=now, limit=limit)
-        return [webhook_delivery_from_row(r) for r in rows]
+        return [self._webhook_delivery(r) for r in rows]
+
+    def _webhook_delivery(self, row: Any) -> WebhookDelivery:
+        delivery = webhook_delivery_from_row(row)
+        if not delivery.secret:
+            return delivery
+        return replace(delivery, secret=self._sealed.open(delivery.secret))
 
     async def record_webhook_attempt(
         self,

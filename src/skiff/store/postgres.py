@@ -20,6 +20,7 @@ from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
 from skiff.store.rows import RowReader
+from skiff.store.sealing import KeySource, OneTimeKey
 
 T = TypeVar("T")
 
@@ -142,9 +143,16 @@ class PostgresStore(SqlStore):
     _claims_in_one_statement = True
 
     def __init__(
-        self, dsn: str, schema: str | None = None, *, min_size: int = 1, max_size: int = 10
+        self,
+        dsn: str,
+        schema: str | None = None,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        keys: KeySource | None = None,
     ) -> None:
         self._dsn = dsn
+        self._keys = keys if keys is not None else OneTimeKey()
         self._schema = schema
         self._min_size = min_size
         self._max_size = max_size
@@ -168,6 +176,11 @@ class PostgresStore(SqlStore):
             raise
         self._pool = pool
         self._on_pool = _PostgresConnection(pool)
+        try:
+            await self._use_keys()
+        except BaseException:
+            await self.close()
+            raise
         return applied
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
 from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
 from skiff.domain.public_models import PublicModel
+from skiff.domain.secrets import Secret
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -349,6 +350,11 @@ def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
         ),
         User(row["user_id"], row["user_name"], bool(row["is_admin"]), row["user_created_at"]),
     )
+
+
+def secret_from_row(row: Any) -> Secret:
+    """A secret from a row of ``list_user_secrets`` / ``get_user_secret`` (never its value)."""
+    return Secret(row["id"], row["name"], row["created_at"], row["updated_at"])
 
 
 def registry_auth_from_row(row: Any) -> RegistryAuthRecord:

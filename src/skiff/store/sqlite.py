@@ -31,6 +31,7 @@ from skiff.store.named_queries import Dialect, Query
 from skiff.store.named_queries import load as load_queries
 from skiff.store.operations import Connection, Op, SqlStore
 from skiff.store.rows import RowReader
+from skiff.store.sealing import KeySource, OneTimeKey
 
 T = TypeVar("T")
 _Op = Callable[[sqlite3.Connection], Any]
@@ -95,8 +96,9 @@ class _Writer:
     one schedules a hand-over at the end of the turn, so under load the thread is woken (and
     contends for the GIL) once per turn, not once per operation."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: KeySource | None = None) -> None:
         self._path = path
+        self._keys = keys if keys is not None else OneTimeKey()
         self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="skiff-sqlite-writer", daemon=True)
         self._ready = threading.Event()
@@ -298,8 +300,9 @@ class SQLiteStore(SqlStore):
     # SQLite's UPDATE ... RETURNING has no gate on the worker of its own.
     _claims_in_one_statement = False
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, keys: KeySource | None = None) -> None:
         self._path = path
+        self._keys = keys if keys is not None else OneTimeKey()
         self._writer: _Writer | None = None
         self._reads: _SQLiteConnection | None = None
 
@@ -320,6 +323,11 @@ class SQLiteStore(SqlStore):
         self._writer = _Writer(self._path)
         self._writer.start()
         self._reads = _SQLiteConnection(_connect(self._path))
+        try:
+            await self._use_keys()
+        except BaseException:
+            await self.close()
+            raise
         return applied
 
     async def close(self) -> None:

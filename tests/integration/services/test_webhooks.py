@@ -26,6 +26,7 @@ from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.secret_keys import KeyFile
 from skiff.services import webhooks as webhooks_module
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wakeups
@@ -172,7 +173,8 @@ class Rig:
 
 
 async def open_rig(path: Path, clock: ManualClock) -> Rig:
-    store = SQLiteStore(path)
+    # The key file beside the database: a rig opened again reads what it sealed before.
+    store = SQLiteStore(path, KeyFile(path.with_name("secret.key")))
     await store.open()
     endpoint = Endpoint(
         id="ep1",

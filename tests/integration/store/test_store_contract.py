@@ -25,6 +25,7 @@ from skiff.store.base import ApiKey, JobCounts, RegistryAuthRecord, Store, Strea
 from skiff.store.migration_scripts import migrations
 from skiff.store.named_queries import Dialect
 from skiff.store.postgres import EARLIER_NAMES, PostgresStore
+from skiff.store.sealing import OneTimeKey
 from skiff.store.sqlite import SQLiteStore
 
 EP = "ep-1"
@@ -56,6 +57,10 @@ def make_endpoint(endpoint_id: str = EP, template_id: str = "tpl-1") -> Endpoint
         createdAt=T0,
         spec=EndpointSpec(name=f"name-{endpoint_id}", templateId=template_id),
     )
+
+
+#: One key for every store of these tests: a store reopened must open what it sealed before.
+KEYS = OneTimeKey()
 
 
 def make_worker(worker_id: str, endpoint_id: str = EP) -> Worker:
@@ -95,7 +100,7 @@ async def pg_schema() -> AsyncIterator[str]:
 async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[Store]:
     s: SQLiteStore | PostgresStore
     if request.param == "sqlite":
-        s = SQLiteStore(db_path)
+        s = SQLiteStore(db_path, KEYS)
         await s.open()
         yield s
         await s.close()
@@ -103,7 +108,7 @@ async def store(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[
     admin = await pg_admin()
     name = schema_name()
     try:
-        s = PostgresStore(PG_DSN, schema=name)
+        s = PostgresStore(PG_DSN, schema=name, keys=KEYS)
         await s.open()
         try:
             yield s
@@ -838,13 +843,13 @@ async def test_concurrent_first_uses_of_a_secret_agree(store: Store) -> None:
 
 
 async def test_secret_survives_reopening_the_file(db_path: Path) -> None:
-    first_store = SQLiteStore(db_path)
+    first_store = SQLiteStore(db_path, KEYS)
     await first_store.open()
     try:
         secret = await first_store.secret("worker-token")
     finally:
         await first_store.close()
-    second_store = SQLiteStore(db_path)
+    second_store = SQLiteStore(db_path, KEYS)
     await second_store.open()
     try:
         assert await second_store.secret("worker-token") == secret
@@ -853,7 +858,7 @@ async def test_secret_survives_reopening_the_file(db_path: Path) -> None:
 
 
 async def test_data_survives_close_and_reopen(db_path: Path) -> None:
-    first_store = SQLiteStore(db_path)
+    first_store = SQLiteStore(db_path, KEYS)
     await first_store.open()
     try:
         await first_store.create_user(make_user())
@@ -866,7 +871,7 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
     finally:
         await first_store.close()
 
-    second_store = SQLiteStore(db_path)
+    second_store = SQLiteStore(db_path, KEYS)
     await second_store.open()
     try:
         assert await second_store.get_user_by_name("alice") == make_user()
@@ -881,7 +886,7 @@ async def test_data_survives_close_and_reopen(db_path: Path) -> None:
 
 async def test_open_applies_migrations_once(db_path: Path) -> None:
     for _ in range(2):
-        s = SQLiteStore(db_path)
+        s = SQLiteStore(db_path, KEYS)
         await s.open()
         await s.close()
     with sqlite3.connect(db_path) as conn:
@@ -901,6 +906,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0010_user_settings.sql",
         "0011_load_balancing.sql",
         "0012_public_models.sql",
+        "0014_secrets.sql",
     ]
     assert {
         "jobs",
@@ -918,7 +924,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
 
 
 async def test_pg_data_survives_close_and_reopen(pg_schema: str) -> None:
-    first_store = PostgresStore(PG_DSN, schema=pg_schema)
+    first_store = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await first_store.open()
     try:
         secret = await first_store.secret("worker-token")
@@ -932,7 +938,7 @@ async def test_pg_data_survives_close_and_reopen(pg_schema: str) -> None:
     finally:
         await first_store.close()
 
-    second_store = PostgresStore(PG_DSN, schema=pg_schema)
+    second_store = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await second_store.open()
     try:
         assert await second_store.secret("worker-token") == secret
@@ -965,6 +971,7 @@ AFTER_RENUMBERING = [
     "0010_user_settings.sql",
     "0011_load_balancing.sql",
     "0012_public_models.sql",
+    "0014_secrets.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -983,6 +990,7 @@ BOTH_RECORDS = sorted(
         "0010_user_settings.sql",
         "0011_load_balancing.sql",
         "0012_public_models.sql",
+        "0014_secrets.sql",
     ]
 )
 
@@ -999,7 +1007,7 @@ async def _recorded(pg_schema: str) -> list[str]:
 async def test_pg_a_database_migrated_under_the_earlier_numbers_is_not_migrated_again(
     pg_schema: str,
 ) -> None:
-    first = PostgresStore(PG_DSN, schema=pg_schema)
+    first = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await first.open()
     await first.create_endpoint(make_endpoint())
     await first.close()
@@ -1016,7 +1024,7 @@ async def test_pg_a_database_migrated_under_the_earlier_numbers_is_not_migrated_
     finally:
         await conn.close()
     assert await _recorded(pg_schema) == EARLIER_RECORD + AFTER_RENUMBERING
-    again = PostgresStore(PG_DSN, schema=pg_schema)
+    again = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await again.open()  # 0004 and 0005 run again would fail: their columns and tables exist
     try:
         assert await again.get_endpoint(EP) == make_endpoint()
@@ -1028,7 +1036,7 @@ async def test_pg_a_database_migrated_under_the_earlier_numbers_is_not_migrated_
 async def test_pg_a_database_made_now_keeps_the_earlier_names_for_a_replica_of_before(
     pg_schema: str,
 ) -> None:
-    made = PostgresStore(PG_DSN, schema=pg_schema)
+    made = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await made.open()
     await made.close()
     recorded = await _recorded(pg_schema)
@@ -1041,10 +1049,10 @@ async def test_pg_a_database_made_now_keeps_the_earlier_names_for_a_replica_of_b
 async def test_pg_open_applies_migrations_once_even_when_replicas_start_together(
     pg_schema: str,
 ) -> None:
-    stores = [PostgresStore(PG_DSN, schema=pg_schema) for _ in range(3)]
+    stores = [PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS) for _ in range(3)]
     await asyncio.gather(*(s.open() for s in stores))
     await asyncio.gather(*(s.close() for s in stores))
-    again = PostgresStore(PG_DSN, schema=pg_schema)
+    again = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await again.open()
     await again.close()
     conn = await asyncpg.connect(PG_DSN)
@@ -1081,7 +1089,7 @@ async def test_pg_open_applies_migrations_once_even_when_replicas_start_together
 async def test_pg_concurrent_claimers_on_one_pool_get_every_job_exactly_once(
     pg_schema: str,
 ) -> None:
-    s = PostgresStore(PG_DSN, schema=pg_schema)
+    s = PostgresStore(PG_DSN, schema=pg_schema, keys=KEYS)
     await s.open()
     try:
         await insert_jobs(s, *(make_job(f"j-{i:03}") for i in range(200)))
@@ -1326,7 +1334,7 @@ async def test_job_counts_are_the_same_before_and_after_folding_the_deltas(store
 async def test_pg_folding_while_jobs_change_loses_no_delta(pg_schema: str) -> None:
     # A delta committed between the fold's sum and its delete used to be deleted unsummed: on
     # PostgreSQL each statement of a READ COMMITTED transaction sees what committed before it.
-    stores = [PostgresStore(PG_DSN, schema=pg_schema, max_size=4) for _ in range(2)]
+    stores = [PostgresStore(PG_DSN, schema=pg_schema, max_size=4, keys=KEYS) for _ in range(2)]
     for s in stores:
         await s.open()
     writer, folder = stores
