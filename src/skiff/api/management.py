@@ -1,7 +1,7 @@
 """``/v1``: the management REST interface, put together: its OpenAPI description, error bodies,
 the key and body-size check before a body is read, and the routers of its resources, one module
 each (registry auths, templates, endpoints, network volumes, the webhook signing secret, pods,
-billing, public models)."""
+billing, public models, secrets, the caller's own account)."""
 
 from typing import Any
 
@@ -17,7 +17,9 @@ from skiff.api import (
     models,
     pods,
     registry_auths,
+    secrets,
     templates,
+    user,
     volumes,
     webhooks,
 )
@@ -55,7 +57,8 @@ def build(services: Services) -> FastAPI:
             "Management REST interface of skiff: container registry auths, templates, "
             "serverless endpoints (queue-based, or load balancing with `type: LB`: their "
             "requests go to `/lb/{endpointId}/...`, passed to the workers' own HTTP servers), "
-            "network volumes, pods, billing, public models and the webhook signing secret. "
+            "network volumes, pods, billing, public models, secrets, your account's settings "
+            "and the webhook signing secret. "
             "Authenticate with `Authorization: Bearer <API key>`. "
             'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
         ),
@@ -96,4 +99,6 @@ def build(services: Services) -> FastAPI:
     app.include_router(pods.router(services, current_user))
     app.include_router(billing.router(services, current_user))
     app.include_router(models.router(services, current_user))
+    app.include_router(secrets.router(services, current_user))
+    app.include_router(user.router(services, current_user))
     return app

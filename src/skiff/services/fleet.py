@@ -51,6 +51,7 @@ from skiff.services.dispatch import Dispatch
 from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
+from skiff.services.secrets import resolved_env
 from skiff.services.volumes import Volumes
 from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
@@ -292,7 +293,8 @@ class Fleet:
                 )
                 await self._workers.remove(worker.id)
                 return None
-        env = template.env | endpoint.spec.env
+        # Secrets referred to as {{ RUNPOD_SECRET_name }} in clear, here only (services/secrets.py).
+        env = await resolved_env(self._store, endpoint.userId, template.env | endpoint.spec.env)
         credentials = None
         if self.provider.runs_images and template.containerRegistryAuthId:
             auth = await self._store.get_registry_auth(

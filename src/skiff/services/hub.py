@@ -40,6 +40,7 @@ from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
 from skiff.services.result_holds import ResultHolds
 from skiff.services.scaler import Scaler
+from skiff.services.secrets import Secrets
 from skiff.services.templates import Templates
 from skiff.services.user_settings import UserSettings
 from skiff.services.volumes import Volumes
@@ -67,6 +68,7 @@ class Services:
     endpoints: Endpoints
     templates: Templates
     registry_auths: RegistryAuths
+    secrets: Secrets
     scaler: Scaler
     reaper: Reaper
     webhooks: WebhookSender
@@ -234,6 +236,7 @@ class Services:
             endpoints=endpoints,
             templates=Templates(store, clock, wakeups),
             registry_auths=RegistryAuths(store, clock),
+            secrets=Secrets(store, clock, wakeups),
             scaler=Scaler(
                 store,
                 clock,

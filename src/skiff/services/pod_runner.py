@@ -44,6 +44,7 @@ from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
 from skiff.services.metering import UsageEnded, not_metered
+from skiff.services.secrets import pod_env
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
@@ -338,7 +339,7 @@ class PodRunner:
             image=spec.imageName,
             entrypoint=list(spec.dockerEntrypoint),
             command=list(spec.dockerStartCmd),
-            env=self.environment(pod, gpus),
+            env=await pod_env(self._store, pod.userId, self.environment(pod, gpus)),
             ports=tuple(spec.ports),
             volume=volume,
             mount_path=spec.volumeMountPath,

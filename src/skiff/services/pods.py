@@ -29,6 +29,7 @@ from skiff.domain.volumes import room_refusal
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.pod_runner import PodRunner
+from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 from skiff.volume_dirs import VolumeDirs
@@ -112,6 +113,7 @@ class Pods:
             spec = spec.model_copy(update={"volumeMountPath": _template_mount_path(template)})
         self._check_command(spec)
         await self._check_auth(user, spec.containerRegistryAuthId)
+        await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, None)
         if spec.networkVolumeId is not None and (
@@ -169,6 +171,7 @@ class Pods:
             raise Invalid(str(exc), field="volumeInGb") from None
         if _command_of(spec) != _command_of(pod.spec):
             self._check_command(spec)
+        await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb > pod.spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, pod.id)
         changed = pod.model_copy(

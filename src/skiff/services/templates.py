@@ -13,6 +13,7 @@ from skiff.domain.templates import (
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
+from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
@@ -32,6 +33,7 @@ class Templates:
 
     async def create(self, user: User, data: TemplateCreate) -> Template:
         await self._check_registry_auth(user, data.containerRegistryAuthId)
+        await check_references(self._store, user, data.env, "env")
         template = Template(id=short_id(), **data.model_dump())
         return await self._store.create_template(user.id, template, self._clock.now())
 
@@ -49,6 +51,7 @@ class Templates:
         if "containerRegistryAuthId" in data.model_fields_set:
             await self._check_registry_auth(user, data.containerRegistryAuthId)
         updated = apply_template_update(current, data)
+        await check_references(self._store, user, updated.env, "env")
         await self._store.update_template(user.id, updated)
         rolls = any(
             getattr(current, f) != getattr(updated, f) for f in TEMPLATE_FIELDS_THAT_ROLL_WORKERS

@@ -1,5 +1,6 @@
 """A user's own settings: for now the public SSH key the runpod SDK's ``update_user_settings``
-sets and its ``get_user`` reads back (skiff keeps it for the user; pods do not use it yet)."""
+sets and its ``get_user`` reads back, also ``/v1/user`` and the console's settings page; the
+user's pods get it as ``PUBLIC_KEY`` (services/secrets.py ``pod_env``)."""
 
 from __future__ import annotations
 
