@@ -902,3 +902,86 @@ def test_the_public_models_page_lists_what_is_published(page: Any, server: Serve
     shot(page, "public-models")
     assert server.http.delete("/v1/models/console-echo").status_code == 204
     server.http.delete(f"/v1/endpoints/{endpoint['id']}")
+
+
+def test_a_secret_is_created_changed_refused_while_used_and_deleted_by_name(
+    page: Any, server: Server
+) -> None:
+    sign_in(page, server)
+    page.get_by_role("link", name="Secrets").click()
+    page.get_by_role("heading", name="Secrets").wait_for()
+    # A bad name is refused at its field; the value is not sent back.
+    page.get_by_label("Name", exact=True).fill("has space")
+    page.get_by_label("Value").fill("console-secret-v1")
+    page.get_by_role("button", name="Save secret").click()
+    expect_text(page.locator("#e-name"), "letters, digits")
+    assert page.get_by_label("Name", exact=True).input_value() == "has space"
+    assert page.get_by_label("Value").input_value() == ""
+    assert "console-secret-v1" not in page.content()
+    page.get_by_label("Name", exact=True).fill("console_token")
+    page.get_by_label("Value").fill("console-secret-v1")
+    page.get_by_role("button", name="Save secret").click()
+    expect_text(page.locator(".notice"), "console_token")
+    row = page.locator('tr[data-secret="console_token"]')
+    expect_text(row, r"\{\{ RUNPOD_SECRET_console_token \}\}")
+    assert "console-secret-v1" not in page.content()
+    shot(page, "secrets")
+
+    # A template refers to it: the list says so, and the endpoint using it rolls on a change.
+    template = server.create_template(
+        "echo_worker.py",
+        name="console-secret-user",
+        env={"TOKEN": "{{ RUNPOD_SECRET_console_token }}"},
+    )
+    body = {"name": "console-secret-ep", "templateId": template["id"], "computeType": "CPU"}
+    endpoint = server.http.post("/v1/endpoints", json=body).json()
+    page.reload()
+    expect_text(row, "console-secret-user")
+
+    row.get_by_role("link", name="Change the value of secret console_token").click()
+    page.get_by_role("heading", name="console_token").wait_for()
+    page.get_by_label("Value").fill("console-secret-v2")
+    page.get_by_role("button", name="Save value").click()
+    expect_text(page.locator(".notice"), "New value saved")
+    assert "console-secret-v2" not in page.content()
+    rolled = server.http.get(f"/v1/endpoints/{endpoint['id']}").json()
+    assert rolled["version"] == endpoint["version"] + 1
+    shot(page, "secret")
+
+    # In use, the delete is refused with the service's words; nothing is lost.
+    page.get_by_role("link", name="Delete").click()
+    page.get_by_label(re.compile("to confirm")).fill("console_token")
+    page.get_by_role("button", name="Delete this secret").click()
+    expect_text(page.locator("[role=alert], .error"), "used by")
+    assert any(s["name"] == "console_token" for s in server.http.get("/v1/secrets").json())
+
+    # Once nothing refers to it, typing its name deletes it.
+    server.http.delete(f"/v1/endpoints/{endpoint['id']}")
+    server.http.delete(f"/v1/templates/{template['id']}")
+    page.goto(page.url)  # the delete page again (a reload would send the refused form again)
+    button = page.get_by_role("button", name="Delete this secret")
+    page.get_by_label(re.compile("to confirm")).fill("console_toke")
+    assert button.is_disabled()
+    page.get_by_label(re.compile("to confirm")).fill("console_token")
+    shot(page, "secret-delete")
+    button.click()
+    expect_text(page.locator(".notice"), "console_token.* deleted")
+    assert page.locator('tr[data-secret="console_token"]').count() == 0
+    assert all(s["name"] != "console_token" for s in server.http.get("/v1/secrets").json())
+
+
+def test_the_settings_page_keeps_the_public_ssh_key(page: Any, server: Server) -> None:
+    sign_in(page, server)
+    page.locator("a.who").click()
+    page.get_by_role("heading", name="Settings").wait_for()
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIConsole me@laptop"
+    page.get_by_label("Public keys, one a line").fill(key)
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator(".notice"), "Saved")
+    assert page.get_by_label("Public keys, one a line").input_value() == key
+    assert server.http.get("/v1/user").json()["pubKey"] == key
+    page.get_by_label("Public keys, one a line").fill("not\ta key")
+    page.get_by_role("button", name="Save").click()
+    expect_text(page.locator("#e-pubKey"), "printable")
+    assert server.http.get("/v1/user").json()["pubKey"] == key
+    shot(page, "settings")

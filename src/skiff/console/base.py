@@ -113,6 +113,8 @@ def _section(path: str) -> str:
     for prefix, section in (
         ("/templates", "templates"),
         ("/registry-auths", "registry"),
+        ("/secrets", "secrets"),
+        ("/settings", "settings"),
         ("/volumes", "volumes"),
         ("/pods", "pods"),
         ("/billing", "billing"),

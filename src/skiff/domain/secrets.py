@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from skiff.domain.input_types import StrictInput, Text
 from skiff.errors import Invalid
@@ -40,13 +40,22 @@ class SecretCreate(StrictInput):
     name: Text = Field(
         min_length=1,
         max_length=100,
-        pattern=f"^{NAME_PATTERN}$",
         description="Unique per owner; letters, digits, `_`, `.` and `-`, starting with a "
         "letter or digit. A template refers to it as `{{ RUNPOD_SECRET_<name> }}`.",
     )
     value: Text = Field(
         min_length=1, max_length=MAX_VALUE_LENGTH, description="Stored encrypted; never returned"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name_fits_a_reference(cls, name: str) -> str:
+        if not valid_name(name):
+            raise ValueError(
+                "a secret's name is letters, digits, _ . and -, starting with a letter or digit"
+                " (it goes into {{ RUNPOD_SECRET_<name> }})"
+            )
+        return name
 
 
 class SecretValue(StrictInput):
