@@ -20,6 +20,10 @@ from eventually import INTERVAL, eventually
 
 WORKERS = Path(__file__).parent / "workers"
 ADMIN_KEY = "sk_e2e_admin_key_0123456789"
+#: The secret key of every server on a shared PostgreSQL: replicas (and a server started again
+#: on another data directory) must share one key, as docs/deployment.md says, where a server
+#: of its own keeps the key file of its data directory.
+SHARED_SECRET_KEY = "k1Ux1bDqfEAd0vMYh5gsbFRJ5mV9RgJgqoEqg1GZf3A="
 
 T = TypeVar("T")
 
@@ -69,6 +73,8 @@ class Server:
             SKIFF_STOP_GRACE_SECONDS="2",
             SKIFF_WEBHOOK_ALLOW_PRIVATE="true",
         )
+        if self.extra_env.get("SKIFF_DATABASE_URL"):
+            env.setdefault("SKIFF_SECRET_KEY", SHARED_SECRET_KEY)
         for name, value in self.extra_env.items():
             if value is None:
                 env.pop(name, None)

@@ -23,6 +23,7 @@ from skiff.errors import Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
 from skiff.services.public_models import PublicModels
+from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -107,6 +108,7 @@ class Endpoints:
             createdAt=self._clock.now(),
             spec=spec_from_create(data, default_name=f"endpoint-{endpoint_id}"),
         )
+        await check_references(self._store, user, endpoint.spec.env, "env")
         await self._store.create_endpoint(endpoint)
         self._wakeups.notify(Wake.SCALER)
         return endpoint
@@ -177,6 +179,7 @@ class Endpoints:
             field = ".".join(str(p) for p in first["loc"]) or "workersMin"
             message = str(first["msg"]).removeprefix("Value error, ")
             raise Invalid(f"{field}: {message}", field=field) from None
+        await check_references(self._store, user, spec.env, "env")
         updated = await self._store.update_endpoint(
             endpoint_id, spec, bump_version=rolls_workers(current.spec, spec)
         )

@@ -162,3 +162,15 @@ async def test_the_user_sets_and_reads_their_public_key(in_process: InProcess) -
     bad = await in_process.http.patch("/v1/user", json={"pubKey": "a\tb"})
     assert bad.status_code == 400 and bad.json()["field"] == "pubKey"
     assert (await in_process.http.get("/v1/user")).json()["pubKey"] == key
+
+
+async def test_an_endpoint_referring_to_no_such_secret_is_refused(in_process: InProcess) -> None:
+    template_id = await in_process.create_template()
+    body = {"templateId": template_id, "computeType": "CPU", "env": {"T": "{{RUNPOD_SECRET_x}}"}}
+    refused = await in_process.http.post("/v1/endpoints", json=body)
+    assert refused.status_code == 400 and refused.json()["field"] == "env"
+    endpoint = await in_process.create_endpoint()
+    changed = await in_process.http.patch(
+        f"/v1/endpoints/{endpoint['id']}", json={"env": {"T": "{{ RUNPOD_SECRET_x }}"}}
+    )
+    assert changed.status_code == 400 and "x" in changed.json()["message"]
