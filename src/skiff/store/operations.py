@@ -190,8 +190,10 @@ class SqlStore:
     # -- sealed values (store/sealing.py) -----------------------------------------------
     async def _use_keys(self) -> None:
         """At open, after the migrations: the keys checked against the database's check
-        value; values an earlier version left in clear sealed, and values sealed with an
-        older key sealed again with the first (a rotation), each in one transaction."""
+        value; values an earlier version left in clear sealed, and, while several keys are
+        given (a rotation), every value sealed again with the first, each in one transaction:
+        at every such start, so that values another replica still sealed with the old key
+        meanwhile are sealed again by the last replica to restart."""
         row = await self._row("get_secret", name=CHECK_NAME)
         check = None if row is None else bytes(row["value"])
         sealer = Sealer(self._keys.keys(sealed_before=check is not None))
@@ -201,7 +203,7 @@ class SqlStore:
                 " another key): give the key they were encrypted with (SKIFF_SECRET_KEY, or the"
                 " key file from your backup)"
             )
-        if check is None or not sealer.sealed_by_first(check):
+        if check is None or sealer.rotating:
 
             async def op(c: Connection) -> None:
                 if check is None:

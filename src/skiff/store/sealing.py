@@ -3,8 +3,8 @@
 Secrets, registry passwords, jobs' ``s3Config`` and webhook signing secrets are written as
 Fernet tokens (the ``cryptography`` package: AES-128-CBC with an HMAC-SHA256, authenticated)
 and read back in clear by the store only. Several keys may be given: the first seals, all open
-(``MultiFernet``), so a key is rotated by putting the new one first; at its next start the
-store seals every value again with it, after which the old key may go.
+(``MultiFernet``), so a key is rotated by putting the new one first; at every start with
+several keys the store seals every value again with the first, after which the old key may go.
 
 The store records that its values are sealed with a check value (``meta`` row
 ``sealing_check``): a server given no key, or the wrong one, for a database that holds sealed
@@ -64,8 +64,9 @@ class Sealer:
     def __init__(self, keys: Sequence[bytes]) -> None:
         if not keys:
             raise SealingKeyProblem("no key to encrypt the database's secrets with")
-        self._first = Fernet(keys[0])
         self._all = MultiFernet([Fernet(k) for k in keys])
+        #: Several keys: a rotation is under way.
+        self.rotating = len(keys) > 1
 
     def seal(self, text: str) -> str:
         return self._all.encrypt(text.encode()).decode("ascii")
@@ -87,11 +88,3 @@ class Sealer:
             return self.open(bytes(check).decode("ascii")) == _CHECK_TEXT
         except (InvalidToken, UnicodeDecodeError):
             return False
-
-    def sealed_by_first(self, check: bytes) -> bool:
-        """Whether ``check`` (and so every value) is sealed with the first key already."""
-        try:
-            self._first.decrypt(bytes(check))
-        except InvalidToken:
-            return False
-        return True

@@ -194,6 +194,29 @@ async def test_a_rotation_reads_old_values_and_seals_them_with_the_new_key(
     await assert_every_sealed_kind_reads_back(new_only, webhook_secret)
 
 
+async def test_values_a_lagging_replica_sealed_with_the_old_key_are_sealed_again(
+    database: Database,
+) -> None:
+    """Rotating across replicas: one restarted with ``new,old`` seals everything with the new
+    key while another still runs with ``old,new`` and seals its new values with the old one;
+    the next start with both keys (that replica restarting) seals those again, so the old key
+    can then go."""
+    old, new = Fernet.generate_key(), Fernet.generate_key()
+    first = await database.open_with(keys_of(old))
+    await first.create_user(make_user())
+    await first.close()
+    rotated = await database.open_with(keys_of(new, old))
+    lagging = await database.open_with(keys_of(old, new))
+    await lagging.create_registry_auth(RegistryAuthRecord("a1", "u-1", "r", "me", PASSWORD, T0))
+    await lagging.close()
+    await rotated.close()
+    restarted = await database.open_with(keys_of(new, old))
+    await restarted.close()
+    new_only = await database.open_with(keys_of(new))
+    auth = await new_only.get_registry_auth("u-1", "a1")
+    assert auth is not None and auth.password == PASSWORD
+
+
 async def test_an_earlier_versions_values_in_clear_are_sealed_at_start(
     database: Database,
 ) -> None:
