@@ -6,13 +6,17 @@ with."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from harness import Server, free_port, running
+
+from pgtest import PG_DSN
 
 VALUE = "hf_live_7c1e5a"
 ROTATED = "hf_live_rotated_3b9d"
@@ -101,6 +105,30 @@ def test_no_secret_is_in_the_database_file_in_clear(server: Server) -> None:
     assert b"db_check" in stored  # the name is there (it was written)
     for clear in ("db-check-value-51aa", "registry-pass-9e0c", "s3-secret-4f7b"):
         assert clear.encode() not in stored
+
+
+def test_a_pg_dump_holds_no_secret_in_clear(tmp_path: Path, schema: str) -> None:
+    """The same on PostgreSQL: what a replica saved, read back with pg_dump."""
+    env: dict[str, str | None] = {"SKIFF_DATABASE_URL": PG_DSN, "SKIFF_DATABASE_SCHEMA": schema}
+    with running(tmp_path / "data", env=env) as pg_server:
+        make_secret(pg_server, "pg_check", "pg-check-value-0b2d")
+        pg_server.http.post(
+            "/v1/containerregistryauth",
+            json={"name": "reg", "username": "me", "password": "pg-registry-pass-77aa"},
+        )
+        endpoint = pg_server.create_endpoint(workersMax=0)
+        s3 = {"accessId": "id", "accessSecret": "pg-s3-secret-c3d1", "bucketName": "b"}
+        run = pg_server.http.post(f"/v2/{endpoint['id']}/run", json={"input": {}, "s3Config": s3})
+        assert run.status_code == 200, run.text
+        webhook_secret = pg_server.http.get("/v1/webhooksecret").json()["secret"]
+        dumped = subprocess.run(
+            ["pg_dump", "--dbname", PG_DSN, "--schema", schema, "--data-only"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    assert b"pg_check" in dumped and b"pg-registry-pass" not in dumped
+    for clear in ("pg-check-value-0b2d", "pg-s3-secret-c3d1", webhook_secret):
+        assert clear.encode() not in dumped
 
 
 def test_a_pod_gets_its_secrets_and_the_owners_public_key(server: Server) -> None:
