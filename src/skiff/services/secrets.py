@@ -71,11 +71,9 @@ class Secrets:
     async def create(self, user: User, data: SecretCreate) -> Secret:
         now = self._clock.now()
         secret = Secret(id=short_id(), name=data.name, created_at=now, updated_at=now)
-        created = await self._store.create_user_secret(user.id, secret, data.value)
-        # A template may refer to it already (saved before a secret of that name was deleted
-        # and made again): its workers started without it.
-        await self._roll(user, created.name)
-        return created
+        # Nothing can refer to it yet: a reference to no such secret is refused at save, and a
+        # secret is deleted only once nothing refers to it.
+        return await self._store.create_user_secret(user.id, secret, data.value)
 
     async def all(self, user: User) -> list[Secret]:
         return await self._store.list_user_secrets(user.id)
