@@ -23,6 +23,8 @@ import httpx
 import pytest
 from harness import WORKERS, Server, free_port, running
 
+from eventually import eventually
+
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "console"
 LAPTOP = {"width": 1280, "height": 860}
@@ -770,7 +772,13 @@ def test_a_pod_is_created_from_a_template_acted_on_and_deleted_by_name(
     expect_text(row.locator("[data-status]"), "running")
     link = row.locator("[data-ports] a")
     assert link.get_attribute("href") == f"http://127.0.0.1:{port}"
-    assert httpx.get(f"http://127.0.0.1:{port}").json()["pod"] == pod["id"]
+    # Running means its process started, not that it listens yet.
+    served = eventually(
+        lambda: httpx.get(f"http://127.0.0.1:{port}").json(),
+        "the pod's port to answer",
+        ignoring=(httpx.TransportError,),
+    )
+    assert served["pod"] == pod["id"]
     expect_text(row.locator("[data-gpus]"), "CPU, 2 vCPU")
     shot(page, "pods")
     row.get_by_role("link", name="Open pod console-pod").click()
