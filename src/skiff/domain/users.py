@@ -11,3 +11,5 @@ class User:
     name: str
     is_admin: bool
     created_at: float
+    #: When an administrator disabled them: their keys and console sessions are refused.
+    disabled_at: float | None = None

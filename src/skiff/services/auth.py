@@ -9,6 +9,7 @@ from cachetools import LRUCache, TTLCache
 
 from skiff.clock import Clock
 from skiff.domain import keys
+from skiff.domain.permissions import ALL, Access, Caller, Permissions
 from skiff.domain.users import User
 from skiff.errors import Conflict, Unauthorized
 from skiff.ids import short_id
@@ -32,36 +33,58 @@ class Auth:
     def __init__(self, store: Store, clock: Clock, cache_seconds: float) -> None:
         self._store = store
         self._clock = clock
-        # key hash -> its user, or None for an unknown or revoked key; on the injected clock, so
-        # a revoked key stops working within cache_seconds (and tests move that time by hand).
-        self._cache: TTLCache[str, User | None, float] = TTLCache(
+        # key hash -> its caller, or None for an unknown or revoked key (or a disabled user's);
+        # on the injected clock, so a revoked key stops working within cache_seconds (and tests
+        # move that time by hand).
+        self._cache: TTLCache[str, Caller | None, float] = TTLCache(
             maxsize=_KEYS_CACHED_MAX, ttl=cache_seconds, timer=clock.now
         )
         self._worker_secret: bytes | None = None
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
 
-    async def authenticate(self, key: str) -> User:
-        """The user of an API key (``api/credentials.py`` reads it from the request)."""
-        user = await self._user_of_key(key)
-        if user is None:
+    async def caller(self, key: str) -> Caller:
+        """Who calls with an API key, and what the key may do (``api/credentials.py`` reads
+        it from the request); each route then checks its ``Need`` with ``Caller.check``."""
+        caller = await self._caller_of_key(key)
+        if caller is None:
             raise Unauthorized("invalid or revoked API key")
-        return user
+        return caller
 
-    async def _user_of_key(self, key: str) -> User | None:
+    async def authorize(self, key: str, access: Access, endpoint_id: str | None = None) -> User:
+        """The user of ``key``, if the key may make a call needing ``access`` (401 else)."""
+        caller = await self.caller(key)
+        caller.check(access, endpoint_id)
+        return caller.user
+
+    async def authenticate(self, key: str) -> User:
+        """The user of an API key, whatever it may do: for tests and tools, not routes."""
+        return (await self.caller(key)).user
+
+    async def _caller_of_key(self, key: str) -> Caller | None:
         digest = keys.hash_key(key)
         try:  # a cached None (an unknown or revoked key) is an answer too, hence no .get()
             return self._cache[digest]
         except KeyError:
-            user = await self.user_of_digest(digest)
-            self._cache[digest] = user
-            return user
+            caller = await self.caller_of_digest(digest)
+            self._cache[digest] = caller
+            return caller
+
+    async def caller_of_digest(self, digest: str) -> Caller | None:
+        """The caller of a key by its hash, if the key is known and not revoked and its user
+        not disabled, read now (the console's sessions hold the hash, and a revoked key or a
+        disabled user ends them at once)."""
+        found = await self._store.find_api_key(digest)
+        if found is None:
+            return None
+        record, user = found
+        if record.revoked_at is not None or user.disabled_at is not None:
+            return None
+        return Caller(user, record.permissions, record.id)
 
     async def user_of_digest(self, digest: str) -> User | None:
-        """The user of a key by its hash, if the key is known and not revoked, read now (the
-        console's sessions hold the hash, and a revoked key ends them at once)."""
-        found = await self._store.find_api_key(digest)
-        return found[1] if found is not None and found[0].revoked_at is None else None
+        caller = await self.caller_of_digest(digest)
+        return caller.user if caller is not None else None
 
     async def server_secret(self, name: str) -> bytes:
         """A secret of this server (made on first use, the same on every replica)."""
@@ -88,7 +111,7 @@ class Auth:
         """Why ``token`` is refused on the worker routes. A worker started by hand on a machine
         where ``runpod config`` was run sends that user API key (the SDK falls back on
         ``~/.runpod/config.toml``) and would be refused for ever without knowing why."""
-        if await self._user_of_key(token) is None:
+        if await self._caller_of_key(token) is None:
             return "invalid worker token for this endpoint"
         return (
             "this is a user API key, not a worker token: a worker authenticates with its "
@@ -111,7 +134,9 @@ class Auth:
                     raise
         return user
 
-    async def register_key(self, key: str, user: User, label: str) -> IssuedKey:
+    async def register_key(
+        self, key: str, user: User, label: str, permissions: Permissions = ALL
+    ) -> IssuedKey:
         record = ApiKey(
             id=short_id(10),
             user_id=user.id,
@@ -119,6 +144,7 @@ class Auth:
             label=label,
             created_at=self._clock.now(),
             revoked_at=None,
+            permissions=permissions,
         )
         await self._store.add_api_key(record, keys.hash_key(key))
         return IssuedKey(key=key, record=record, user=user)

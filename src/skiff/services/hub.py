@@ -10,6 +10,7 @@ from skiff.config import Settings
 from skiff.domain.billing import load_prices
 from skiff.domain.gpus import Gpu
 from skiff.providers.base import SpansMachines, WorkerProvider
+from skiff.services.accounts import Accounts
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
 from skiff.services.balancer import Balancer, StoreBoard
@@ -60,6 +61,7 @@ class Services:
     wakeups: Wakeups
     job_events: JobEvents
     auth: Auth
+    accounts: Accounts
     workers: Workers
     dispatch: Dispatch
     fleet: Fleet
@@ -228,6 +230,7 @@ class Services:
             wakeups=wakeups,
             job_events=events,
             auth=auth,
+            accounts=Accounts(store, clock, auth),
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,

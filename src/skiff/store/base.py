@@ -15,6 +15,7 @@ from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
+from skiff.domain.permissions import ALL, Permissions
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
 from skiff.domain.secrets import Secret
@@ -33,6 +34,8 @@ class ApiKey:
     label: str
     created_at: float
     revoked_at: float | None
+    #: What it may do; keys made before permissions existed, and the operator's, do everything.
+    permissions: Permissions = ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,22 @@ class Store(Protocol):
         ...
 
     async def list_api_keys(self) -> list[tuple[ApiKey, User]]: ...
+
+    async def list_user_api_keys(self, user_id: str) -> list[ApiKey]:
+        """One user's keys, revoked ones included, oldest first."""
+        ...
+
+    async def revoke_user_api_key(self, user_id: str, key_id: str, now: float) -> bool:
+        """False when the key is not the user's, or was revoked already."""
+        ...
+
+    async def get_user(self, user_id: str) -> User | None: ...
+
+    async def list_users(self) -> list[User]: ...
+
+    async def set_user_disabled(self, user_id: str, disabled_at: float | None) -> bool:
+        """Disable (a time) or enable (None) a user; False for an unknown one."""
+        ...
 
     async def revoke_api_key(self, key_id: str, now: float) -> bool: ...
 

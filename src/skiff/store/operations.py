@@ -279,6 +279,24 @@ class SqlStore:
     async def revoke_api_key(self, key_id: str, now: float) -> bool:
         return await self._run("revoke_api_key", now=now, id=key_id) > 0
 
+    async def list_user_api_keys(self, user_id: str) -> list[ApiKey]:
+        rows = await self._rows("list_user_api_keys", user_id=user_id)
+        return [api_key_from_row(r)[0] for r in rows]
+
+    async def revoke_user_api_key(self, user_id: str, key_id: str, now: float) -> bool:
+        found = await self._run("revoke_user_api_key", now=now, id=key_id, user_id=user_id)
+        return found > 0
+
+    async def get_user(self, user_id: str) -> User | None:
+        row = await self._row("get_user", id=user_id)
+        return user_from_row(row) if row else None
+
+    async def list_users(self) -> list[User]:
+        return [user_from_row(r) for r in await self._rows("list_users")]
+
+    async def set_user_disabled(self, user_id: str, disabled_at: float | None) -> bool:
+        return await self._run("set_user_disabled", id=user_id, disabled_at=disabled_at) > 0
+
     # -- registry auths ----------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         conflict = f"a container registry auth named {auth.name!r} already exists"

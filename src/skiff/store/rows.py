@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from skiff.domain import permissions
 from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
@@ -334,7 +335,9 @@ def job_counts_from(rows: Iterable[Any]) -> JobCounts:
 
 
 def user_from_row(row: Any) -> User:
-    return User(row["id"], row["name"], bool(row["is_admin"]), row["created_at"])
+    return User(
+        row["id"], row["name"], bool(row["is_admin"]), row["created_at"], row["disabled_at"]
+    )
 
 
 def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
@@ -347,8 +350,18 @@ def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
             row["label"],
             row["key_created_at"],
             row["revoked_at"],
+            permissions.Permissions(
+                permissions.Kind(row["permissions"]),
+                {e: permissions.Access(a) for e, a in orjson.loads(row["endpoints"]).items()},
+            ),
         ),
-        User(row["user_id"], row["user_name"], bool(row["is_admin"]), row["user_created_at"]),
+        User(
+            row["user_id"],
+            row["user_name"],
+            bool(row["is_admin"]),
+            row["user_created_at"],
+            row["disabled_at"],
+        ),
     )
 
 
@@ -382,6 +395,8 @@ def api_key_params(key: ApiKey, key_hash: str) -> dict[str, Any]:
         "hint": key.hint,
         "label": key.label,
         "created_at": key.created_at,
+        "permissions": str(key.permissions.kind),
+        "endpoints": orjson.dumps(key.permissions.grants_json()).decode(),
     }
 
 

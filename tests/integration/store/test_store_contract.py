@@ -17,6 +17,7 @@ import pytest
 from pgtest import PG_DSN, fresh_schema, pg_admin, schema_name
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.permissions import ALL, READ_ONLY, Access, Kind, Permissions
 from skiff.domain.public_models import PublicModel
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -779,6 +780,50 @@ async def test_api_key_is_found_by_hash_and_revoked_once(store: Store) -> None:
     assert found[0].revoked_at == T0 + 5
     assert [k.id for k, _u in await store.list_api_keys()] == ["k-1"]
     assert await store.revoke_api_key("k-unknown", T0) is False
+
+
+async def test_api_key_keeps_its_permissions(store: Store) -> None:
+    user = await store.create_user(make_user())
+    restricted = Permissions(Kind.RESTRICTED, {"ep-a": Access.READ, "ep-b": Access.READ_WRITE})
+    key = ApiKey("k-1", user.id, "h", "ci", T0, None, restricted)
+    await store.add_api_key(key, "hash-1")
+    await store.add_api_key(ApiKey("k-2", user.id, "h", "", T0 + 1, None, READ_ONLY), "hash-2")
+    assert await store.find_api_key("hash-1") == (key, user)
+    found = await store.find_api_key("hash-2")
+    assert found is not None and found[0].permissions == READ_ONLY
+    # A key made without saying does everything, as every key did before permissions.
+    await store.add_api_key(ApiKey("k-3", user.id, "h", "", T0 + 2, None), "hash-3")
+    found = await store.find_api_key("hash-3")
+    assert found is not None and found[0].permissions == ALL
+
+
+async def test_a_user_lists_and_revokes_only_their_own_keys(store: Store) -> None:
+    alice = await store.create_user(make_user())
+    bob = await store.create_user(make_user("u-2", "bob"))
+    await store.add_api_key(ApiKey("k-a", alice.id, "h", "", T0, None), "hash-a")
+    await store.add_api_key(ApiKey("k-b", bob.id, "h", "", T0, None), "hash-b")
+    assert [k.id for k in await store.list_user_api_keys(alice.id)] == ["k-a"]
+    assert await store.revoke_user_api_key(alice.id, "k-b", T0 + 1) is False
+    found = await store.find_api_key("hash-b")
+    assert found is not None and found[0].revoked_at is None
+    assert await store.revoke_user_api_key(alice.id, "k-a", T0 + 1) is True
+    assert await store.revoke_user_api_key(alice.id, "k-a", T0 + 2) is False
+    assert [k.revoked_at for k in await store.list_user_api_keys(alice.id)] == [T0 + 1]
+
+
+async def test_a_user_is_disabled_and_enabled_again(store: Store) -> None:
+    alice = await store.create_user(make_user())
+    await store.add_api_key(ApiKey("k-a", alice.id, "h", "", T0, None), "hash-a")
+    assert await store.set_user_disabled(alice.id, T0 + 3) is True
+    disabled = await store.get_user(alice.id)
+    assert disabled is not None and disabled.disabled_at == T0 + 3
+    found = await store.find_api_key("hash-a")
+    assert found is not None and found[1].disabled_at == T0 + 3
+    assert [u.name for u in await store.list_users()] == ["alice"]
+    assert await store.set_user_disabled(alice.id, None) is True
+    assert await store.get_user(alice.id) == alice
+    assert await store.set_user_disabled("u-unknown", T0) is False
+    assert await store.get_user("u-unknown") is None
 
 
 async def test_api_key_hash_is_unique(store: Store) -> None:
