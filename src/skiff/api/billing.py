@@ -6,8 +6,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
+from skiff.api.needs import needs
 from skiff.domain import times
 from skiff.domain.billing import BillingRecord, BucketSize, Resource
+from skiff.domain.permissions import READ
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
@@ -61,6 +63,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return [record_out(r) for r in await services.billing.records(user, query)]
 
     @billing.get("/endpoints", response_model=list[BillingRecordOut], responses=BAD)
+    @needs(READ)
     async def endpoint_billing(
         user: UserDep,
         bucketSize: BucketSizeQuery = None,
@@ -89,6 +92,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         )
 
     @billing.get("/pods", response_model=list[BillingRecordOut], responses=BAD)
+    @needs(READ)
     async def pod_billing(
         user: UserDep,
         bucketSize: BucketSizeQuery = None,
@@ -114,6 +118,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         )
 
     @billing.get("/networkvolumes", response_model=list[BillingRecordOut], responses=BAD)
+    @needs(READ)
     async def network_volume_billing(
         user: UserDep,
         bucketSize: BucketSizeQuery = None,

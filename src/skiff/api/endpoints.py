@@ -17,11 +17,13 @@ from skiff.api.log_lines import (
     ndjson_stream,
     parse_since,
 )
+from skiff.api.needs import needs
 from skiff.api.responses import json_response
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogQuery
+from skiff.domain.permissions import READ, WRITE, read_endpoint
 from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.users import User
@@ -155,6 +157,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     IncludeWorkers = Annotated[bool, Query(alias="includeWorkers")]
 
     @endpoints.post("", response_model=EndpointOut, response_model_exclude_none=True, responses=BAD)
+    @needs(WRITE)
     async def create_endpoint(body: EndpointCreate, user: UserDep) -> EndpointOut:
         """Create a serverless endpoint; its job URL is `/v2/{id}/`. The answer's `warnings`
         say what keeps its settings from working on this server (e.g. a GPU endpoint on a
@@ -162,6 +165,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return await saved(user, await services.endpoints.create(user, body))
 
     @endpoints.get("", response_model=list[EndpointOut], response_model_exclude_none=True)
+    @needs(READ)
     async def list_endpoints(
         user: UserDep,
         include_template: IncludeTemplate = False,
@@ -178,6 +182,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         response_model_exclude_none=True,
         responses=NOT_FOUND,
     )
+    @needs(read_endpoint())
     async def get_endpoint(
         endpoint_id: str,
         user: UserDep,
@@ -193,6 +198,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         response_model_exclude_none=True,
         responses={**BAD, **NOT_FOUND},
     )
+    @needs(WRITE)
     async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
         """Changing the template, env, GPU settings or network volume bumps `version` and
         rolls the workers: new ones start with the new settings, old ones finish their job and
@@ -205,6 +211,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         response_model_exclude_none=True,
         responses={**BAD, **NOT_FOUND},
     )
+    @needs(WRITE)
     async def update_endpoint_post(
         endpoint_id: str, body: EndpointUpdate, user: UserDep
     ) -> EndpointOut:
@@ -212,6 +219,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return await saved(user, await services.endpoints.update(user, endpoint_id, body))
 
     @endpoints.delete("/{endpoint_id}", status_code=204, responses=NOT_FOUND)
+    @needs(WRITE)
     async def delete_endpoint(endpoint_id: str, user: UserDep) -> Response:
         """Stops its workers and removes it with its jobs and logs, permanently."""
         await services.endpoints.delete(user, endpoint_id)
@@ -222,6 +230,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         response_model=LogsOut,
         responses={**BAD, **NOT_FOUND, **FOLLOWED},
     )
+    @needs(read_endpoint())
     async def endpoint_logs(
         request: Request,
         endpoint_id: str,

@@ -30,7 +30,13 @@ from typing import Any, TypeVar
 
 import orjson
 from ariadne import MutationType, ObjectType, QueryType, graphql, make_executable_schema
-from graphql import GraphQLError, GraphQLResolveInfo
+from graphql import (
+    DocumentNode,
+    GraphQLError,
+    GraphQLResolveInfo,
+    OperationDefinitionNode,
+    OperationType,
+)
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -49,6 +55,7 @@ from skiff.api.graphql_limits import (
 from skiff.body_gate import BodyGate
 from skiff.domain import instance_ids, times
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
+from skiff.domain.permissions import READ, WRITE, Caller, Need
 from skiff.domain.pods import DesiredStatus, Pod, PodCreate, parse_port, runtime_status
 from skiff.domain.registry_auths import RegistryAuthCreate, RegistryAuthCredentials
 from skiff.domain.templates import TemplateCreate
@@ -59,8 +66,29 @@ from skiff.services.hub import Services
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
-#: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
-USER = "skiff.graphql.user"
+#: The scope key under which ``BodyGate`` leaves the caller whose key it checked before the body.
+CALLER = "skiff.graphql.caller"
+#: What each kind of operation needs of the key: a query reads, a mutation writes; both the
+#: account as a whole, so a restricted key (its endpoints only) reaches neither.
+OPERATION_NEEDS: dict[OperationType, Need] = {
+    OperationType.QUERY: READ,
+    OperationType.MUTATION: WRITE,
+    OperationType.SUBSCRIPTION: READ,
+}
+
+
+def lacking(caller: Caller, document: DocumentNode, operation_name: str | None) -> str | None:
+    """Why the key may not run the operation ``operation_name`` of ``document`` (every
+    operation when it names none or one that is not there, GraphQL then refuses it anyway),
+    naming the missing permission; None when it may."""
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    named = [o for o in operations if o.name is not None and o.name.value == operation_name]
+    for operation in named or operations:
+        need = OPERATION_NEEDS[operation.operation]
+        why = caller.permissions.missing(need.access, None)
+        if why is not None:
+            return why
+    return None
 
 
 class _Unlogged(logging.LoggerAdapter[logging.Logger]):
@@ -360,18 +388,19 @@ def build(services: Services) -> ASGIApp:
 
     async def admit(request: Request) -> int:
         key = credentials.api_key(request.headers.get("authorization"))
-        request.scope[USER] = await services.auth.authenticate(key)
+        request.scope[CALLER] = await services.auth.caller(key)
         return BODY_LIMIT
 
     async def endpoint(request: Request) -> Response:
-        user: User | None = request.scope.get(USER)
-        if user is None:  # no body: the gate let it through unchecked
+        caller: Caller | None = request.scope.get(CALLER)
+        if caller is None:  # no body: the gate let it through unchecked
             try:
-                user = await services.auth.authenticate(
+                caller = await services.auth.caller(
                     credentials.api_key(request.headers.get("authorization"))
                 )
             except Exception as exc:
                 return await _refuse(request, exc)
+        user = caller.user
         try:
             data = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
@@ -389,12 +418,20 @@ def build(services: Services) -> ASGIApp:
         why = unstorable(data["query"]) or unstorable_value(data.get("variables"))
         if why is not None:
             return _refused(why, 200)
+        try:
+            document = parse_query(None, data)
+        except GraphQLError:  # answered by graphql() below, as it answers any syntax error
+            document = None
+        if document is not None:
+            why = lacking(caller, document, data.get("operationName"))
+            if why is not None:
+                return _refused(why, 401)  # the SDK's AuthenticationError, as a bad key's
         context: dict[str, Any] = {"user": user, "warnings": []}
         _ok, result = await graphql(
             schema,
             data,
             context_value=context,
-            query_parser=parse_query,
+            query_parser=parse_query if document is None else lambda _c, _d: document,
             query_validator=validate_query,
             # ariadne's cost does not see introspection's fields; no client of skiff's needs them.
             introspection=False,

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from skiff.api import access
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
+from skiff.api.needs import needs
 from skiff.api.params import query
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
@@ -90,6 +91,7 @@ def build(services: Services) -> JobHandlers:
                 view["placement"] = placement_view(blocker)
         return view
 
+    @needs(access.NEEDS["run"])
     async def run(request: Request) -> Response:
         """Queue a job; answers `{id, status: "IN_QUEUE"}`. Bodies over 10 MB answer 413."""
         async with admitted(request, "run") as endpoint:
@@ -98,6 +100,7 @@ def build(services: Services) -> JobHandlers:
             job = await jobs.submit(endpoint, job_request, sync=False)
             return json_response({"id": job.id, "status": job.status.value})
 
+    @needs(access.NEEDS["runsync"])
     async def runsync(request: Request) -> Response:
         """Queue a job and wait up to `wait` ms (1000..300000, default 90000) for it to finish.
         A finished job answers its full status; otherwise `{id, status}` and the job goes on."""
@@ -114,6 +117,7 @@ def build(services: Services) -> JobHandlers:
                 await _why_queued(endpoint, job, {"id": job.id, "status": job.status.value})
             )
 
+    @needs(access.NEEDS["status"])
     async def status(request: Request, job_id: str) -> Response:
         """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
         A job past its ttl or its retention window answers 404."""
@@ -125,6 +129,7 @@ def build(services: Services) -> JobHandlers:
                 job = await jobs.get(endpoint, job_id)
             return json_response(await _why_queued(endpoint, job, status_view(job, clock.now())))
 
+    @needs(access.NEEDS["requests"])
     async def requests(request: Request) -> Response:
         """Newest first, `limit` (1-200, default 50) a page; pass `nextCursor` back as
         `cursor` for the next page. No input or output: `/status` has those."""
@@ -140,6 +145,7 @@ def build(services: Services) -> JobHandlers:
                 }
             )
 
+    @needs(access.NEEDS["stream"])
     async def stream(request: Request, job_id: str) -> Response:
         """Only the chunks not returned before, in order: `{id, status, stream: [{output}]}`."""
         async with admitted(request, "stream") as endpoint:
@@ -153,22 +159,26 @@ def build(services: Services) -> JobHandlers:
                 body["error"] = read.job.error
             return json_response(body)
 
+    @needs(access.NEEDS["cancel"])
     async def cancel(request: Request, job_id: str) -> Response:
         """Answers at once. A job that already finished keeps (and answers) its final state."""
         async with admitted(request, "cancel") as endpoint:
             job = await jobs.cancel(endpoint, job_id)
             return json_response({"id": job.id, "status": job.status.value})
 
+    @needs(access.NEEDS["retry"])
     async def retry(request: Request, job_id: str) -> Response:
         async with admitted(request, "retry") as endpoint:
             job = await jobs.retry(endpoint, job_id)
             return json_response({"id": job.id, "status": job.status.value})
 
+    @needs(access.NEEDS["purge-queue"])
     async def purge_queue(request: Request) -> Response:
         async with admitted(request, "purge-queue") as endpoint:
             removed = await jobs.purge_queue(endpoint)
             return json_response({"removed": removed, "status": "completed"})
 
+    @needs(access.NEEDS["health"])
     async def health(request: Request) -> Response:
         async with admitted(request, "health") as endpoint:
             return json_response(health_view(await jobs.health(endpoint)))

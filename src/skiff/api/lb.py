@@ -29,18 +29,22 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from skiff.api import credentials, errors
+from skiff.api.needs import needs
 from skiff.domain.balancing import endpoint_of_host
 from skiff.domain.endpoints import Endpoint, EndpointType
+from skiff.domain.permissions import write_endpoint
 from skiff.errors import Invalid, SkiffError
 from skiff.services.hub import Services
 from skiff.services.lb_proxy import Forwarding, InFlight, has_body
 
 PREFIX = "/lb"
+#: Every request to a load-balancing endpoint calls it (its workers do what it asks).
+LB_NEED = write_endpoint()
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def build(services: Services) -> Starlette:
-    proxy = _Proxy(services, InFlight(services.settings.lb_max_in_flight))
+    proxy = needs(LB_NEED)(_Proxy(services, InFlight(services.settings.lb_max_in_flight)))
     app = Starlette(
         routes=[
             Route("/{endpoint_id}", proxy, methods=METHODS),
@@ -74,8 +78,10 @@ class _Proxy:
                 authorization = value
             elif name == "host" and host is None:
                 host = value
-        user = await services.auth.authenticate(credentials.api_key(authorization))
-        endpoint = await services.endpoints.for_jobs(user, endpoint_id)
+        caller = await services.auth.caller(credentials.api_key(authorization))
+        # Whatever its method, a request calls the endpoint's workers: a write.
+        caller.check(LB_NEED.access, endpoint_id)
+        endpoint = await services.endpoints.for_jobs(caller.user, endpoint_id)
         if endpoint.spec.type is not EndpointType.LB:
             raise Invalid(
                 f"endpoint {endpoint_id} is queue-based: send jobs to "

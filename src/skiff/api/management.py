@@ -7,9 +7,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 
 from skiff.api import (
+    api_keys,
     billing,
     credentials,
     endpoints,
@@ -23,30 +25,43 @@ from skiff.api import (
     volumes,
     webhooks,
 )
+from skiff.api.needs import api_routes, need_of, needs
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
 from skiff.api.responses import NO_TELEMETRY
 from skiff.body_gate import BodyGate
+from skiff.domain.permissions import Caller, Need, NoKey
 from skiff.domain.users import User
+from skiff.errors import Unauthorized
 from skiff.services.hub import Services
 
 #: The largest request body ``/v1`` takes (a template with a long readme and env fits easily).
 BODY_LIMIT = 1024 * 1024
-#: The scope key under which ``BodyGate`` leaves the caller it checked before the body.
-USER = "skiff.user"
+DOCUMENTATION = NoKey("the interactive documentation, for anyone")
+#: The scope key under which ``BodyGate`` leaves the caller whose key it checked before the body
+#: (the route's ``Need`` is checked once routed, by ``current_caller``).
+CALLER = "skiff.caller"
 
 
 def build(services: Services) -> FastAPI:
+    async def current_caller(request: Request) -> Caller:
+        """The caller, once its key is checked against the route's declared ``Need``."""
+        caller: Caller | None = request.scope.get(CALLER)
+        if caller is None:  # no body: the gate let it through unchecked
+            key = credentials.api_key(request.headers.get("authorization"))
+            caller = await services.auth.caller(key)
+        need = need_of(request.scope.get("endpoint"))
+        if not isinstance(need, Need):  # every route declares one (checked below, at build)
+            raise Unauthorized("this route takes no API key")
+        endpoint_id = request.path_params.get(need.endpoint_param) if need.endpoint_param else None
+        caller.check(need.access, endpoint_id)
+        return caller
+
     async def current_user(request: Request) -> User:
-        checked: User | None = request.scope.get(USER)
-        if checked is not None:  # a request with a body: checked before it was read
-            return checked
-        return await services.auth.authenticate(
-            credentials.api_key(request.headers.get("authorization"))
-        )
+        return (await current_caller(request)).user
 
     async def admit(request: Request) -> int:
         key = credentials.api_key(request.headers.get("authorization"))
-        request.scope[USER] = await services.auth.authenticate(key)
+        request.scope[CALLER] = await services.auth.caller(key)
         return BODY_LIMIT
 
     app = FastAPIOffline(
@@ -101,4 +116,11 @@ def build(services: Services) -> FastAPI:
     app.include_router(models.router(services, current_user))
     app.include_router(secrets.router(services, current_user))
     app.include_router(user.router(services, current_user))
+    app.include_router(api_keys.router(services, current_caller))
+    for route in app.routes:  # the interactive documentation is for anyone, as /openapi.json
+        if isinstance(route, APIRoute) and route.path.startswith("/docs"):
+            needs(DOCUMENTATION)(route.endpoint)
+    undeclared = [f"{sorted(r.methods)} {r.path}" for r in api_routes(app.routes) if r.need is None]
+    if undeclared:  # a route reached by any key unchecked would be a hole: refuse to start
+        raise RuntimeError(f"/v1 routes without a declared permission (@needs): {undeclared}")
     return app

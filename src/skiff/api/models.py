@@ -9,7 +9,9 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from skiff.api.needs import needs
 from skiff.domain import times
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.public_models import PublicModel, PublishInput
 from skiff.domain.users import User
 from skiff.services.hub import Services
@@ -52,11 +54,13 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     UserDep = Annotated[User, Depends(user_dep)]
 
     @models.get("", response_model=list[PublicModelOut])
+    @needs(READ)
     async def list_models(user: UserDep) -> list[PublicModelOut]:
         """Every published model, for every user with a key."""
         return [model_out(m) for m in await services.public_models.all()]
 
     @models.get("/{model_id}", response_model=PublicModelOut, responses=NOT_FOUND)
+    @needs(READ)
     async def get_model(model_id: str, user: UserDep) -> PublicModelOut:
         return model_out(await services.public_models.get(model_id))
 
@@ -66,6 +70,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         response_model=PublishedModelOut,
         responses={**BAD, **FORBIDDEN, **TAKEN},
     )
+    @needs(WRITE)
     async def publish_model(data: PublishInput, user: UserDep) -> PublishedModelOut:
         """Administrators: publish one of your queue-based endpoints under `modelId`. Its
         callers' jobs are theirs alone (each sees, streams, cancels and retries only their own;
@@ -75,6 +80,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return PublishedModelOut(**model_out(model).model_dump(), endpointId=model.endpoint_id)
 
     @models.delete("/{model_id}", status_code=204, responses={**FORBIDDEN, **NOT_FOUND})
+    @needs(WRITE)
     async def unpublish_model(model_id: str, user: UserDep) -> Response:
         """Administrators: withdraw a model; its endpoint stays, reachable by its owner only."""
         await services.public_models.unpublish(user, model_id)

@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from skiff.api import access
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
+from skiff.api.needs import needs
 from skiff.domain import json_limits, streams
 from skiff.domain.endpoints import Endpoint
 from skiff.errors import Invalid
@@ -161,23 +162,29 @@ def build(services: Services) -> OpenAIHandlers:
             reply.headers["x-skiff-job-id"] = job.id
             return reply
 
+    @needs(access.NEEDS["openai"])
     async def chat_completions(request: Request) -> Response:
         return await call(request, "/v1/chat/completions", with_body=True)
 
+    @needs(access.NEEDS["openai"])
     async def completions(request: Request) -> Response:
         return await call(request, "/v1/completions", with_body=True)
 
+    @needs(access.NEEDS["openai"])
     async def models(request: Request) -> Response:
         return await call(request, "/v1/models", with_body=False)
 
+    @needs(access.NEEDS["openai"])
     async def model(request: Request) -> Response:
         """One model (the client's ``models.retrieve``), as the worker answers it."""
         name = request.path_params["model"]
         return await call(request, f"/v1/models/{name}", with_body=False)
 
+    @needs(access.NEEDS["openai"])
     async def embeddings(request: Request) -> Response:
         return await call(request, "/v1/embeddings", with_body=True)
 
+    @needs(access.NEEDS["openai"])
     async def unknown(request: Request) -> Response:
         """Any other OpenAI route: a 404 in OpenAI's shape, so a client says what is missing."""
         async with access.admitted(services, request, "openai"):

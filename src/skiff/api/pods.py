@@ -16,10 +16,12 @@ from skiff.api.log_lines import (
     ndjson_stream,
     parse_since,
 )
+from skiff.api.needs import needs
 from skiff.api.responses import json_response
 from skiff.domain import times
 from skiff.domain.containers import DEFAULT_FLAVOR, MEMORY_GB_PER_VCPU
 from skiff.domain.endpoints import ComputeType
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.pods import DesiredStatus, Pod, PodCreate, PodUpdate, runtime_status
 from skiff.domain.users import User
 from skiff.services.hub import Services
@@ -156,6 +158,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return pod_out(services, pod, restarted_for)
 
     @pods.post("", status_code=201, response_model=PodOut, responses={**BAD, **BUSY})
+    @needs(WRITE)
     async def create_pod(body: PodCreate, user: UserDep) -> PodOut:
         """Create a pod from `imageName` or `templateId` (the input overrides the template's
         settings; environment variables merge). It starts at once on GPUs free now, in
@@ -163,6 +166,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return out(await services.pods.create(user, body))
 
     @pods.get("", response_model=list[PodOut])
+    @needs(READ)
     async def list_pods(
         user: UserDep,
         computeType: ComputeType | None = None,
@@ -195,6 +199,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return [out(p) for p in await services.pods.all(user, filters)]
 
     @pods.get("/{pod_id}", response_model=PodOut, responses=NOT_FOUND)
+    @needs(READ)
     async def get_pod(pod_id: str, user: UserDep) -> PodOut:
         return out(await services.pods.get(user, pod_id))
 
@@ -203,6 +208,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return out(pod, restart)
 
     @pods.patch("/{pod_id}", response_model=PodOut, responses={**BAD, **NOT_FOUND})
+    @needs(WRITE)
     async def update_pod(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
         """Change its settings. A change to what runs (image, command, env, ports, disk, volume
         size or path, registry auth) restarts a running pod fresh (its container disk wiped,
@@ -211,11 +217,13 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return await update(pod_id, body, user)
 
     @pods.post("/{pod_id}/update", response_model=PodOut, responses={**BAD, **NOT_FOUND})
+    @needs(WRITE)
     async def update_pod_post(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
         """The same as PATCH."""
         return await update(pod_id, body, user)
 
     @pods.delete("/{pod_id}", status_code=204, responses={**NOT_FOUND, **BUSY})
+    @needs(WRITE)
     async def delete_pod(pod_id: str, user: UserDep) -> Response:
         """End the pod and remove it with its volume, permanently (a network volume is kept).
         A locked pod is refused (409)."""
@@ -223,27 +231,32 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return Response(status_code=204)
 
     @pods.post("/{pod_id}/start", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    @needs(WRITE)
     async def start_pod(pod_id: str, user: UserDep) -> PodOut:
         """Start a stopped pod on GPUs free now (409 naming what is missing). Its volume is as
         it was; its container disk starts empty."""
         return out(await services.pods.start(user, pod_id))
 
     @pods.post("/{pod_id}/stop", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    @needs(WRITE)
     async def stop_pod(pod_id: str, user: UserDep) -> PodOut:
         """End its instance and free its GPUs; its volume is kept."""
         return out(await services.pods.stop(user, pod_id))
 
     @pods.post("/{pod_id}/restart", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    @needs(WRITE)
     async def restart_pod(pod_id: str, user: UserDep) -> PodOut:
         """Restart its instance in place: the same GPUs, its container disk kept."""
         return out(await services.pods.restart(user, pod_id))
 
     @pods.post("/{pod_id}/reset", response_model=PodOut, responses={**NOT_FOUND, **BUSY})
+    @needs(WRITE)
     async def reset_pod(pod_id: str, user: UserDep) -> PodOut:
         """Start it fresh from its image: the container disk is wiped, the volume kept."""
         return out(await services.pods.reset(user, pod_id))
 
     @pods.get("/{pod_id}/logs", response_model=LogsOut, responses={**BAD, **NOT_FOUND, **FOLLOWED})
+    @needs(READ)
     async def pod_logs(
         pod_id: str,
         user: UserDep,

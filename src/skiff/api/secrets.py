@@ -9,7 +9,9 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.needs import needs
 from skiff.domain import times
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.secrets import Secret, SecretCreate, SecretValue
 from skiff.domain.users import User
 from skiff.services.hub import Services
@@ -44,6 +46,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @secrets.post(
         "", response_model=SecretOut, responses={**BAD, 409: {"description": "Name taken"}}
     )
+    @needs(WRITE)
     async def create_secret(body: SecretCreate, user: UserDep) -> SecretOut:
         """Store a secret, encrypted. Its value is never returned: a template's or pod's `env`
         value `{{ RUNPOD_SECRET_<name> }}` (spaces inside the braces optional, other text
@@ -52,17 +55,20 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return _out(await services.secrets.create(user, body))
 
     @secrets.get("", response_model=list[SecretOut])
+    @needs(READ)
     async def list_secrets(user: UserDep) -> list[SecretOut]:
         """Your secrets by name, with their dates; never their values."""
         return [_out(s) for s in await services.secrets.all(user)]
 
     @secrets.get("/{secret_id}", response_model=SecretOut, responses={**BAD_ID, **NOT_FOUND})
+    @needs(READ)
     async def get_secret(secret_id: str, user: UserDep) -> SecretOut:
         return _out(await services.secrets.get(user, secret_id))
 
     @secrets.patch(
         "/{secret_id}", response_model=SecretOut, responses={**BAD, **BAD_ID, **NOT_FOUND}
     )
+    @needs(WRITE)
     async def update_secret(secret_id: str, body: SecretValue, user: UserDep) -> SecretOut:
         """Change a secret's value. The workers of endpoints that refer to it are replaced,
         as after a template change: a running worker keeps the value it started with until
@@ -79,6 +85,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
             409: {"description": "A template, endpoint or pod refers to it"},
         },
     )
+    @needs(WRITE)
     async def delete_secret(secret_id: str, user: UserDep) -> Response:
         await services.secrets.delete(user, secret_id)
         return Response(status_code=204)

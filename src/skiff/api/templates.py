@@ -7,6 +7,8 @@ from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.needs import needs
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.services.hub import Services
@@ -19,19 +21,23 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @templates.post(
         "", response_model=Template, responses={**BAD, 409: {"description": "Name taken"}}
     )
+    @needs(WRITE)
     async def create_template(body: TemplateCreate, user: UserDep) -> Template:
         """The local provider runs `dockerEntrypoint + dockerStartCmd` as a process."""
         return await services.templates.create(user, body)
 
     @templates.get("", response_model=list[Template])
+    @needs(READ)
     async def list_templates(user: UserDep) -> list[Template]:
         return await services.templates.all(user)
 
     @templates.get("/{template_id}", response_model=Template, responses=NOT_FOUND)
+    @needs(READ)
     async def get_template(template_id: str, user: UserDep) -> Template:
         return await services.templates.get(user, template_id)
 
     @templates.patch("/{template_id}", response_model=Template, responses={**BAD, **NOT_FOUND})
+    @needs(WRITE)
     async def update_template(template_id: str, body: TemplateUpdate, user: UserDep) -> Template:
         """Changing what the template runs rolls the workers of the endpoints using it."""
         return await services.templates.update(user, template_id, body)
@@ -39,6 +45,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @templates.post(
         "/{template_id}/update", response_model=Template, responses={**BAD, **NOT_FOUND}
     )
+    @needs(WRITE)
     async def update_template_post(
         template_id: str, body: TemplateUpdate, user: UserDep
     ) -> Template:
@@ -48,6 +55,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @templates.delete(
         "/{template_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
     )
+    @needs(WRITE)
     async def delete_template(template_id: str, user: UserDep) -> Response:
         await services.templates.delete(user, template_id)
         return Response(status_code=204)

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from skiff.api.documented_errors import BAD
+from skiff.api.needs import needs
 from skiff.domain.input_types import StrictInput, Text
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
@@ -38,11 +40,13 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return UserOut(id=user.id, name=user.name, pubKey=pub_key or "")
 
     @user_routes.get("", response_model=UserOut)
+    @needs(READ)
     async def get_user(user: UserDep) -> UserOut:
         """Who your API key belongs to, and your settings."""
         return await out(user)
 
     @user_routes.patch("", response_model=UserOut, responses=BAD)
+    @needs(WRITE)
     async def update_user(body: UserSettingsIn, user: UserDep) -> UserOut:
         """Change your settings (your public SSH key)."""
         await services.user_settings.set_pub_key(user, body.pubKey)

@@ -8,7 +8,9 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.needs import needs
 from skiff.domain import times
+from skiff.domain.permissions import READ, WRITE
 from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
 from skiff.services.hub import Services
@@ -43,6 +45,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     UserDep = Annotated[User, Depends(user_dep)]
 
     @volumes.post("", response_model=NetworkVolumeOut, responses=BAD)
+    @needs(WRITE)
     async def create_network_volume(body: NetworkVolumeCreate, user: UserDep) -> NetworkVolumeOut:
         """Create a volume: a directory on the server, mounted read-write at `/runpod-volume`
         in every worker of the endpoints that name it in `networkVolumeId`. Refused (400,
@@ -50,14 +53,17 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return volume_out(await services.volumes.create(user, body))
 
     @volumes.get("", response_model=list[NetworkVolumeOut])
+    @needs(READ)
     async def list_network_volumes(user: UserDep) -> list[NetworkVolumeOut]:
         return [volume_out(r) for r in await services.volumes.all(user)]
 
     @volumes.get("/{volume_id}", response_model=NetworkVolumeOut, responses=NOT_FOUND)
+    @needs(READ)
     async def get_network_volume(volume_id: str, user: UserDep) -> NetworkVolumeOut:
         return volume_out(await services.volumes.get(user, volume_id))
 
     @volumes.patch("/{volume_id}", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND})
+    @needs(WRITE)
     async def update_network_volume(
         volume_id: str, body: NetworkVolumeUpdate, user: UserDep
     ) -> NetworkVolumeOut:
@@ -69,6 +75,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @volumes.post(
         "/{volume_id}/update", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND}
     )
+    @needs(WRITE)
     async def update_network_volume_post(
         volume_id: str, body: NetworkVolumeUpdate, user: UserDep
     ) -> NetworkVolumeOut:
@@ -83,6 +90,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
             409: {"description": "In use by endpoints or pods, which the message names"},
         },
     )
+    @needs(WRITE)
     async def delete_network_volume(volume_id: str, user: UserDep) -> Response:
         """Delete the volume and every file in it, permanently. Refused (409) while endpoints
         or pods (not ones being deleted) name it in `networkVolumeId`: the message lists

@@ -6,6 +6,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from skiff.api.needs import needs
+from skiff.domain.permissions import WRITE
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
@@ -21,6 +23,8 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     UserDep = Annotated[User, Depends(user_dep)]
 
     @webhooks.get("", response_model=WebhookSecretOut)
+    # Its holder can sign webhooks as this server: a read-only key does not read it.
+    @needs(WRITE)
     async def get_webhook_secret(user: UserDep) -> WebhookSecretOut:
         """Your webhook signing secret, made on first use.
 
@@ -34,6 +38,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return WebhookSecretOut(secret=await services.webhooks.secret(user.id))
 
     @webhooks.post("/rotate", response_model=WebhookSecretOut)
+    @needs(WRITE)
     async def rotate_webhook_secret(user: UserDep) -> WebhookSecretOut:
         """Replace your webhook signing secret; the old one stops working at once.
 

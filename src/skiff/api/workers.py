@@ -10,10 +10,11 @@ from typing import NamedTuple
 from starlette.requests import Request
 from starlette.responses import Response
 
-from skiff.api import credentials
+from skiff.api import access, credentials
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
 from skiff.api.lean_http import CONNECTED
+from skiff.api.needs import needs
 from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
@@ -61,6 +62,7 @@ def build(services: Services) -> WorkerHandlers:
 
         return check
 
+    @needs(access.WORKER)
     async def job_take(request: Request, worker_id: str) -> Response:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time. A runpod
         SDK 1.12+ worker (by its User-Agent) asking with `job_in_progress=0` may get a list
@@ -83,6 +85,7 @@ def build(services: Services) -> WorkerHandlers:
             return json_response([worker_payload(j) for j in jobs])
         return json_response(worker_payload(jobs[0]))
 
+    @needs(access.WORKER)
     async def job_take_batch(request: Request, worker_id: str) -> Response:
         """200 with a list of at most `batch_size` jobs, or 204."""
         endpoint = await endpoint_of(request)
@@ -98,6 +101,7 @@ def build(services: Services) -> WorkerHandlers:
             return Response(status_code=NO_CONTENT)
         return json_response([worker_payload(j) for j in jobs])
 
+    @needs(access.WORKER)
     async def job_stop(request: Request, worker_id: str) -> Response:
         """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
         endpoint = await endpoint_of(request)
@@ -106,6 +110,7 @@ def build(services: Services) -> WorkerHandlers:
             return Response(status_code=NO_CONTENT)
         return json_response({"jobsToStop": ids})
 
+    @needs(access.WORKER)
     async def job_done(request: Request, worker_id: str, job_id: str) -> Response:
         """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
         update; `error` fails the job; anything else completes it. A body nested too deep to
@@ -114,11 +119,13 @@ def build(services: Services) -> WorkerHandlers:
         result = parse_worker_result(await read_body(request, RESULT_LIMIT))
         return _taken(await dispatch.done(endpoint, worker_id, job_id, result))
 
+    @needs(access.WORKER)
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
         chunk = read_stream_chunk(await read_body(request, RESULT_LIMIT))
         return _taken(await dispatch.stream(endpoint, worker_id, job_id, chunk))
 
+    @needs(access.WORKER)
     async def ping(request: Request, worker_id: str) -> Response:
         """Renews the leases of the jobs named in `job_id` (comma-separated). A worker whose
         start-up check failed says so (`status=unhealthy`, `check`, `reason`) before it exits:

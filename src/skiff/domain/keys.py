@@ -5,9 +5,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
+
+from skiff.domain.permissions import ALL, Permissions
 
 API_KEY_PREFIX = "sk_"
 WORKER_TOKEN_PREFIX = "skw_"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A stored key: never its secret, only its hash (kept by the store) and a hint."""
+
+    id: str
+    user_id: str
+    hint: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+    #: What it may do; keys made before permissions existed, and the operator's, do everything.
+    permissions: Permissions = ALL
 
 
 def new_api_key() -> str:

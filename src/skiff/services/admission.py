@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Final
 
 from skiff.domain.endpoints import Endpoint
+from skiff.domain.permissions import Access
 from skiff.services.auth import Auth
 from skiff.services.endpoints import Endpoints
 from skiff.services.ratelimits import BASE_LIMITS, RateLimits
@@ -26,10 +27,11 @@ class Admission:
         self._workers = workers
         self._limits = limits
 
-    def admit(self, key: str, endpoint_id: str, operation: str) -> Admitted:
-        """``async with`` it: the endpoint ``endpoint_id`` of the user of ``key``, inside its
-        rate limits for ``operation`` until the block ends."""
-        return Admitted(self, key, endpoint_id, operation)
+    def admit(self, key: str, endpoint_id: str, operation: str, access: Access) -> Admitted:
+        """``async with`` it: the endpoint ``endpoint_id`` of the user of ``key``, if the key
+        may ``access`` it (401 naming the missing permission else), inside its rate limits for
+        ``operation`` until the block ends."""
+        return Admitted(self, key, endpoint_id, operation, access)
 
 
 class Admitted:
@@ -38,10 +40,13 @@ class Admitted:
     a ``/run`` (docs/performance.md). With the limits off there is nothing to slot and nothing
     to count."""
 
-    __slots__ = ("_admission", "_endpoint_id", "_key", "_operation", "_slot")
+    __slots__ = ("_access", "_admission", "_endpoint_id", "_key", "_operation", "_slot")
 
-    def __init__(self, admission: Admission, key: str, endpoint_id: str, operation: str) -> None:
+    def __init__(
+        self, admission: Admission, key: str, endpoint_id: str, operation: str, access: Access
+    ) -> None:
         self._admission = admission
+        self._access = access
         self._key = key
         self._endpoint_id = endpoint_id
         self._operation = operation
@@ -49,7 +54,10 @@ class Admitted:
 
     async def __aenter__(self) -> Endpoint:
         admission = self._admission
-        user = await admission._auth.authenticate(self._key)
+        caller = await admission._auth.caller(self._key)
+        # Checked before the endpoint is looked up: the refusal is the same whether it exists.
+        caller.check(self._access, self._endpoint_id)
+        user = caller.user
         endpoint = await admission._endpoints.for_jobs(user, self._endpoint_id)
         limits = admission._limits
         if limits.enabled:

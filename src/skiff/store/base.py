@@ -15,7 +15,7 @@ from skiff.domain.billing import Usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.jobs import JobCounts as JobCounts
-from skiff.domain.permissions import ALL, Permissions
+from skiff.domain.keys import ApiKey as ApiKey
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
 from skiff.domain.secrets import Secret
@@ -24,18 +24,6 @@ from skiff.domain.templates import Template
 from skiff.domain.users import User as User
 from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.workers import Worker
-
-
-@dataclass(frozen=True, slots=True)
-class ApiKey:
-    id: str
-    user_id: str
-    hint: str
-    label: str
-    created_at: float
-    revoked_at: float | None
-    #: What it may do; keys made before permissions existed, and the operator's, do everything.
-    permissions: Permissions = ALL
 
 
 @dataclass(frozen=True, slots=True)
