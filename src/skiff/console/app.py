@@ -24,6 +24,7 @@ from skiff.console import (
     billing_pages,
     endpoint_pages,
     job_pages,
+    key_pages,
     log_pages,
     model_pages,
     pod_pages,
@@ -32,6 +33,7 @@ from skiff.console import (
     settings_pages,
     signin,
     template_pages,
+    user_pages,
     volume_pages,
 )
 from skiff.console.base import HERE, Console, CsrfRejected, SignInNeeded, json_answer, wants_json
@@ -157,6 +159,8 @@ def build(services: Services) -> ASGIApp:
         *billing_pages.routes(console),
         *volume_pages.routes(console),
         *model_pages.routes(console),
+        *key_pages.routes(console),
+        *user_pages.routes(console),
     ]
     app = Starlette(routes=routes, exception_handlers=_error_handlers(console))
     app.state.console = console

@@ -17,6 +17,7 @@ from skiff.console import csrf, render
 from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.keys import hash_key
+from skiff.domain.permissions import Caller, Kind
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
@@ -36,6 +37,9 @@ class Visitor:
     user: User
     session: Session
     csrf: str
+    #: The signed-in user with the key they signed in with: a session has all its user's
+    #: rights, so only a key with permissions ``all`` signs in (``signin.py``).
+    caller: Caller
 
 
 class Console:
@@ -49,18 +53,19 @@ class Console:
         session = await self.sessions.read(request.cookies.get(COOKIE), self.services.clock.now())
         if session is None:
             return None
-        user = await self.user_of(session.key_digest)
-        if user is None:
+        caller = await self.caller_of(session.key_digest)
+        if caller is None or caller.permissions.kind is not Kind.ALL:
             return None
-        return Visitor(user, session, csrf.token(await self.sessions.secret(), session.nonce))
+        token = csrf.token(await self.sessions.secret(), session.nonce)
+        return Visitor(caller.user, session, token, caller)
 
-    async def user_of(self, key_digest: str) -> User | None:
-        """The user of a key by its digest, if the key is still valid (a revoked key ends the
-        sessions made with it)."""
-        return await self.services.auth.user_of_digest(key_digest)
+    async def caller_of(self, key_digest: str) -> Caller | None:
+        """The caller of a key by its digest, if the key is still valid and its user not
+        disabled (a revoked key, or a disabled user, ends the sessions made with it)."""
+        return await self.services.auth.caller_of_digest(key_digest)
 
-    async def user_of_key(self, api_key: str) -> User | None:
-        return await self.user_of(hash_key(api_key.strip()))
+    async def caller_of_key(self, api_key: str) -> Caller | None:
+        return await self.caller_of(hash_key(api_key.strip()))
 
     async def signed_in(self, request: Request) -> Visitor:
         visitor = await self.visitor(request)
@@ -119,6 +124,8 @@ def _section(path: str) -> str:
         ("/pods", "pods"),
         ("/billing", "billing"),
         ("/models", "models"),
+        ("/keys", "keys"),
+        ("/users", "users"),
     ):
         if path.startswith(prefix):
             return section

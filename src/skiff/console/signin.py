@@ -16,6 +16,7 @@ from skiff.console import csrf, endpoint_pages
 from skiff.console.base import Console
 from skiff.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, new_nonce
 from skiff.domain.keys import hash_key
+from skiff.domain.permissions import Kind
 
 
 def safe_next(base: str, target: str | None) -> str:
@@ -77,9 +78,17 @@ def routes(console: Console) -> list[BaseRoute]:
         api_key = form.get("api_key")
         if not isinstance(api_key, str) or not api_key.strip():
             return await sign_in_page(request, "Enter your API key.", 400)
-        user = await console.user_of_key(api_key)
-        if user is None:
+        caller = await console.caller_of_key(api_key)
+        if caller is None:
             return await sign_in_page(request, "That API key is not valid (or was revoked).", 401)
+        if caller.permissions.kind is not Kind.ALL:
+            # A session has all its user's rights: a narrower key must not open one.
+            return await sign_in_page(
+                request,
+                f"This API key's permissions are {caller.permissions.kind}: the console "
+                "needs a key with permissions all (a session has all your rights).",
+                401,
+            )
         base = request.scope.get("root_path", "")
         target = form.get("next")
         going = safe_next(base, target if isinstance(target, str) else None)

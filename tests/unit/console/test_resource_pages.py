@@ -22,7 +22,7 @@ from skiff.console.resource_pages import DeletePage, ListPage
 from skiff.errors import Conflict, Invalid, NotFound
 
 USER: Any = SimpleNamespace(id="u1", name="ann")
-VISITOR = Visitor(USER, SimpleNamespace(nonce="n"), "token")  # type: ignore[arg-type]
+VISITOR = Visitor(USER, SimpleNamespace(nonce="n"), "token", SimpleNamespace())  # type: ignore[arg-type]
 
 
 class PageContext(Console):
