@@ -72,15 +72,22 @@ def build(services: Services) -> FastAPI:
             "Management REST interface of skiff: container registry auths, templates, "
             "serverless endpoints (queue-based, or load balancing with `type: LB`: their "
             "requests go to `/lb/{endpointId}/...`, passed to the workers' own HTTP servers), "
-            "network volumes, pods, billing, public models, secrets, your account's settings "
-            "and the webhook signing secret. "
-            "Authenticate with `Authorization: Bearer <API key>`. "
+            "network volumes, pods, billing, public models, secrets, your account's settings, "
+            "API keys and the webhook signing secret. "
+            "Authenticate with `Authorization: Bearer <API key>`; a key's permissions "
+            "(`all`, `read`, or `restricted` to some endpoints) decide which routes it reaches, "
+            "and a key lacking one gets a 401 naming it. "
             'Errors are `{"message": ...}`. Another user\'s ids answer 404.'
         ),
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
-        responses={401: {"description": "Missing or invalid API key"}},
+        responses={
+            401: {
+                "description": "Missing, invalid or revoked API key, or one lacking the "
+                "permission the route needs (the message names it)"
+            }
+        },
     )
     errors.install(app, "message")
     # The key is checked, and the body's size with it, before FastAPI reads a body.

@@ -143,9 +143,9 @@ class ConsoleMount(Mount):
         return super().matches(scope)
 
 
-def build(services: Services) -> ASGIApp:
-    console = Console(services)
-    routes: list[BaseRoute] = [
+def routes(console: Console) -> list[BaseRoute]:
+    """Every route of the console (walked by its tests: each but sign-in asks for a session)."""
+    return [
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
         *signin.routes(console),
         *endpoint_pages.routes(console),
@@ -162,7 +162,11 @@ def build(services: Services) -> ASGIApp:
         *key_pages.routes(console),
         *user_pages.routes(console),
     ]
-    app = Starlette(routes=routes, exception_handlers=_error_handlers(console))
+
+
+def build(services: Services) -> ASGIApp:
+    console = Console(services)
+    app = Starlette(routes=routes(console), exception_handlers=_error_handlers(console))
     app.state.console = console
 
     async def admit(request: Request) -> int:
