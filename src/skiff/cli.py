@@ -345,13 +345,15 @@ def keys_create(
 @keys.command("list")
 @_data_dir_option
 def keys_list(data_dir: Path | None, database_url: str | None) -> None:
-    """List keys (never the keys themselves: a hint, the owner, the state)."""
+    """List keys (never the keys themselves: a hint, the owner, the state, the permissions)."""
     settings = _settings(data_dir=data_dir, database_url=database_url)
     rows = _with_store(settings, lambda store: store.list_api_keys())
-    click.echo(f"{'ID':<12} {'USER':<16} {'HINT':<14} {'STATE':<8} LABEL")
+    click.echo(f"{'ID':<12} {'USER':<16} {'HINT':<14} {'STATE':<9} {'PERMISSIONS':<11} LABEL")
     for key, user in rows:
-        state = "revoked" if key.revoked_at else "active"
-        click.echo(f"{key.id:<12} {user.name:<16} {key.hint:<14} {state:<8} {key.label}")
+        # A disabled user's keys are refused as a revoked key is, until the user is enabled.
+        state = "revoked" if key.revoked_at else "disabled" if user.disabled_at else "active"
+        kind = str(key.permissions.kind)
+        click.echo(f"{key.id:<12} {user.name:<16} {key.hint:<14} {state:<9} {kind:<11} {key.label}")
 
 
 @keys.command("revoke")
