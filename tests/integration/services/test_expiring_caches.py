@@ -13,7 +13,9 @@ import pytest
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
+from skiff.domain import keys
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.permissions import ALL, READ_ONLY, Access
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Unauthorized
@@ -127,3 +129,31 @@ async def test_the_live_worker_count_is_counted_again_once_it_is_a_second_old(
     assert await services.workers.live_count("ep1") == 1
     clock.advance(0.001)
     assert await services.workers.live_count("ep1") == 2
+
+
+async def test_a_disabled_users_key_works_until_its_cached_caller_expires(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    auth = Auth(store, clock, cache_seconds=KEY_CACHE_SECONDS)
+    issued = await auth.issue_key("dora", is_admin=False, label="test")
+    caller = await auth.caller(issued.key)
+    assert caller.permissions == ALL and caller.key_id == issued.record.id
+    assert await store.set_user_disabled(issued.user.id, clock.now())
+    clock.advance(KEY_CACHE_SECONDS - 0.001)
+    assert (await auth.authenticate(issued.key)).name == "dora"
+    clock.advance(0.001)
+    with pytest.raises(Unauthorized, match="invalid or revoked"):
+        await auth.authenticate(issued.key)
+    # The console's sessions read the key now, not from the cache: theirs end at once.
+    assert await auth.caller_of_digest(keys.hash_key(issued.key)) is None
+
+
+async def test_a_key_is_refused_what_its_permissions_lack(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    auth = Auth(store, clock, cache_seconds=KEY_CACHE_SECONDS)
+    user = await auth.ensure_user("eve", is_admin=False)
+    issued = await auth.register_key(keys.new_api_key(), user, "ro", READ_ONLY)
+    assert (await auth.authorize(issued.key, Access.READ, "ep1")).name == "eve"
+    with pytest.raises(Unauthorized, match="lacks the permission read_write on endpoint ep1"):
+        await auth.authorize(issued.key, Access.READ_WRITE, "ep1")

@@ -951,6 +951,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0010_user_settings.sql",
         "0011_load_balancing.sql",
         "0012_public_models.sql",
+        "0013_key_permissions.sql",
         "0014_secrets.sql",
     ]
     assert {
@@ -1016,6 +1017,7 @@ AFTER_RENUMBERING = [
     "0010_user_settings.sql",
     "0011_load_balancing.sql",
     "0012_public_models.sql",
+    "0013_key_permissions.sql",
     "0014_secrets.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
@@ -1035,6 +1037,7 @@ BOTH_RECORDS = sorted(
         "0010_user_settings.sql",
         "0011_load_balancing.sql",
         "0012_public_models.sql",
+        "0013_key_permissions.sql",
         "0014_secrets.sql",
     ]
 )
