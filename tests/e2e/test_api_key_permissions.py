@@ -54,7 +54,7 @@ def _as(server: Server, key: str) -> httpx.Client:
 
 def test_a_key_is_made_shown_once_listed_without_it_and_revoked(server: Server) -> None:
     made = server.http.post("/v1/apikeys", json={"name": "laptop", "permissions": "all"})
-    assert made.status_code == 201, made.text
+    assert made.status_code == 200, made.text
     body = made.json()
     key = body["key"]
     assert key.startswith("sk_") and body["permissions"] == "all" and body["endpoints"] == {}
@@ -99,7 +99,7 @@ def test_a_restricted_key_reaches_only_its_endpoints(server: Server) -> None:
         "/v1/apikeys",
         json={"name": "ci", "permissions": "restricted", "endpoints": {mine: "read_write"}},
     )
-    assert made.status_code == 201, made.text
+    assert made.status_code == 200, made.text
     assert made.json()["endpoints"] == {mine: "read_write"}
     with _as(server, made.json()["key"]) as ci:
         assert ci.post(f"/v2/{mine}/run", json={"input": {"n": 1}}).status_code == 200
@@ -138,7 +138,7 @@ def test_a_user_sees_and_revokes_only_their_own_keys(server: Server) -> None:
     bob = _user_key(server, "bob-keys")
     with _as(server, bob) as as_bob:
         made = as_bob.post("/v1/apikeys", json={"name": "bob's", "permissions": "read"})
-        assert made.status_code == 201
+        assert made.status_code == 200
         admins = server.http.get("/v1/apikeys").json()
         assert made.json()["id"] not in [k["id"] for k in admins]
         bobs = as_bob.get("/v1/apikeys").json()

@@ -63,7 +63,7 @@ def router(services: Services, caller_dep: Any) -> APIRouter:
     keys = APIRouter(prefix="/apikeys", tags=["API keys"])
     CallerDep = Annotated[Caller, Depends(caller_dep)]
 
-    @keys.post("", status_code=201, response_model=ApiKeyCreated, responses=BAD)
+    @keys.post("", response_model=ApiKeyCreated, responses=BAD)
     @needs(WRITE)
     async def create_api_key(body: ApiKeyCreate, caller: CallerDep) -> ApiKeyCreated:
         """Make a key for yourself. The answer's `key` is shown this once: keep it. A key

@@ -4,9 +4,10 @@ graphql-core) over the same services as ``/v1``: one set of rules, the same key,
 own resources alone.
 
 Errors come back the GraphQL way: HTTP 200 with ``{"errors": [{"message": ...}]}`` (the SDK
-raises its ``QueryError`` with the message); an unknown or revoked key is a 401, which the SDK
-reports as an authentication error. An operation skiff does not serve yet is refused by the
-schema, by name, never answered with a made-up success.
+raises its ``QueryError`` with the message); an unknown or revoked key, or one lacking the
+permission the operation needs (a query reads, a mutation writes: ``OPERATION_NEEDS``), is a
+401, which the SDK reports as an authentication error. An operation skiff does not serve yet is
+refused by the schema, by name, never answered with a made-up success.
 
 Any key holder can send anything, so a request is bounded before it costs much
 (``api/graphql_limits.py``): its body is refused with a 413 past ``BODY_LIMIT`` before it is

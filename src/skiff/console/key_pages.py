@@ -69,7 +69,7 @@ def routes(console: Console) -> list[BaseRoute]:
             errors = forms.service_error(exc, "name")
             return await answer(request, visitor, values=kept, errors=errors, status=400)
         made = {"name": issued.record.label, "key": issued.key}
-        return await answer(request, visitor, made=made, status=201)
+        return await answer(request, visitor, made=made)
 
     async def revoke(request: Request) -> Response:
         visitor = await console.signed_in(request)

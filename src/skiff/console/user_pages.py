@@ -60,7 +60,7 @@ def routes(console: Console) -> list[BaseRoute]:
             values = {"name": form.get("name", "")}
             return await answer(request, visitor, values=values, errors=errors, status=400)
         made = {"name": issued.user.name, "key": issued.key}
-        return await answer(request, visitor, made=made, status=201)
+        return await answer(request, visitor, made=made)
 
     def switch(disabled: bool) -> Any:
         async def handler(request: Request) -> Response:
