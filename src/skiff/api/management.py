@@ -106,9 +106,8 @@ def build(services: Services) -> FastAPI:
                 "bearerAuth": {"type": "http", "scheme": "bearer"}
             }
             schema["security"] = [{"bearerAuth": []}]
-            app.openapi_schema = downgrade_to_3_0(
-                document_errors(schema, "message", ("400", "401", "404", "409", "413"))
-            )
+            documented = document_errors(schema, "message", ("400", "401", "404", "409", "413"))
+            app.openapi_schema = downgrade_to_3_0(_say_permissions(documented, app))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -131,3 +130,21 @@ def build(services: Services) -> FastAPI:
     if undeclared:  # a route reached by any key unchecked would be a hole: refuse to start
         raise RuntimeError(f"/v1 routes without a declared permission (@needs): {undeclared}")
     return app
+
+
+def _say_permissions(schema: dict[str, Any], app: FastAPI) -> dict[str, Any]:
+    """Each operation's 401 says which permission its key needs (``@needs``)."""
+    for route in api_routes(app.routes):
+        if not isinstance(route.need, Need):
+            continue
+        for method in route.methods:
+            operation = schema["paths"].get(route.path, {}).get(method.lower())
+            if operation is None:
+                continue
+            need = route.need
+            where = f" on the endpoint `{need.endpoint_param}`" if need.endpoint_param else ""
+            operation["responses"]["401"]["description"] = (
+                f"Missing, invalid or revoked API key, or one without the permission "
+                f"`{need.access}`{where} (the message names it)"
+            )
+    return schema

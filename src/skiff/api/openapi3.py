@@ -47,7 +47,8 @@ def downgrade_to_3_0(schema: dict[str, Any]) -> dict[str, Any]:
 #: Statuses every operation may answer with an error body, and what they mean.
 _ERRORS = {
     "400": "Bad request: a field is invalid (`field` names it) or the body is not JSON",
-    "401": "Missing or invalid key",
+    "401": "Missing, invalid or revoked key, or one lacking the permission this operation "
+    "needs (the message names it)",
     "404": "Not found, or not yours",
     "409": "Conflict: a name already taken, or a resource still in use",
     "413": "The body is larger than this operation accepts",
