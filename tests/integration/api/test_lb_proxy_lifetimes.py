@@ -26,7 +26,9 @@ from service_stubs import lb_endpoint as stub_lb_endpoint
 from skiff.api import lb as lb_api
 from skiff.clock import ManualClock
 from skiff.config import Settings
+from skiff.domain import permissions
 from skiff.domain.endpoints import Endpoint
+from skiff.domain.users import User
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.balancer import Balancer
 from skiff.services.hub import Services
@@ -115,15 +117,15 @@ class Caller:
 
 
 class _Auth:
-    async def authenticate(self, _key: str) -> str:
-        return "u1"
+    async def caller(self, _key: str) -> permissions.Caller:
+        return permissions.Caller(User("u1", "u1", False, 0.0), permissions.ALL, "k1")
 
 
 @dataclass
 class _Endpoints:
     endpoint: Endpoint
 
-    async def for_jobs(self, _user: str, _endpoint_id: str) -> Endpoint:
+    async def for_jobs(self, _user: User, _endpoint_id: str) -> Endpoint:
         return self.endpoint
 
 
