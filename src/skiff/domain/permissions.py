@@ -38,10 +38,6 @@ class Need:
     #: The path parameter naming the endpoint the route acts on; None: the account as a whole.
     endpoint_param: str | None = None
 
-    def describe(self) -> str:
-        where = f" on endpoint {{{self.endpoint_param}}}" if self.endpoint_param else ""
-        return f"{self.access}{where}"
-
 
 @dataclass(frozen=True, slots=True)
 class NoKey:
