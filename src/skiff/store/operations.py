@@ -148,7 +148,25 @@ class SqlStore:
     _keys: KeySource
     _sealer: Sealer | None = None
 
+    async def open(self) -> list[str]:
+        """Connect, migrate, then check and apply the keys of the sealed values; the names of
+        the migrations applied. A key refused leaves the store closed."""
+        applied = await self._connect()
+        try:
+            await self._use_keys()
+        except BaseException:
+            await self.close()
+            raise
+        return applied
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
     # -- adapter hooks -----------------------------------------------------------------
+    async def _connect(self) -> list[str]:
+        """Connect and bring the schema up to date; the migrations this applied."""
+        raise NotImplementedError
+
     def _reader(self) -> Connection:
         raise NotImplementedError
 

@@ -160,7 +160,7 @@ class PostgresStore(SqlStore):
         self._on_pool: _PostgresConnection | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def open(self) -> list[str]:
+    async def _connect(self) -> list[str]:
         settings = {"search_path": _quote_ident(self._schema)} if self._schema else None
         pool = await asyncpg.create_pool(
             self._dsn,
@@ -176,11 +176,6 @@ class PostgresStore(SqlStore):
             raise
         self._pool = pool
         self._on_pool = _PostgresConnection(pool)
-        try:
-            await self._use_keys()
-        except BaseException:
-            await self.close()
-            raise
         return applied
 
     async def close(self) -> None:

@@ -307,7 +307,7 @@ class SQLiteStore(SqlStore):
         self._reads: _SQLiteConnection | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def open(self) -> list[str]:
+    async def _connect(self) -> list[str]:
         make_private_dirs(self._path.parent)
         # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the mode of the
         # database file, and the database holds secrets (datadir.py). Files left open to others
@@ -323,11 +323,6 @@ class SQLiteStore(SqlStore):
         self._writer = _Writer(self._path)
         self._writer.start()
         self._reads = _SQLiteConnection(_connect(self._path))
-        try:
-            await self._use_keys()
-        except BaseException:
-            await self.close()
-            raise
         return applied
 
     async def close(self) -> None:
