@@ -110,7 +110,7 @@ def build(services: Services) -> JobHandlers:
             body = await read_body(request, RUNSYNC_LIMIT)
             job_request = parse_job_request(body, endpoint.spec.executionTimeoutMs)
             job = await jobs.submit(endpoint, job_request, sync=True, wait_ms=given)
-            job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000)
+            job = await jobs.wait_until_final(endpoint, job.id, wait_ms / 1000, submitted=job)
             if job.status in FINAL_STATES:
                 return json_response(status_view(job, clock.now()))
             return json_response(

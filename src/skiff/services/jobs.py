@@ -95,13 +95,22 @@ class Jobs:
             self._wakeups.notify(Wake.SCALER)
         return job
 
-    async def wait_until_final(self, endpoint: Endpoint, job_id: str, timeout: float) -> Job:
-        """The job once it is final, or as it is when ``timeout`` seconds have passed."""
+    async def wait_until_final(
+        self, endpoint: Endpoint, job_id: str, timeout: float, submitted: Job | None = None
+    ) -> Job:
+        """The job once it is final, or as it is when ``timeout`` seconds have passed.
+
+        ``submitted``: the job as the caller's own ``submit`` just returned it, with no await
+        since. Nothing can have taken it further before the wait below is listening, so it
+        stands in for the first read (a ``/runsync`` reads its job once, when it is done)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             with self._wakeups.listen(Wake.job(job_id)) as event:
-                job = await self.get(endpoint, job_id)
+                if submitted is not None:
+                    job, submitted = submitted, None
+                else:
+                    job = await self.get(endpoint, job_id)
                 remaining = deadline - loop.time()
                 if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
                     return job

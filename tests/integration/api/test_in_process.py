@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from in_process import InProcess
+from skiff.domain.jobs import Job
 
 
 async def test_a_job_runs_through_the_worker_protocol_and_its_result_is_read(
@@ -123,3 +126,39 @@ async def test_management_resources_round_trip(in_process: InProcess) -> None:
     assert (await http.delete(f"/v1/endpoints/{endpoint['id']}")).status_code in (200, 204)
     gone = await http.get(f"/v1/endpoints/{endpoint['id']}")
     assert gone.status_code == 404 and "message" in gone.json()
+
+
+async def test_runsync_reads_its_job_once_when_it_is_done(
+    in_process: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own submission says it is queued: the first read would only say so again (one read
+    fewer per /runsync, docs/performance.md)."""
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    store = in_process.services.store
+    reads: list[str] = []
+    real_get_job = store.get_job
+
+    async def counted(endpoint: str, job_id: str) -> Job | None:
+        reads.append(job_id)
+        return await real_get_job(endpoint, job_id)
+
+    monkeypatch.setattr(store, "get_job", counted)
+
+    async def work() -> None:
+        async with await in_process.worker(endpoint_id) as worker:
+            for _ in range(20):  # bounded: a refused /runsync queues nothing to take
+                taken = await worker.get(f"/v2/{endpoint_id}/job-take/w-3?job_in_progress=0")
+                if taken.status_code != 204:
+                    break
+            await worker.post(
+                f"/v2/{endpoint_id}/job-done/w-3/{taken.json()['id']}?isStream=false",
+                json={"output": "done"},
+            )
+
+    working = asyncio.create_task(work())
+    answer = await in_process.http.post(
+        f"/v2/{endpoint_id}/runsync?wait=30000", json={"input": {"n": 1}}
+    )
+    await working
+    assert answer.json()["status"] == "COMPLETED", answer.text
+    assert reads == [answer.json()["id"]]
