@@ -105,6 +105,13 @@ async def fail_once(services: Services, endpoint: Endpoint, failed_before: int) 
     await eventually_async(counted, f"failed start {failed_before + 1} to be recorded")
     await eventually_async(lambda: services.fleet.provider.running() == [], "the worker to be gone")
 
+    async def kept_unhealthy() -> bool:
+        return bool(await unhealthy(services))
+
+    # The exit's handling ends by keeping the worker as unhealthy, after the failure is counted:
+    # a pass of the scaler before that (a loaded machine) would see no such record yet.
+    await eventually_async(kept_unhealthy, "the failed worker to be kept as unhealthy")
+
 
 @pytest.mark.parametrize("kind", [WorkerKind.EXTERNAL, WorkerKind.LOCAL])
 async def test_a_worker_up_since_before_the_failure_does_not_cut_the_back_off(
