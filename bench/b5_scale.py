@@ -64,7 +64,7 @@ def run(opts: Options) -> BenchResult:
     reps = opts.pick(5, 1)
     warmups = opts.pick(1, 0)
     result = BenchResult(
-        "B5", f"scale from zero, {reps} repetitions each without and with flashboot"
+        "B5", f"scale from zero, {reps} repetitions: afresh, flashboot, sandbox off, fork server"
     )
     samples: list[dict[str, float]] = []
     flash: list[dict[str, float]] = []
@@ -80,16 +80,22 @@ def run(opts: Options) -> BenchResult:
                 if rep >= warmups:
                     into.append(sample)
     # The same cold starts without the sandbox (SKIFF_SANDBOX=off), in the same run: what the
-    # sandbox costs a start (providers/bubblewrap.py).
+    # sandbox costs a start (providers/bubblewrap.py), started afresh and, outside the sandbox,
+    # forked from a zygote (providers/fork_server.py; the warm-up repetition's worker starts
+    # afresh while the zygote starts, every counted one is forked).
     bare: list[dict[str, float]] = []
-    with servers.skiff(
-        opts.logs, "b5-nosandbox", opts.scratch, settings | {"SKIFF_SANDBOX": "off"}
-    ) as skiff:
-        for rep in range(warmups + reps):
-            opts.say(f"B5 (cold, sandbox off): repetition {rep + 1 - warmups} of {reps}")
-            sample = _once(skiff, opts)
-            if rep >= warmups:
-                bare.append(sample)
+    forked: list[dict[str, float]] = []
+    unsandboxed = (
+        ("sandbox off", bare, {"SKIFF_SANDBOX": "off", "SKIFF_FORK_SERVERS": "off"}),
+        ("sandbox off, fork server", forked, {"SKIFF_SANDBOX": "off"}),
+    )
+    for mode, into, extra in unsandboxed:
+        with servers.skiff(opts.logs, "b5-nosandbox", opts.scratch, settings | extra) as skiff:
+            for rep in range(max(1, warmups) + reps):
+                opts.say(f"B5 (cold, {mode}): repetition {rep + 1 - warmups} of {reps}")
+                sample = _once(skiff, opts)
+                if rep >= max(1, warmups):
+                    into.append(sample)
     goals = {"to_handler_total": 1500.0}
     for key, label in PHASES:
         result.rows.append(_row(label, samples, key, "n/a: no scaling", goals.get(key)))
@@ -105,10 +111,14 @@ def run(opts: Options) -> BenchResult:
     for key in ("process", "to_handler_total"):
         label = dict(PHASES)[key]
         result.rows.append(_row(f"sandbox off: {label}", bare, key, "n/a: no scaling", None))
+    fork_goals = {"to_handler_total": 250.0}
+    for key in ("process", "sdk_import", "first_take", "to_handler_total", "total"):
+        label = f"fork server (sandbox off): {dict(PHASES)[key]}"
+        result.rows.append(_row(label, forked, key, "n/a: no scaling", fork_goals.get(key)))
     flash_goals = {"to_handler_total": 200.0}
     for key, label in FLASH_PHASES:
         result.rows.append(_row(label, flash, key, "n/a", flash_goals.get(key)))
-    errors = sum(1 for s in (*samples, *flash, *bare) if not s["completed"])
+    errors = sum(1 for s in (*samples, *flash, *bare, *forked) if not s["completed"])
     result.errors = {"skiff": errors}
     result.rows.append(result.error_row())
     result.curves["B5 scale from zero, phases (ms, p50)"] = {
@@ -126,6 +136,7 @@ def run(opts: Options) -> BenchResult:
         "samples": samples,
         "flashboot_samples": flash,
         "no_sandbox_samples": bare,
+        "fork_server_samples": forked,
         "warmups": warmups,
     }
     return result

@@ -153,7 +153,12 @@ def open_provider(
             server=server_identity(socket.gethostname(), settings.data_dir),
             pids_limit=settings.container_pids_limit,
         )
-    return LocalProvider(exits.report, logs=worker_logs.sink, sandbox=open_sandbox(settings))
+    return LocalProvider(
+        exits.report,
+        logs=worker_logs.sink,
+        sandbox=open_sandbox(settings),
+        fork_servers=settings.fork_servers,
+    )
 
 
 def open_sandbox(settings: Settings) -> Sandbox | None:

@@ -153,6 +153,10 @@ class Settings(BaseSettings):
     #: ``off``: every worker runs as the server's own user and sees what it sees, for a server
     #: whose users all trust each other.
     sandbox: bool = True
+    #: Start a local worker outside the sandbox that runs ``python script.py`` as a fork of a
+    #: pre-started interpreter with the runpod SDK imported (providers/fork_server.py): tens
+    #: of milliseconds instead of the SDK's import. ``off``: every worker starts afresh.
+    fork_servers: bool = True
     #: The Ray cluster (``SKIFF_PROVIDER=ray``): ``ray://head:10001`` (Ray Client), or the head's
     #: ``host:port`` (or ``auto``) where this host is a Ray node itself.
     ray_address: str | None = None

@@ -33,6 +33,7 @@ from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap
 from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
 from skiff.providers.bubblewrap import Sandbox
+from skiff.providers.fork_server import ForkedProcess, ForkServers, forkable
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +58,14 @@ _SHIELDED_SHIM = (
 )
 
 
+def _shim_prefix(shim: str = _SHIM) -> list[str]:
+    return [sys.executable, "-S", "-I", "-c", shim, str(os.getpid())]
+
+
 def _shimmed(argv: list[str], shim: str = _SHIM) -> list[str]:
     if sys.platform != "linux":
         return argv
-    return [sys.executable, "-S", "-I", "-c", shim, str(os.getpid()), *argv]
+    return [*_shim_prefix(shim), *argv]
 
 
 def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[str]:
@@ -160,13 +165,21 @@ class LocalProvider:
         *,
         logs: LogSinks,
         sandbox: Sandbox | None = None,
+        fork_servers: bool = True,
     ) -> None:
         self._on_exit = on_exit
         self._cwd = cwd
         #: None: the sandbox is off (``SKIFF_SANDBOX=off``), every worker runs as it is.
         self._sandbox = sandbox
         self._logs = logs
-        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._procs: dict[str, asyncio.subprocess.Process | ForkedProcess] = {}
+        #: Zygotes for the workers that can come out of one (``fork_server.py``): Linux only,
+        #: since a forked worker's death with its parent is PDEATHSIG.
+        self._forks = (
+            ForkServers(self.host_environment(), cwd, _shim_prefix())
+            if fork_servers and sys.platform == "linux"
+            else None
+        )
         self._watchers: set[asyncio.Task[None]] = set()
         #: Set once bwrap has been seen to mount a volume (a refusal is asked again next time).
         self._mounts_volumes = False
@@ -194,7 +207,7 @@ class LocalProvider:
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
         try:
-            proc = await asyncio.create_subprocess_exec(
+            proc = await self._forked(launch, write_fd) or await asyncio.create_subprocess_exec(
                 *_command(launch, self._sandbox, self._cwd),
                 env=launch.env,
                 cwd=launch.cwd or self._cwd,
@@ -222,6 +235,15 @@ class LocalProvider:
         task.add_done_callback(self._watchers.discard)
         return proc.pid
 
+    async def _forked(self, launch: Launch, log_fd: int) -> ForkedProcess | None:
+        """The worker forked from a zygote, when it can come from one and one is ready."""
+        if self._forks is None or launch.volume is not None:
+            return None
+        if launch.sandboxed and self._sandbox is not None:
+            return None
+        plan = forkable(launch)
+        return None if plan is None else await self._forks.fork(plan, launch, log_fd)
+
     @staticmethod
     async def _pump(
         worker_id: str,
@@ -240,7 +262,10 @@ class LocalProvider:
             transport.close()
 
     async def _watch(
-        self, worker_id: str, proc: asyncio.subprocess.Process, pump: asyncio.Task[None]
+        self,
+        worker_id: str,
+        proc: asyncio.subprocess.Process | ForkedProcess,
+        pump: asyncio.Task[None],
     ) -> None:
         code = await proc.wait()
         # The leader is gone; end whatever it left in its group (the SDK's heartbeat process).
@@ -275,6 +300,12 @@ class LocalProvider:
         # Let the watchers report the exits before the store closes.
         if self._watchers:
             await asyncio.wait(set(self._watchers), timeout=5)
+        if self._forks is not None:
+            await self._forks.close()
+
+    @property
+    def fork_servers(self) -> ForkServers | None:
+        return self._forks
 
     def running(self) -> list[str]:
         return list(self._procs)

@@ -109,7 +109,9 @@ class LocalPodProvider:
         self, on_exit: PodExitCallback, *, logs: LogSinks, sandbox: Sandbox | None = None
     ) -> None:
         self._on_exit = on_exit
-        self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox)
+        # A pod is a long-lived machine of its own, not a worker: started as its command
+        # says, never forked from a worker's zygote.
+        self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
         #: Pods skiff stops or restarts -> set once their process's end has been handled (it
         #: comes once their output is drained, after ``LocalProvider.stop`` has returned): not
