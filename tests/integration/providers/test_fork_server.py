@@ -167,36 +167,41 @@ async def test_exit_codes_tracebacks_and_output_arrive_as_from_a_plain_process(
     assert lines[-1] == "ModuleNotFoundError: No module named 'nosuchmodule'"
 
 
+async def _stopped(harness: Harness, body: str, name: str, grace: float) -> tuple[int, list[str]]:
+    """A forked worker running ``body`` (which prints ``up``) stopped with ``grace``: its exit
+    code and log."""
+    worker = harness.launch([sys.executable, str(harness.script(body, name))])
+    pid = await harness.provider.start(worker)
+    assert _parent(pid) != os.getpid(), "forked from the zygote"
+    await asyncio.to_thread(eventually, lambda: "up" in harness.lines(worker), "up")
+    await harness.provider.stop(worker.worker_id, grace=grace)
+    await asyncio.to_thread(eventually, lambda: worker.worker_id in harness.exits.codes, "exit")
+    return harness.exits.codes[worker.worker_id], harness.lines(worker)
+
+
+def _parent(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(ln for ln in status.splitlines() if ln.startswith("PPid:")).split()[1])
+
+
 async def test_a_forked_worker_gets_its_sigterm_grace_and_is_killed_after_it(
     harness: Harness,
 ) -> None:
     await harness.warm(harness.launch([sys.executable, str(harness.script(_REPORT))]))
-    graceful = harness.script(
+    graceful = (
         "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: (print('term', flush=True), sys.exit(3)))\n"
-        "print('up', flush=True)\n"
-        "time.sleep(60)\n",
-        "graceful.py",
+        "print('up', flush=True)\ntime.sleep(60)\n"
     )
-    worker = harness.launch([sys.executable, str(graceful)])
-    await harness.provider.start(worker)
-    await asyncio.to_thread(eventually, lambda: "up" in harness.lines(worker), "up")
-    await harness.provider.stop(worker.worker_id, grace=10)
-    await asyncio.to_thread(eventually, lambda: worker.worker_id in harness.exits.codes, "exit")
-    assert harness.exits.codes[worker.worker_id] == 3
-    assert "term" in harness.lines(worker)
-
-    stubborn = harness.script(
+    code, lines = await _stopped(harness, graceful, "graceful.py", grace=10)
+    assert code == 3
+    assert "term" in lines
+    stubborn = (
         "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "print('up', flush=True)\ntime.sleep(60)\n",
-        "stubborn.py",
+        "print('up', flush=True)\ntime.sleep(60)\n"
     )
-    worker = harness.launch([sys.executable, str(stubborn)])
-    await harness.provider.start(worker)
-    await asyncio.to_thread(eventually, lambda: "up" in harness.lines(worker), "up")
-    await harness.provider.stop(worker.worker_id, grace=0.5)
-    await asyncio.to_thread(eventually, lambda: worker.worker_id in harness.exits.codes, "exit")
-    assert harness.exits.codes[worker.worker_id] == -signal.SIGKILL
+    code, _ = await _stopped(harness, stubborn, "stubborn.py", grace=0.5)
+    assert code == -signal.SIGKILL
 
 
 async def test_workers_die_with_their_zygote_and_are_reported_killed(harness: Harness) -> None:
