@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from skiff.console import csrf, render
+from skiff.console.forms import Refused
 from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.keys import hash_key
@@ -106,6 +107,24 @@ class Console:
             **context,
         )
         return HTMLResponse(html, status, headers={"Cache-Control": "no-store"})
+
+    def form_page(
+        self,
+        request: Request,
+        name: str,
+        visitor: Visitor,
+        refused: Refused | None,
+        blank: dict[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        """A page with a form: ``blank`` (status 200), or sent back ``refused`` with what was
+        typed, its errors and its status."""
+        if refused is None:
+            return self.page(request, name, visitor, values=blank or {}, errors={}, **context)
+        values, errors = refused.values, refused.errors
+        return self.page(
+            request, name, visitor, refused.status, values=values, errors=errors, **context
+        )
 
     @staticmethod
     def redirect(request: Request, path: str) -> RedirectResponse:

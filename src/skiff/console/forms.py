@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +21,18 @@ from skiff.errors import Conflict, Invalid
 #: Field name -> the message shown next to it.
 Errors = dict[str, str]
 M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A form sent back to its page: what was typed (shown again), what is wrong with it (by
+    field) and the answer's status. A page shown without one has its blank form, no errors
+    and status 200."""
+
+    values: dict[str, str]
+    errors: Errors
+    status: int = 400
+
 
 #: Endpoint settings the console's endpoint form edits, as the API names them.
 ENDPOINT_NUMBERS = (

@@ -26,22 +26,18 @@ def routes(console: Console) -> list[BaseRoute]:
     async def answer(
         request: Request,
         visitor: Visitor,
-        *,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
+        refused: forms.Refused | None = None,
         made: dict[str, Any] | None = None,
-        status: int = 200,
     ) -> Response:
-        return console.page(
+        return console.form_page(
             request,
             "keys.html",
             visitor,
-            status,
+            refused,
+            {"permissions": "all"},
             title="API keys",
             keys=await services.accounts.keys_of(visitor.user),
             endpoints=await services.endpoints.all(visitor.user),
-            values=values or {"permissions": "all"},
-            errors=errors or {},
             made=made,
             revoked=request.query_params.get("revoked"),
         )
@@ -67,7 +63,7 @@ def routes(console: Console) -> list[BaseRoute]:
         except Invalid as exc:
             kept = {k: v for k, v in form.items() if k != "csrf"}
             errors = forms.service_error(exc, "name")
-            return await answer(request, visitor, values=kept, errors=errors, status=400)
+            return await answer(request, visitor, forms.Refused(kept, errors))
         made = {"name": issued.record.label, "key": issued.key}
         return await answer(request, visitor, made=made)
 

@@ -53,23 +53,17 @@ class ListPage:
     raw_notice: bool = False
 
     async def answer(
-        self,
-        request: Request,
-        visitor: Visitor,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
+        self, request: Request, visitor: Visitor, refused: forms.Refused | None = None
     ) -> Response:
         """The list; after a refused create, with the form's values and errors."""
         shown = await self.shows(visitor)
-        return self.console.page(
+        return self.console.form_page(
             request,
             self.template,
             visitor,
-            status,
+            refused,
+            self.defaults(shown),
             title=self.title,
-            values=values or self.defaults(shown),
-            errors=errors or {},
             created=request.query_params.get("created"),
             deleted=request.query_params.get("deleted"),
             **shown,
@@ -107,7 +101,7 @@ class ListPage:
                 else:
                     return self.done(request, "created", name)
             shown = form if kept is None else {k: form.get(k, "") for k in kept}
-            return await self.answer(request, visitor, shown, errors, 400)
+            return await self.answer(request, visitor, forms.Refused(shown, errors))
 
         return handler
 

@@ -64,19 +64,16 @@ def routes(console: Console) -> list[BaseRoute]:
         request: Request,
         visitor: Visitor,
         secret: Secret,
-        errors: forms.Errors | None = None,
-        status: int = 200,
+        refused: forms.Refused | None = None,
     ) -> Response:
-        return console.page(
+        return console.form_page(
             request,
             "secret.html",
             visitor,
-            status,
+            refused,
             title=secret.name,
             secret=secret,
             used_by=(await referred_by(visitor)).get(secret.name, []),
-            values={},
-            errors=errors or {},
             saved=request.query_params.get("saved"),
         )
 
@@ -98,7 +95,8 @@ def routes(console: Console) -> list[BaseRoute]:
                 errors = forms.service_error(exc, "value")
             else:
                 return Console.redirect(request, f"/secrets/{secret.id}?saved=1")
-        return await secret_page(request, visitor, secret, errors, 400)
+        # The value is never shown again, not even as typed.
+        return await secret_page(request, visitor, secret, forms.Refused({}, errors))
 
     async def delete_shows(visitor: Visitor, secret: Secret) -> dict[str, Any]:
         return {"secret": secret, "used_by": (await referred_by(visitor)).get(secret.name, [])}

@@ -16,22 +16,16 @@ def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
     async def settings_page(
-        request: Request,
-        visitor: Visitor,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
+        request: Request, visitor: Visitor, refused: forms.Refused | None = None
     ) -> Response:
-        if values is None:
-            values = {"pubKey": await services.user_settings.pub_key(visitor.user) or ""}
-        return console.page(
+        saved_key = await services.user_settings.pub_key(visitor.user) if refused is None else None
+        return console.form_page(
             request,
             "settings.html",
             visitor,
-            status,
+            refused,
+            {"pubKey": saved_key or ""},
             title="Settings",
-            values=values,
-            errors=errors or {},
             saved=request.query_params.get("saved"),
         )
 
@@ -47,7 +41,7 @@ def routes(console: Console) -> list[BaseRoute]:
             await services.user_settings.set_pub_key(visitor.user, pub_key)
         except Invalid as exc:
             errors = forms.service_error(exc, "pubKey")
-            return await settings_page(request, visitor, {"pubKey": pub_key}, errors, 400)
+            return await settings_page(request, visitor, forms.Refused({"pubKey": pub_key}, errors))
         return Console.redirect(request, "/settings?saved=1")
 
     return [

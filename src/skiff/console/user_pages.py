@@ -28,21 +28,16 @@ def routes(console: Console) -> list[BaseRoute]:
     async def answer(
         request: Request,
         visitor: Visitor,
-        *,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
+        refused: forms.Refused | None = None,
         made: dict[str, Any] | None = None,
-        status: int = 200,
     ) -> Response:
-        return console.page(
+        return console.form_page(
             request,
             "users.html",
             visitor,
-            status,
+            refused,
             title="Users",
             users=await accounts.users(visitor.user),
-            values=values or {},
-            errors=errors or {},
             made=made,
             changed=request.query_params.get("changed"),
         )
@@ -58,7 +53,7 @@ def routes(console: Console) -> list[BaseRoute]:
         except (Invalid, Conflict) as exc:
             errors = forms.service_error(exc, "name")
             values = {"name": form.get("name", "")}
-            return await answer(request, visitor, values=values, errors=errors, status=400)
+            return await answer(request, visitor, forms.Refused(values, errors))
         made = {"name": issued.user.name, "key": issued.key}
         return await answer(request, visitor, made=made)
 

@@ -70,22 +70,19 @@ def routes(console: Console) -> list[BaseRoute]:
         request: Request,
         visitor: Visitor,
         shown: VolumeReport,
-        values: dict[str, str] | None = None,
-        errors: forms.Errors | None = None,
-        status: int = 200,
+        refused: forms.Refused | None = None,
     ) -> Response:
         volume = shown.volume
-        return console.page(
+        return console.form_page(
             request,
             "volume.html",
             visitor,
-            status,
+            refused,
+            {"name": volume.name, "size": str(volume.size)},
             title=volume.name,
             report=shown,
             endpoints=(await attached_to(visitor)).get(volume.id, []),
             pods=(await mounted_by(visitor)).get(volume.id, []),
-            values=values or {"name": volume.name, "size": str(volume.size)},
-            errors=errors or {},
             saved=request.query_params.get("saved"),
         )
 
@@ -115,7 +112,7 @@ def routes(console: Console) -> list[BaseRoute]:
                 errors = forms.service_error(exc, "size")
             else:
                 return Console.redirect(request, f"/volumes/{current.volume.id}?saved=1")
-        return await volume_page(request, visitor, current, shown, errors, 400)
+        return await volume_page(request, visitor, current, forms.Refused(shown, errors))
 
     async def delete_shows(visitor: Visitor, shown: VolumeReport) -> dict[str, Any]:
         return {
