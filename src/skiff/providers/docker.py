@@ -324,6 +324,34 @@ def create_container(
         raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
 
 
+class Daemon:
+    """The Docker daemon as a provider (workers' or pods') talks to it: ``client`` is a
+    ``docker.DockerClient``, made from the environment on first use when none is given (a
+    server on the local provider never needs a daemon)."""
+
+    def __init__(self, client: Any = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = docker.from_env()
+        return self._client
+
+    def labelled(self, marker: str, label: str, what: str) -> list[Any]:
+        """The containers, in any state, carrying ``marker``=1 and ``label``; none (logged)
+        when the daemon cannot list them. The caller checks the labels again: a filter the
+        daemon ignores (an old API) must never widen what is removed."""
+        try:
+            found: list[Any] = self.client.containers.list(
+                all=True, ignore_removed=True, filters={"label": [f"{marker}=1", label]}
+            )
+        except DockerException as exc:
+            log.warning("listing skiff's %s failed: %s", what, exc)
+            return []
+        return found
+
+
 class DockerProvider:
     """``owner`` (this replica's id) and ``server`` (``server_identity``) are written on every
     container it starts; ``client`` is a ``docker.DockerClient`` (from the environment,
@@ -347,17 +375,14 @@ class DockerProvider:
         self._owner = owner
         self._server = server
         self._pids_limit = pids_limit
-        self._client_given = client
+        self._daemon = Daemon(client)
         self._running: dict[str, Any] = {}
         self._served: dict[str, ServedAt | None] = {}
         self._watchers: set[asyncio.Task[None]] = set()
 
     @property
     def client(self) -> Any:
-        # Made on first use: a server on the local provider never needs a daemon.
-        if self._client_given is None:
-            self._client_given = docker.from_env()
-        return self._client_given
+        return self._daemon.client
 
     def worker_url(self, base_url: str) -> str:
         return gateway_url(base_url)
@@ -503,16 +528,7 @@ class DockerProvider:
         return ended
 
     def _ours(self, label: str) -> list[Any]:
-        try:
-            found = self.client.containers.list(
-                all=True, ignore_removed=True, filters={"label": [f"{MARKER}=1", label]}
-            )
-        except DockerException as exc:
-            log.warning("listing skiff's containers failed: %s", exc)
-            return []
-        # The daemon filtered by label already; checked again so a filter the daemon ignores
-        # (an old API) can never widen what is removed.
-        return [c for c in found if is_ours(c.labels)]
+        return [c for c in self._daemon.labelled(MARKER, label, "containers") if is_ours(c.labels)]
 
 
 class _Handover:

@@ -22,7 +22,6 @@ import threading
 import time
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
@@ -37,6 +36,7 @@ from skiff.providers.base import (
 )
 from skiff.providers.docker import (
     SERVER_LABEL,
+    Daemon,
     _explain,
     _Handover,
     _in_daemon_thread,
@@ -154,7 +154,7 @@ class DockerPodProvider:
         self._logs = logs
         self._server = server
         self._pids_limit = pids_limit
-        self._client_given = client
+        self._daemon = Daemon(client)
         self._running: dict[str, tuple[Any, PodInstance]] = {}
         #: Pods being stopped or restarted by skiff: their container's end is not an exit.
         self._quiet: set[str] = set()
@@ -162,9 +162,7 @@ class DockerPodProvider:
 
     @property
     def client(self) -> Any:
-        if self._client_given is None:
-            self._client_given = docker.from_env()
-        return self._client_given
+        return self._daemon.client
 
     async def start(self, launch: PodLaunch) -> PodInstance:
         sink = self._logs(launch.pod_id, launch.pod_id)
@@ -311,16 +309,9 @@ class DockerPodProvider:
         self._running.clear()
 
     def _ours(self, label: str) -> list[Any]:
-        try:
-            found = self.client.containers.list(
-                all=True, ignore_removed=True, filters={"label": [f"{POD_MARKER}=1", label]}
-            )
-        except DockerException as exc:
-            log.warning("listing skiff's pod containers failed: %s", exc)
-            return []
         return [
             c
-            for c in found
+            for c in self._daemon.labelled(POD_MARKER, label, "pod containers")
             if c.labels.get(POD_MARKER) == "1"
             and c.labels.get(POD_LABEL)
             and c.labels.get(SERVER_LABEL) == self._server
