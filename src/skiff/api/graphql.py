@@ -213,12 +213,7 @@ def build(services: Services) -> ASGIApp:
                 fields[name] = input[name]
         if input.get("isServerless"):
             fields["category"] = "NVIDIA"
-        if input.get("dockerArgs"):
-            fields["dockerStartCmd"] = _split(input["dockerArgs"])
-        if input.get("ports"):
-            fields["ports"] = [p for p in input["ports"].replace(" ", "").split(",") if p]
-        if input.get("env"):
-            fields["env"] = {e["key"]: e["value"] for e in input["env"]}
+        fields.update(_run_fields(input))
         if input.get("containerRegistryAuthId"):
             fields["containerRegistryAuthId"] = input["containerRegistryAuthId"]
         template = await _acting(
@@ -490,12 +485,7 @@ async def _pod_create_fields(
             template = None
     if template:
         fields["templateId"] = template
-    if given.get("dockerArgs"):
-        fields["dockerStartCmd"] = _split(given["dockerArgs"])
-    if given.get("ports"):
-        fields["ports"] = [p for p in given["ports"].replace(" ", "").split(",") if p]
-    if given.get("env"):
-        fields["env"] = {e["key"]: e["value"] for e in given["env"]}
+    fields.update(_run_fields(given))
     if given.get("dataCenterId"):
         fields["dataCenterIds"] = [given["dataCenterId"]]
     return fields
@@ -507,6 +497,20 @@ def _model(model: type[M], fields: dict[str, Any]) -> M:
         return model.model_validate(fields)
     except ValidationError as exc:
         raise GraphQLError(_validation_message(exc)) from None
+
+
+def _run_fields(given: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's strings for what a container runs (``dockerArgs``, ``ports`` as
+    "8888/http,22/tcp", ``env`` as key/value pairs) as ``/v1``'s fields: one reading for
+    templates and pods alike."""
+    fields: dict[str, Any] = {}
+    if given.get("dockerArgs"):
+        fields["dockerStartCmd"] = _split(given["dockerArgs"])
+    if given.get("ports"):
+        fields["ports"] = [p for p in given["ports"].replace(" ", "").split(",") if p]
+    if given.get("env"):
+        fields["env"] = {e["key"]: e["value"] for e in given["env"]}
+    return fields
 
 
 def _split(command: str) -> list[str]:
