@@ -192,12 +192,14 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         endpoint = await services.endpoints.get(user, endpoint_id)
         return await render(user, endpoint, include_template, include_workers)
 
-    @endpoints.patch(
-        "/{endpoint_id}",
-        response_model=EndpointOut,
-        response_model_exclude_none=True,
-        responses={**BAD, **NOT_FOUND},
-    )
+    # POST .../update is the reference's other spelling of PATCH: one answer for both.
+    updated: dict[str, Any] = {
+        "response_model": EndpointOut,
+        "response_model_exclude_none": True,
+        "responses": {**BAD, **NOT_FOUND},
+    }
+
+    @endpoints.patch("/{endpoint_id}", **updated)
     @needs(WRITE)
     async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
         """Changing the template, env, GPU settings or network volume bumps `version` and
@@ -205,12 +207,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         stop. The answer's `warnings` are those of create."""
         return await saved(user, await services.endpoints.update(user, endpoint_id, body))
 
-    @endpoints.post(
-        "/{endpoint_id}/update",
-        response_model=EndpointOut,
-        response_model_exclude_none=True,
-        responses={**BAD, **NOT_FOUND},
-    )
+    @endpoints.post("/{endpoint_id}/update", **updated)
     @needs(WRITE)
     async def update_endpoint_post(
         endpoint_id: str, body: EndpointUpdate, user: UserDep
