@@ -33,6 +33,7 @@ print("REPORT " + json.dumps({
     "cwd": os.getcwd(),
     "path0": sys.path[0],
     "token": os.environ.get("WORKER_TOKEN"),
+    "first_secret": os.environ.get("FIRST_TENANT_SECRET"),
     "main": __name__,
 }), flush=True)
 """
@@ -111,7 +112,8 @@ async def test_the_first_worker_starts_plainly_and_the_next_is_forked_as_a_fresh
     harness: Harness,
 ) -> None:
     script = harness.script(_REPORT)
-    first = harness.launch([sys.executable, str(script), "a"])
+    # The launch that starts the zygote is another tenant's: nothing of its own reaches it.
+    first = harness.launch([sys.executable, str(script), "a"], {"FIRST_TENANT_SECRET": "s1"})
     await harness.warm(first)
     assert harness.report(first)["preloaded"] is False
     assert harness.report(first)["ppid"] == os.getpid()
@@ -126,6 +128,7 @@ async def test_the_first_worker_starts_plainly_and_the_next_is_forked_as_a_fresh
     assert report["cwd"] == str(harness.tmp / "app")
     assert report["path0"] == str(script.parent)
     assert report["token"] == "t2", "the worker's own environment, not the zygote's"
+    assert report["first_secret"] is None, "the zygote carries no tenant's variables"
     assert report["main"] == "__main__"
 
 
