@@ -374,6 +374,7 @@ def create_app(
         return json_response({key: f"no such path: {request.url.path}"}, 404)
 
     v2 = v2_api.build(services)
+    lb = lb_api.build(services)
     app = WithHotRoutes(
         exception_handlers={404: not_found},
         routes=[
@@ -383,7 +384,7 @@ def create_app(
             Mount("/v1", app=management.build(services)),
             Route("/graphql", graphql_api.build(services), methods=["POST"]),
             Mount(v2_api.PREFIX, app=v2.app),
-            Mount(lb_api.PREFIX, app=lb_api.build(services)),
+            Mount(lb_api.PREFIX, app=lb.app),
             console_mount(services),
         ],
         lifespan=lifespan,
@@ -391,6 +392,8 @@ def create_app(
     app.state.services = services
     # The routes every job crosses skip the framework's routing and middleware (api/v2.py).
     app.hot = v2.hot
+    # ... and so do load-balancing endpoints' requests, on the fast protocol (api/lb.py).
+    v2.hot.lb = lb.proxy
     if settings.lb_domain:
         app.lb_domain = v2.hot.lb_domain = settings.lb_domain
     return app

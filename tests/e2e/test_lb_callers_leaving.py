@@ -20,6 +20,8 @@ import httpx
 import pytest
 from harness import Server, running
 
+from skiff.api.lb import BUFFERED_BODY_BYTES
+
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/fd").is_dir(), reason="reads open files from /proc"
 )
@@ -122,17 +124,23 @@ def test_callers_that_leave_before_the_answer_close_their_sockets_to_the_worker(
     server = mute.server
     baseline = open_files(server)
     # Waiting for the answer's head, with no body, with a whole body, and halfway through
-    # sending one.
+    # sending one (a large one, which is streamed through as it comes; a small one is read
+    # whole first and never reaches the worker).
+    streamed = BUFFERED_BODY_BYTES + 1
     callers = (
         [mute.caller("/never") for _ in range(20)]
         + [mute.caller("/never", body=b'{"prompt": "hello"}') for _ in range(15)]
-        + [mute.caller("/never", body=b"x" * 10, declared=1000) for _ in range(15)]
+        + [mute.caller("/never", body=b"x" * 10, declared=streamed) for _ in range(15)]
     )
+    halfway_small = [mute.caller("/never", body=b"x" * 10, declared=1000) for _ in range(5)]
     try:
         server.wait_for(lambda: mute.held() == 50, timeout=30, what="50 requests at the worker")
-        # Each caller's connection and its socket to the worker.
-        assert open_files(server) >= baseline + 50
+        # Each caller's connection and its socket to the worker; the small bodies' callers'
+        # connections alone.
+        assert open_files(server) >= baseline + 50 + 5
+        assert mute.held() == 50
     finally:
+        give_up(halfway_small)
         give_up(callers)
 
     server.wait_for(

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from skiff.api.lb import METHODS as LB_METHODS
+from skiff.api.lb import PREFIX as LB_PREFIX
 from skiff.api.lb import host_routed
 from skiff.api.nul import nul_refusal
 
@@ -74,6 +76,10 @@ class HotRoutes:
     ) -> None:
         #: ``SKIFF_LB_DOMAIN``: a request for a host under it is never a hot route's.
         self.lb_domain: str | None = None
+        #: The load-balancing endpoints' proxy (``api/lb.py``), which the fast protocol calls
+        #: straight for their requests: an ASGI app reading ``path_params`` (``endpoint_id``,
+        #: ``path``). None: those requests take the full app.
+        self.lb: ASGIApp | None = None
         #: The mount point, e.g. ``/v2``: what a request's ``root_path`` gains.
         self.root = prefix.rstrip("/")
         self.prefix = self.root + "/"
@@ -107,6 +113,20 @@ class HotRoutes:
                 values = (p for p, lit in zip(parts, route.literals, strict=True) if lit is None)
                 return route, dict(zip(route.names, values, strict=True))
         return None
+
+    def match_lb(self, method: str, path: str, host_endpoint: str | None) -> dict[str, str] | None:
+        """The path parameters of a load-balancing endpoint's request, as its routes in
+        ``api/lb.py`` would give them (``/lb/{endpoint_id}`` and ``/lb/{endpoint_id}/{path}``,
+        or any path for a host naming the endpoint: ``host_endpoint``); None when the request
+        is not one, or is left to the full app (another method, a NUL)."""
+        if self.lb is None or method not in LB_METHODS or "\x00" in path:
+            return None
+        if host_endpoint is not None:
+            return {"endpoint_id": host_endpoint, "path": path[1:]}
+        if not path.startswith(LB_PREFIX + "/"):
+            return None
+        endpoint_id, _, rest = path[len(LB_PREFIX) + 1 :].partition("/")
+        return {"endpoint_id": endpoint_id, "path": rest} if endpoint_id else None
 
     async def call(self, route: Route, request: Request, params: dict[str, str]) -> Response:
         """The route's answer: its handler's, or its error's as the app's handlers give it."""

@@ -11,9 +11,11 @@ is answered 503 with ``Retry-After``. A caller that leaves ends its request at o
 was waiting for a worker, for the worker's answer head, or in the middle of the answer's body:
 the connection to the worker is closed (its socket freed) and the lease given back, rather than
 held for the endpoint's ``executionTimeoutMs``. ``_Caller`` watches for that; ASGI says it
-with ``http.disconnect`` from ``receive``. These requests always come through ASGI (uvicorn's
-own request cycle): the fast protocol (``api/lean_http.py``) serves ``/v2`` routes only and
-leaves a load-balancing host's requests to that cycle.
+with ``http.disconnect`` from ``receive``. The fast protocol (``api/lean_http.py``) calls
+``_Proxy`` straight for a plain request (a body of known length up to its limit), sparing it
+uvicorn's cycle, the framework's routing and its middleware, as it does for the hot ``/v2``
+routes; any other request (a chunked or larger body, ``Expect``, ``SKIFF_FAST_HTTP=0``) reaches
+the same ``_Proxy`` through the app below. Either way the request sees the same ASGI messages.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from skiff.api import credentials, errors
 from skiff.api.needs import needs
@@ -41,9 +44,20 @@ PREFIX = "/lb"
 #: Every request to a load-balancing endpoint calls it (its workers do what it asks).
 LB_NEED = write_endpoint()
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: A request body up to this size is read whole before it goes to a worker; a larger one (or
+#: one of unknown length) is streamed through as it arrives.
+BUFFERED_BODY_BYTES = 64 * 1024
 
 
-def build(services: Services) -> Starlette:
+@dataclass(frozen=True)
+class Lb:
+    #: Mounted at ``PREFIX``: what uvicorn's own cycle reaches.
+    app: Starlette
+    #: Its one route, which the fast protocol calls straight (``HotRoutes.lb``).
+    proxy: ASGIApp
+
+
+def build(services: Services) -> Lb:
     proxy = needs(LB_NEED)(_Proxy(services, InFlight(services.settings.lb_max_in_flight)))
     app = Starlette(
         routes=[
@@ -54,7 +68,7 @@ def build(services: Services) -> Starlette:
     # Errors raised before the answer starts (a bad key, a 502, a 503) are answered by these,
     # as for any route.
     errors.install(app, "error")
-    return app
+    return Lb(app, proxy)
 
 
 class _Proxy:
@@ -111,9 +125,18 @@ class _Proxy:
         task = asyncio.current_task()
         assert task is not None  # an ASGI app always runs in a task
         caller = _Caller(receive, task)
+        body: AsyncIterator[bytes] | bytes | None
         if has_body(headers):
             # Its reader starts the watch once the body is all in: ``receive`` has one reader.
-            body = caller.body()
+            if _small(headers):
+                # Read whole first, as a buffering proxy does: the worker gets head and body in
+                # one write (for most requests the body came in the head's packet anyway), and
+                # is not troubled by a caller that leaves halfway through it.
+                body = await caller.whole_body()
+                if body is None:
+                    return  # gone before its body was all in: nobody to answer
+            else:
+                body = caller.body()
         else:
             body = None
             caller.watch()
@@ -171,6 +194,14 @@ class _Proxy:
             caller.done()
 
 
+def _small(headers: list[tuple[str, str]]) -> bool:
+    """Whether the request says its body is at most ``BUFFERED_BODY_BYTES`` long."""
+    for name, value in headers:
+        if name == "content-length":
+            return value.strip().isdigit() and int(value) <= BUFFERED_BODY_BYTES
+    return False  # chunked: of unknown length, streamed through as it comes
+
+
 class _Caller:
     """Whether the caller of one request is still there. ``receive`` says ``http.disconnect``
     when it leaves; the request's body comes through it as well, so this is its one reader: the
@@ -210,6 +241,22 @@ class _Caller:
             if not message.get("more_body", False):
                 break
         self.watch()
+
+    async def whole_body(self) -> bytes | None:
+        """The request's body read whole, then the watch; None if the caller left before its
+        end (the handler, which is the reader here, is told so rather than cancelled)."""
+        chunks: list[bytes] = []
+        receive = self._receive
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                self.watching = False
+                return None
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        self.watch()
+        return b"".join(chunks)
 
     def watch(self) -> None:
         """Watch for the caller leaving from now on (its body, if any, all read)."""

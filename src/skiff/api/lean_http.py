@@ -57,6 +57,8 @@ from skiff.api.connections import (
     ConnectionWatch,
 )
 from skiff.api.hot import HotRoutes, Route
+from skiff.api.lb import BUFFERED_BODY_BYTES as LB_BUFFERED_BODY_BYTES
+from skiff.api.lb import PREFIX as LB_PREFIX
 from skiff.domain.balancing import endpoint_of_host
 
 log = logging.getLogger(__name__)
@@ -94,12 +96,13 @@ async def _corrected(_scope: Any, _receive: Any, _send: Any) -> None:
 
 
 class LeanCycle:
-    """One hot-route request on a connection, in the place of uvicorn's cycle."""
+    """One hot-route request on a connection, in the place of uvicorn's cycle; with no
+    ``route``, a load-balancing endpoint's request, for its proxy (``HotRoutes.lb``)."""
 
     def __init__(
         self,
         protocol: LeanHttpProtocol,
-        route: Route,
+        route: Route | None,
         params: dict[str, str],
         scope: dict[str, Any],
         keep_alive: bool,
@@ -164,9 +167,29 @@ class LeanCycle:
         proxy = self.protocol.proxy_headers
         if self.forwarded and proxy is not None:
             await proxy(self.scope, self.receive, self.send)  # type: ignore[arg-type]
+        if self.route is None:
+            await self._pass_through()
+            return
         request = Request(self.scope, self.receive)
         response = await self.protocol.hot.call(self.route, request, self.params)
         await self._answer(response)
+
+    async def _pass_through(self) -> None:
+        """A load-balancing endpoint's request: its proxy answers through ``send`` as it would
+        through uvicorn's cycle; what it raises before its answer starts (a bad key, no worker
+        ready) is answered as its app answers it (``errors.install`` in ``api/lb.py``)."""
+        hot = self.protocol.hot
+        assert hot.lb is not None  # only such a protocol makes cycles without a route
+        try:
+            await hot.lb(self.scope, self.receive, self.send)
+        except Exception as exc:
+            if self.response_started:
+                raise  # cut short: run_asgi closes the connection
+            await self._answer(await hot.on_error(Request(self.scope, self.receive), exc))
+            return
+        if not self.response_complete and not self.disconnected:
+            log.error("A load-balancing answer ended without completing")
+            self.protocol.transport.close()
 
     async def _answer(self, response: Response) -> None:
         if type(response).__call__ is not Response.__call__:
@@ -348,7 +371,7 @@ class LeanHttpProtocol(HttpToolsProtocol):
 
     def _lean_route(
         self,
-    ) -> tuple[Route, dict[str, str], dict[str, Any], bool, bool] | None:
+    ) -> tuple[Route | None, dict[str, str], dict[str, Any], bool, bool] | None:
         parser = self.parser
         if self.expect_100_continue or parser.should_upgrade():
             return None
@@ -358,28 +381,39 @@ class LeanHttpProtocol(HttpToolsProtocol):
         path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
-        found = self.hot.match(method, self.root_path + path)
-        if found is None:
-            return None
+        hot = self.hot
+        found = hot.match(method, self.root_path + path)
+        lb_host: str | None = None
         forwarded = False
+        length = 0
         for name, value in self.headers:
             if name == b"content-length":
                 try:
-                    if int(value) > LEAN_BODY_LIMIT:
-                        return None
+                    length = int(value)
                 except ValueError:
+                    return None
+                if length > LEAN_BODY_LIMIT:
                     return None
             elif name == b"transfer-encoding":
                 return None
             elif name == b"x-forwarded-for" or name == b"x-forwarded-proto":
                 forwarded = self.proxy_headers is not None
-            elif (
-                name == b"host"
-                and self.hot.lb_domain is not None
-                and endpoint_of_host(value.decode("latin-1"), self.hot.lb_domain) is not None
-            ):
-                return None  # a load-balancing endpoint's own host: its paths are its workers'
-        route, params = found
+            elif name == b"host" and hot.lb_domain is not None and lb_host is None:
+                # A load-balancing endpoint's own host: its paths are its workers'.
+                lb_host = endpoint_of_host(value.decode("latin-1"), hot.lb_domain)
+        root_path = self.root_path + hot.root
+        route: Route | None
+        handler: object
+        if lb_host is not None or found is None:
+            params_of_lb = hot.match_lb(method, path, lb_host)
+            if params_of_lb is None or length > LB_BUFFERED_BODY_BYTES:
+                # A larger body is streamed to the worker as it comes: uvicorn's cycle.
+                return None
+            route, params, handler = None, params_of_lb, hot.lb
+            root_path = self.root_path + (LB_PREFIX if lb_host is None else "")
+        else:
+            route, params = found
+            handler = route.handler
         http_version = parser.get_http_version()
         scope: dict[str, Any] = {
             "type": "http",
@@ -389,15 +423,17 @@ class LeanHttpProtocol(HttpToolsProtocol):
             "client": self.client,
             "scheme": self.scheme,
             "method": method,
-            "root_path": self.root_path + self.hot.root,
+            "root_path": root_path,
             "path": self.root_path + path,
             "raw_path": self.root_path.encode("ascii") + raw_path,
             "query_string": url.query or b"",
             "headers": self.headers,
             "path_params": params,
-            "endpoint": route.handler,
+            "endpoint": handler,
             "state": self.app_state.copy(),
         }
+        if lb_host is not None:
+            scope["skiff.lb_prefix"] = ""  # the worker sees the caller's own view (api/lb.py)
         keep_alive = http_version != "1.0" and parser.should_keep_alive()
         return route, params, scope, keep_alive, forwarded
 

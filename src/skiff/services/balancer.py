@@ -14,7 +14,11 @@ worker from zero as one on the leader does.
 
 The store keeps each worker's state in step (running while it has requests in flight, idle
 from when it has none, so ``idleTimeout`` stops it); only a change between the two is written,
-one write at a time per worker, so the last word is always the current count.
+one write at a time per worker, so the last word is always the current count. A worker whose
+last request ended is written idle only once it has stayed so for ``idle_settle_seconds``, with
+the moment it became idle: under a steady load its count touches zero between two requests all
+the time, and writing each of those would cost two commits a request (most of the proxy's CPU,
+docs/performance.md, B8) for a state nobody could read in between.
 """
 
 from __future__ import annotations
@@ -50,6 +54,9 @@ RETRY_AFTER_SECONDS = 5
 #: old another's may be and still count (a replica gone stops counting after this).
 BOARD_SECONDS = 1.0
 BOARD_FRESH_SECONDS = 5.0
+#: How long a worker stays with no request in flight before the store hears it is idle: well
+#: under any ``idleTimeout`` (whole seconds), whose count starts from the moment it became idle.
+IDLE_SETTLE_SECONDS = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,10 @@ class _Note:
     #: Out of rotation (a failed connection, a failed ping, an exit) until it passes a ping
     #: again or leaves.
     out: bool = False
+    #: Since its last request ended (wall clock), while the store has not heard it is idle.
+    idle_from: float | None = None
+    #: The write of that idle state, due once it has settled.
+    settle: asyncio.TimerHandle | None = None
 
 
 class Balancer:
@@ -126,11 +137,15 @@ class Balancer:
         workers: Workers,
         wakeups: Wakeups,
         wait_seconds: float,
+        clock: Clock,
         monotonic: Callable[[], float] = time.monotonic,
         board: DemandBoard | None = None,
+        idle_settle_seconds: float = IDLE_SETTLE_SECONDS,
     ) -> None:
         """``board``: where replicas share their counts (None: this replica is alone)."""
         self._board = board
+        self._clock = clock
+        self._idle_settle_seconds = idle_settle_seconds
         #: Endpoints whose counts on the board are not zero: refreshed until they are.
         self._posted: set[str] = set()
         self._workers = workers
@@ -323,6 +338,10 @@ class Balancer:
         note = self._note(worker)
         note.outstanding += 1
         note.last_picked = self._monotonic()
+        note.idle_from = None
+        if note.settle is not None:  # busy again before the store heard it was idle
+            note.settle.cancel()
+            note.settle = None
         self._in_flight[endpoint_id] += 1
         return Lease(endpoint_id, chosen, worker.address)
 
@@ -338,32 +357,51 @@ class Balancer:
             note.outstanding = max(0, note.outstanding - 1)
             if connection_failed:
                 note.out = True
+            if not note.outstanding and note.idle_from is None:
+                note.idle_from = self._clock.now()
+                note.settle = asyncio.get_running_loop().call_later(
+                    self._idle_settle_seconds, self._settle, lease.worker_id
+                )
         self._in_flight[lease.endpoint_id] -= 1
         if self._in_flight[lease.endpoint_id] <= 0:
             del self._in_flight[lease.endpoint_id]
         if connection_failed:
             self._ready.pop(lease.endpoint_id, None)
             self._suspect(lease.worker_id)
-        task = asyncio.create_task(self._sync_state(lease.worker_id))
-        self._syncs.add(task)
-        task.add_done_callback(self._syncs.discard)
         # A request that finished may be what the scaler waits for to stop an idle worker.
         if not self._in_flight.get(lease.endpoint_id):
             self._wakeups.notify(Wake.SCALER)
 
+    def _settle(self, worker_id: str) -> None:
+        """The worker has had no request in flight for the settle time: the store hears."""
+        note = self._notes.get(worker_id)
+        if note is not None:
+            note.settle = None
+        task = asyncio.create_task(self._sync_state(worker_id))
+        self._syncs.add(task)
+        task.add_done_callback(self._syncs.discard)
+
     async def _sync_state(self, worker_id: str) -> None:
         """Write running or idle as the current count says, one write per worker at a time
-        (so writes never land out of order)."""
+        (so writes never land out of order); idle from the moment its last request ended."""
         lock = self._state_locks.setdefault(worker_id, asyncio.Lock())
         async with lock:
-            busy = self.in_flight_on(worker_id) > 0
+            note = self._notes.get(worker_id)
+            busy = note is not None and note.outstanding > 0
             copy = self._workers.copy(worker_id)
             if copy is not None and copy.state is (
                 WorkerState.RUNNING if busy else WorkerState.IDLE
             ):
                 return
-            await self._workers.serving(worker_id, busy)
+            since = None if busy or note is None else note.idle_from
+            await self._workers.serving(worker_id, busy, since)
 
     async def aclose(self) -> None:
+        """Idle states still settling are written now (the server is stopping), then every
+        write under way is waited for."""
+        for worker_id, note in self._notes.items():
+            if note.settle is not None:
+                note.settle.cancel()
+                self._settle(worker_id)
         if self._syncs:
             await asyncio.wait(set(self._syncs), timeout=5)

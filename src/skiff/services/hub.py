@@ -173,7 +173,7 @@ class Services:
             else None
         )
         board = None if cluster.alone else StoreBoard(store, clock, cluster.replica_id)
-        balancer = Balancer(workers, wakeups, settings.lb_wait_seconds, board=board)
+        balancer = Balancer(workers, wakeups, settings.lb_wait_seconds, clock, board=board)
         # After the fleet's: by the time the balancer hears of an exit, the record is gone.
         exits.subscribe(balancer.on_exit)
         webhooks = WebhookSender(

@@ -82,7 +82,9 @@ class Forwarding:
     query: bytes
     headers: Sequence[tuple[str, str]]
     #: None when the request has none (see ``has_body``): nothing is sent after its head.
-    body: AsyncIterator[bytes] | None
+    #: Bytes when it was read whole first (a small one, ``api/lb.py``): sent with the head in
+    #: one write, and sent again to another worker if the first refused the connection.
+    body: AsyncIterator[bytes] | bytes | None
     #: What the worker is told about the original request (``X-Forwarded-*``).
     client: str | None
     scheme: str
@@ -219,7 +221,7 @@ class LbProxy:
     async def forward(self, endpoint: Endpoint, request: Forwarding) -> Upstream:
         """The worker's answer, once its head is in. Cancelled (the caller left), the request
         ends there: aiohttp closes that connection to the worker, and the lease is given back."""
-        body = _Body(request.body) if request.body is not None else None
+        body = request.body if not isinstance(request.body, AsyncIterator) else _Body(request.body)
         headers = _forwarded_headers(request)
         # The answer's head must come within the endpoint's execution timeout, and so must
         # each piece of its body after the one before.
@@ -244,7 +246,7 @@ class LbProxy:
                 )
             except aiohttp.ClientConnectorError as exc:
                 self._balancer.release(lease, connection_failed=True)
-                if (body is not None and body.started) or attempt == MAX_CONNECT_TRIES:
+                if (isinstance(body, _Body) and body.started) or attempt == MAX_CONNECT_TRIES:
                     raise BadGateway(
                         f"worker {lease.worker_id} of endpoint {endpoint.id} could not be "
                         f"reached: {exc}"

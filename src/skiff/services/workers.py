@@ -140,10 +140,13 @@ class Workers:
             self._remember(worker_id, worker)
         return worker
 
-    async def serving(self, worker_id: str, busy: bool) -> Worker | None:
-        """A load-balancing worker has requests in flight (running) or none (idle); one in
-        any other state is left so (None)."""
-        worker = await self._store.worker_serving(worker_id, busy, self._clock.now())
+    async def serving(
+        self, worker_id: str, busy: bool, since: float | None = None
+    ) -> Worker | None:
+        """A load-balancing worker has requests in flight (running) or none (idle, from
+        ``since``: now if not given); one in any other state is left so (None)."""
+        now = self._clock.now() if since is None else since
+        worker = await self._store.worker_serving(worker_id, busy, now)
         if worker is not None:
             self._remember(worker_id, worker)
         return worker

@@ -194,7 +194,8 @@ async def make_rig(tmp_path: Path) -> AsyncIterator[RigMaker]:
     async def make(cap: int = 256, execution_timeout_ms: int = 600_000) -> Rig:
         worker = MuteWorker()
         port = await worker.start()
-        workers = Workers(store, ManualClock())
+        clock = ManualClock()
+        workers = Workers(store, clock)
         record = await workers.add(
             Worker(
                 id="w1",
@@ -208,7 +209,7 @@ async def make_rig(tmp_path: Path) -> AsyncIterator[RigMaker]:
                 health_address=f"127.0.0.1:{port}",
             )
         )
-        balancer = Balancer(workers, Wakeups(), wait_seconds=5)
+        balancer = Balancer(workers, Wakeups(), wait_seconds=5, clock=clock)
         proxy = LbProxy(balancer)
         metrics = _Metrics()
         # What of the services the route uses: the proxy and balancer real, the rest stubs.
@@ -219,7 +220,7 @@ async def make_rig(tmp_path: Path) -> AsyncIterator[RigMaker]:
             lb_proxy=proxy,
             settings=Settings(lb_max_in_flight=cap),
         )
-        app = lb_api.build(cast(Services, services))
+        app = lb_api.build(cast(Services, services)).app
         route_app = app.routes[0].endpoint  # type: ignore[attr-defined]
         rig = Rig(app, route_app.in_flight, balancer, worker, metrics, record)
         made.append((rig, proxy))
@@ -270,7 +271,8 @@ async def test_a_caller_leaving_halfway_through_its_body_closes_the_connection_t
 ) -> None:
     rig = await make_rig()
     caller = Caller(body=b"x" * 10, complete=False)
-    task = rig.request(caller, "/never", method="POST", length=1000)
+    # Larger than what is read whole first: streamed to the worker as it comes.
+    task = rig.request(caller, "/never", method="POST", length=lb_api.BUFFERED_BODY_BYTES + 1)
     await eventually_async(lambda: rig.worker.open == 1, "the request at the worker")
 
     caller.leave()
@@ -278,6 +280,23 @@ async def test_a_caller_leaving_halfway_through_its_body_closes_the_connection_t
 
     await eventually_async(rig.settled, "the request's slot, lease and connection given back")
     assert caller.sent == []
+
+
+async def test_a_small_body_is_read_whole_before_a_worker_is_troubled(
+    make_rig: RigMaker,
+) -> None:
+    rig = await make_rig()
+    caller = Caller(body=b"x" * 10, complete=False)
+    task = rig.request(caller, "/never", method="POST", length=lb_api.BUFFERED_BODY_BYTES)
+    await eventually_async(lambda: rig.in_flight.of("ep1") == 1, "the request taken in")
+    await asyncio.sleep(0.05)  # were it streamed, the worker would have its connection by now
+    assert rig.worker.open == 0
+
+    caller.leave()
+    await asyncio.wait_for(task, DEADLINE)
+
+    await eventually_async(rig.settled, "the request's slot, lease and connection given back")
+    assert caller.sent == [] and rig.worker.open == 0
 
 
 async def test_a_caller_leaving_in_the_middle_of_the_answer_closes_the_connection_to_the_worker(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -21,15 +22,17 @@ import uvicorn
 from click.testing import CliRunner
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Mount
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eventually import eventually_async
 from skiff.api import errors
 from skiff.api.body import read_body
 from skiff.api.hot import Handler, HotRoutes, WithHotRoutes
+from skiff.api.lb import BUFFERED_BODY_BYTES
 from skiff.api.lean_http import (
     CONNECTED,
     LEAN_BODY_LIMIT,
@@ -80,13 +83,51 @@ def _router(seen: Seen, gate: asyncio.Event) -> APIRouter:
     return router
 
 
+class _LbStub:
+    """A load-balancing endpoints' proxy (api/lb.py) that answers with what it was given."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        params = scope["path_params"]
+        if params["endpoint_id"] == "missing":
+            raise NotFound("endpoint missing not found")
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        seen = {
+            "endpoint": params["endpoint_id"],
+            "path": params.get("path", ""),
+            "method": scope["method"],
+            "query": scope["query_string"].decode(),
+            "body": len(body),
+            "prefix": scope.get("skiff.lb_prefix"),
+        }
+        await send({"type": "http.response.start", "status": 200, "headers": [_JSON]})
+        await send({"type": "http.response.body", "body": json.dumps(seen).encode()})
+
+
+_JSON = (b"content-type", b"application/json")
+#: ``SKIFF_LB_DOMAIN`` of the test server.
+LB_DOMAIN = "lb.test"
+
+
 def _hot_app(router: APIRouter) -> WithHotRoutes:
-    """``router`` mounted at ``/v2`` as the server mounts its routes, its routes also hot."""
+    """``router`` mounted at ``/v2`` as the server mounts its routes, its routes also hot; a
+    stand-in for the load-balancing proxy at ``/lb``, also called straight."""
     inner = FastAPI()
     errors.install(inner, "error")
     inner.include_router(router)
-    app = WithHotRoutes(routes=[Mount("/v2", app=inner)])
+    stub = _LbStub()
+    lb = Starlette(
+        routes=[Route("/{endpoint_id}", stub), Route("/{endpoint_id}/{path:path}", stub)]
+    )
+    errors.install(lb, "error")
+    app = WithHotRoutes(routes=[Mount("/v2", app=inner), Mount("/lb", app=lb)])
     app.hot = HotRoutes("/v2", _direct(router), errors.responder("error"))
+    app.hot.lb = stub
+    app.lb_domain = app.hot.lb_domain = LB_DOMAIN
     return app
 
 
@@ -190,6 +231,51 @@ async def test_errors_are_answered_as_the_app_answers_them(server: Running) -> N
     assert missing.status_code == 404 and missing.json() == {"error": "job missing not found"}
     assert unknown.status_code == 404
     assert server.seen.asgi == ["GET /v2/ep1/nope"]
+
+
+async def test_a_load_balancing_request_goes_to_its_proxy_without_the_asgi_cycle(
+    server: Running,
+) -> None:
+    async with httpx.AsyncClient() as client:
+        posted = await client.post(server.url("/lb/ep1/gen/a%20b?n=2"), content=b"hello")
+        bare = await client.get(server.url("/lb/ep1"))
+        missing = await client.get(server.url("/lb/missing/x"))
+    assert posted.json() == {
+        "endpoint": "ep1",
+        "path": "gen/a b",
+        "method": "POST",
+        "query": "n=2",
+        "body": 5,
+        "prefix": None,
+    }
+    assert bare.json()["path"] == "" and bare.json()["method"] == "GET"
+    # Refused before its answer started: answered as the proxy's own app answers it.
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "endpoint missing not found"}
+    assert server.seen.asgi == []
+
+
+async def test_a_load_balancing_endpoints_own_host_goes_to_its_proxy_with_the_whole_path(
+    server: Running,
+) -> None:
+    async with httpx.AsyncClient() as client:
+        # A /v2 path too: under the endpoint's own host, every path is its workers'.
+        got = await client.get(
+            server.url("/v2/ep1/status/j1"), headers={"Host": f"ep9.{LB_DOMAIN}"}
+        )
+    assert got.json()["endpoint"] == "ep9" and got.json()["path"] == "v2/ep1/status/j1"
+    assert got.json()["prefix"] == ""
+    assert server.seen.asgi == []
+
+
+async def test_a_load_balancing_body_over_what_is_read_whole_is_streamed_by_the_asgi_cycle(
+    server: Running,
+) -> None:
+    body = b"x" * (BUFFERED_BODY_BYTES + 1)
+    async with httpx.AsyncClient() as client:
+        got = await client.put(server.url("/lb/ep1/up"), content=body)
+    assert got.json()["body"] == len(body) and got.json()["method"] == "PUT"
+    assert server.seen.asgi == ["PUT /lb/ep1/up"]
 
 
 async def test_a_body_over_the_lean_limit_takes_the_asgi_cycle_and_its_limits(

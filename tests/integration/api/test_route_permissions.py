@@ -226,7 +226,7 @@ async def test_every_graphql_operation_checks_its_permission(keyed: Keys) -> Non
 
 async def test_every_load_balancing_route_checks_its_permission(keyed: Keys) -> None:
     wrong: list[str] = []
-    for route in lb_api.build(keyed.app.services).routes:
+    for route in lb_api.build(keyed.app.services).app.routes:
         assert isinstance(route, Route)
         need = need_of(route.endpoint)
         assert isinstance(need, Need), f"{route.path} declares no permission"

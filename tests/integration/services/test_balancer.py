@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from eventually import eventually_async
 from service_stubs import lb_endpoint as stub_lb_endpoint
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint
@@ -44,7 +45,7 @@ async def add(workers: Workers, worker_id: str, state: WorkerState, port: int) -
 def parts(store: SQLiteStore, clock: ManualClock) -> tuple[Workers, Wakeups, Balancer]:
     workers = Workers(store, clock)
     wakeups = Wakeups()
-    return workers, wakeups, Balancer(workers, wakeups, wait_seconds=5)
+    return workers, wakeups, Balancer(workers, wakeups, wait_seconds=5, clock=clock)
 
 
 async def test_requests_go_to_the_worker_with_fewest_in_flight(
@@ -71,6 +72,66 @@ async def test_requests_go_to_the_worker_with_fewest_in_flight(
     [w1, w2, _] = await workers.of_endpoint("ep1")
     assert w1.state is WorkerState.IDLE and w1.idle_since is not None
     assert w2.state is WorkerState.IDLE
+
+
+async def test_a_worker_busy_again_before_its_idle_settles_is_never_written_idle(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    written: list[bool] = []
+
+    class Counted(Workers):
+        async def serving(
+            self, worker_id: str, busy: bool, since: float | None = None
+        ) -> Worker | None:
+            written.append(busy)
+            return await super().serving(worker_id, busy, since)
+
+    workers = Counted(store, clock)
+    balancer = Balancer(workers, Wakeups(), wait_seconds=5, clock=clock, idle_settle_seconds=3600)
+    await add(workers, "w1", WorkerState.IDLE, 9001)
+
+    for _ in range(3):  # a steady load: the count touches zero between requests
+        balancer.release(await balancer.acquire(lb_endpoint()))
+        clock.advance(2)
+    lease = await balancer.acquire(lb_endpoint())
+    await asyncio.sleep(0)
+
+    assert written == [True]  # made running once, never idle in between
+    stored = await store.get_worker("w1")  # the store itself, not the service's copy
+    assert stored is not None
+    assert stored.state is WorkerState.RUNNING and stored.idle_since is None
+
+    ended_at = clock.now()
+    balancer.release(lease)
+    clock.advance(7)
+    await balancer.aclose()  # a stopping server writes what was still settling
+    assert written == [True, False]
+    stored = await store.get_worker("w1")
+    assert stored is not None
+    assert stored.state is WorkerState.IDLE and stored.idle_since == ended_at
+
+
+async def test_an_idle_worker_is_written_idle_once_settled_from_when_it_became_idle(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    workers = Workers(store, clock)
+    balancer = Balancer(workers, Wakeups(), wait_seconds=5, clock=clock, idle_settle_seconds=0.05)
+    await add(workers, "w1", WorkerState.IDLE, 9001)
+    lease = await balancer.acquire(lb_endpoint())
+    clock.advance(3)
+    ended_at = clock.now()
+
+    balancer.release(lease)
+    clock.advance(30)  # idleTimeout counts from the request's end, not from the write
+
+    async def idle() -> bool:
+        stored = await store.get_worker("w1")
+        return stored is not None and stored.state is WorkerState.IDLE
+
+    await eventually_async(idle, "the worker written idle")
+    stored = await store.get_worker("w1")
+    assert stored is not None and stored.idle_since == ended_at
+    await balancer.aclose()
 
 
 async def test_a_stopping_worker_is_never_made_idle_again(
@@ -110,7 +171,7 @@ async def test_a_request_waits_for_a_worker_to_become_ready(
 async def test_no_worker_in_time_is_a_refusal_with_retry_after(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    balancer = Balancer(Workers(store, clock), Wakeups(), wait_seconds=0.2)
+    balancer = Balancer(Workers(store, clock), Wakeups(), wait_seconds=0.2, clock=clock)
 
     with pytest.raises(NoWorkerReady) as refused:
         await balancer.acquire(lb_endpoint())
