@@ -121,9 +121,10 @@ class Dispatch:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         woken = False
+        key = Wake.endpoint(endpoint.id)
         while True:
             with (
-                self._wakeups.listen(Wake.endpoint(endpoint.id)) as event,
+                self._wakeups.listen(key) as event,
                 self.result_holds.polling(worker.id, limit),
             ):
                 if woken:
@@ -133,9 +134,14 @@ class Dispatch:
                     current = await self._workers.get(worker.id)
                     if current is None or not current.takes_work:
                         self.result_holds.release(worker.id)
+                        # It may have been woken for a job (``Jobs.submit`` wakes one take
+                        # per job): another waiting take gets that wake-up.
+                        self._wakeups.notify_some(key, 1)
                         return []
                     worker = current
                 if not await still_connected():
+                    if woken:
+                        self._wakeups.notify_some(key, 1)  # as above
                     return []
                 now = self._clock.now()
                 # One fewer than asked while job-done answers are held (result_holds.py).

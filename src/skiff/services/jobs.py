@@ -90,7 +90,9 @@ class Jobs:
         )
         job.expires_at = job.submitted_at + job.ttl_ms / 1000
         await self._store.insert_job(job)
-        self._wakeups.notify(Wake.endpoint(endpoint.id))
+        # One waiting take for one job: waking them all would cost each of the others an
+        # empty claim (a write); a woken take that cannot claim passes it on (dispatch.py).
+        self._wakeups.notify_some(Wake.endpoint(endpoint.id), 1)
         if not job.low_priority:
             self._wakeups.notify(Wake.SCALER)
         return job

@@ -56,7 +56,8 @@ class Wakeups:
     ) -> None:
         """``publish`` carries notified keys to the other replicas (the cluster's); ``max_wait``
         is the longest one wait sleeps before its caller re-checks (None: no limit)."""
-        self._events: dict[str, tuple[asyncio.Event, int]] = {}
+        #: Per key, an event per listener, in the order they began to listen.
+        self._events: dict[str, list[asyncio.Event]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set when the server is going down: every wait ends and no new one starts.
         self.closing = False
@@ -72,8 +73,9 @@ class Wakeups:
     def close(self) -> None:
         """End every wait now, so long-polls answer before the server stops listening."""
         self.closing = True
-        for event, _count in self._events.values():
-            event.set()
+        for events in self._events.values():
+            for event in events:
+                event.set()
         for callback in self._on_close:
             callback()
 
@@ -89,31 +91,40 @@ class Wakeups:
     @contextlib.contextmanager
     def listen(self, key: WakeKey) -> Iterator[asyncio.Event]:
         """Subscribe *before* checking the condition, so a notify in between is not lost."""
-        event, count = self._events.get(key, (None, 0))
-        if event is None:
-            event = asyncio.Event()
-            if self.closing:
-                event.set()
-        self._events[key] = (event, count + 1)
+        event = asyncio.Event()
+        if self.closing:
+            event.set()
+        events = self._events.setdefault(key, [])
+        events.append(event)
         try:
             yield event
         finally:
-            current = self._events.get(key)
-            if current is not None and current[0] is event:
-                if current[1] <= 1:
-                    del self._events[key]
-                else:
-                    self._events[key] = (event, current[1] - 1)
+            events.remove(event)
+            if not events and self._events.get(key) is events:
+                del self._events[key]
 
     def notify(self, key: WakeKey) -> None:
         self.deliver(key)
         self._publish(key)
 
+    def notify_some(self, key: WakeKey, count: int) -> None:
+        """Wake ``count`` of this replica's waiters on ``key`` (those listening longest), not
+        all of them: a job that one take claims would cost every other waiting take an empty
+        claim (a write) and a wasted turn. A waiter woken so that does not take what it was
+        woken for passes the wake-up on (``services/dispatch.py``). Other replicas hear the
+        key as from ``notify``."""
+        for event in self._events.get(key, ()):
+            if count <= 0:
+                break
+            if not event.is_set():
+                event.set()
+                count -= 1
+        self._publish(key)
+
     def deliver(self, key: str) -> None:
         """Wake this replica's waiters on ``key`` (a key another replica published)."""
-        entry = self._events.pop(key, None)
-        if entry is not None:
-            entry[0].set()
+        for event in self._events.get(key, ()):
+            event.set()
 
     def deliver_all(self, keys: list[str]) -> None:
         for key in keys:
@@ -145,7 +156,8 @@ class Wakeups:
 
     @property
     def listening(self) -> int:
-        return sum(count for _event, count in self._events.values())
+        """How many listeners wait to be woken (those woken already are not counted)."""
+        return sum(not e.is_set() for events in self._events.values() for e in events)
 
 
 async def wait(event: asyncio.Event, timeout: float) -> bool:

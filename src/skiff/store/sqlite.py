@@ -165,6 +165,11 @@ class _Writer:
         batch: list[_Pending],
     ) -> None:
         outcomes: list[tuple[Any, BaseException | None]] = []
+        if len(batch) == 1:
+            # Alone in its transaction (most writes when the load is light): the transaction
+            # is its savepoint, and two statements fewer.
+            _run_alone(conn, batch)
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             for op, _future, _loop in batch:
@@ -193,6 +198,26 @@ class _Writer:
 
 
 _Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _run_alone(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
+    [(op, future, loop)] = batch
+    outcome: _Outcome
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            outcome = (future, op(conn), None)
+        except Exception as exc:
+            conn.execute("ROLLBACK")
+            outcome = (future, None, exc)
+        else:
+            conn.execute("COMMIT")
+    except Exception as exc:  # the BEGIN or the COMMIT itself
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        outcome = (future, None, exc)
+    settled: list[_Outcome] = [outcome]
+    loop.call_soon_threadsafe(_settle_all, settled)
 
 
 def _settle_all(outcomes: list[_Outcome]) -> None:

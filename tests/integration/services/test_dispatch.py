@@ -12,7 +12,7 @@ from eventually import eventually_async
 from service_stubs import any_webhook, connected, no_oldest, nothing_blocks
 from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import JobRequest, JobStatus, parse_job_request
+from skiff.domain.jobs import Job, JobRequest, JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.dispatch import Dispatch
@@ -189,6 +189,56 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
     await stop_elsewhere()
     await rig.submit()
     assert await asyncio.wait_for(poll, 2.0) == []
+
+
+async def test_one_job_wakes_one_waiting_take_and_the_next_job_the_next(rig: Rig) -> None:
+    claims: list[int] = []
+    claim = rig.store.claim_jobs
+
+    async def counted(*args: object, **kwargs: object) -> list[Job]:
+        taken = await claim(*args, **kwargs)  # type: ignore[arg-type]
+        claims.append(len(taken))
+        return taken
+
+    rig.store.claim_jobs = counted  # type: ignore[method-assign]
+    polls = [
+        asyncio.create_task(rig.dispatch.take(rig.endpoint, f"w{i}", 1, 5.0, connected))
+        for i in range(3)
+    ]
+    await eventually_async(lambda: rig.wakeups.listening == 3, "three takes waiting")
+    assert claims == [0, 0, 0]
+
+    first = await rig.submit()
+    done, waiting = await asyncio.wait(polls, timeout=2.0, return_when=asyncio.FIRST_COMPLETED)
+    assert [[j.id for j in t.result()] for t in done] == [[first]]
+    # Only the take that was woken claimed: no empty claim by the others.
+    assert claims == [0, 0, 0, 1]
+    assert rig.wakeups.listening == 2
+
+    second = await rig.submit()
+    done, waiting = await asyncio.wait(waiting, timeout=2.0, return_when=asyncio.FIRST_COMPLETED)
+    assert [[j.id for j in t.result()] for t in done] == [[second]]
+    assert claims == [0, 0, 0, 1, 1]
+    for poll in waiting:
+        poll.cancel()
+
+
+async def test_a_take_woken_after_its_worker_left_passes_the_job_to_another(rig: Rig) -> None:
+    gone = asyncio.Event()
+
+    async def left() -> bool:
+        return not gone.is_set()
+
+    first = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, left))
+    await eventually_async(lambda: rig.wakeups.listening == 1, "the first take waiting")
+    second = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w2", 1, 5.0, connected))
+    await eventually_async(lambda: rig.wakeups.listening == 2, "the second take waiting")
+
+    gone.set()  # the first take's worker went away while it waited
+    job_id = await rig.submit()
+
+    assert await asyncio.wait_for(first, 2.0) == []
+    assert [j.id for j in await asyncio.wait_for(second, 2.0)] == [job_id]
 
 
 async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Rig) -> None:

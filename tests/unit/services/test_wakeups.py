@@ -40,11 +40,30 @@ async def test_waiting_listener_is_woken_by_a_later_notify() -> None:
 async def test_every_listener_of_a_key_is_woken_by_one_notify() -> None:
     wakeups = Wakeups()
     with wakeups.listen(Wake.job("1")) as first, wakeups.listen(Wake.job("1")) as second:
-        assert first is second
         assert wakeups.listening == 2
         wakeups.notify(Wake.job("1"))
         assert first.is_set()
         assert second.is_set()
+
+
+async def test_notify_some_wakes_that_many_of_those_listening_longest() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen(A) as first, wakeups.listen(A) as second, wakeups.listen(A) as third:
+        wakeups.notify_some(A, 1)
+        assert [first.is_set(), second.is_set(), third.is_set()] == [True, False, False]
+        # One already woken is not counted again: the next wake-up is the next listener's.
+        wakeups.notify_some(A, 1)
+        assert [first.is_set(), second.is_set(), third.is_set()] == [True, True, False]
+        wakeups.notify_some(A, 5)
+        assert third.is_set()
+    assert wakeups.listening == 0
+
+
+async def test_notify_some_is_told_to_other_replicas_like_notify() -> None:
+    published: list[str] = []
+    wakeups = Wakeups(publish=published.append)
+    wakeups.notify_some(A, 1)  # nobody listens here: the other replicas still hear it
+    assert published == [A]
 
 
 async def test_notify_wakes_only_its_own_key() -> None:

@@ -135,3 +135,9 @@ RETURNING *;
 -- name: jobs_of_worker
 SELECT id FROM jobs WHERE worker_id = :worker_id AND status IN ('IN_PROGRESS', 'IN_QUEUE')
 UNION SELECT job_id FROM stop_signals WHERE worker_id = :worker_id ORDER BY 1;
+
+-- Whether a claim would find anything (the inner select of ``claim_jobs``), asked before a
+-- claim that is more than one statement.
+-- name: claimable_job
+SELECT 1 AS one FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE'
+AND worker_id IS NULL AND expires_at > :now LIMIT 1;
