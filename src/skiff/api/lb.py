@@ -178,11 +178,15 @@ class _Proxy:
                 await upstream.aclose()
         except asyncio.CancelledError:
             # The caller left (``_Caller`` cancelled this task): the work above is undone
-            # (aiohttp closed the connection to the worker, the lease and the in-flight count
+            # (the connection to the worker is closed, the lease and the in-flight count
             # are given back on the way out), and there is nobody to answer. Any other
             # cancellation (the server stopping) goes on.
             if caller.gone and task.uncancel() == 0:
                 return
+            raise
+        except ClientDisconnect:
+            if caller.gone:
+                return  # left halfway through a body streamed to the worker: nobody to answer
             raise
         except Exception:
             # Whatever turned this task's cancel into another error (none in this path does
@@ -274,7 +278,10 @@ class _Caller:
     def _left(self) -> None:
         if self.watching and not self.gone:
             self.gone = True
-            self._task.cancel()
+            if asyncio.current_task() is not self._task:
+                # The handler itself reads the body as it sends it to the worker: what it
+                # reads says the caller left (``ClientDisconnect``), no cancel needed.
+                self._task.cancel()
 
     def done(self) -> None:
         """The handler is past the part that expects the cancel: no cancel from now on, and the

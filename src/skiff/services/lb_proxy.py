@@ -7,10 +7,11 @@ compressed body stays compressed, its length as the worker said), so server-sent
 chunked answers reach the caller as the worker writes them. The lease is given back when the
 body ends, whichever way.
 
-The client is aiohttp's rather than httpx's (which the rest of skiff uses): on this path it
-costs about a quarter of the CPU per request (docs/performance.md, B8), and a proxy pays it on
-every request. It adds none of its own headers (no ``User-Agent``, ``Accept`` or
-``Accept-Encoding`` the caller did not send): the worker sees the caller's request.
+The client is skiff's own (``services/lb_client.py``: httptools' parser in an asyncio
+protocol, a pool of kept-alive connections per worker), not a general one: a proxy pays its
+client's cost on every request (docs/performance.md, B8). It adds none of its own headers (no
+``User-Agent``, ``Accept`` or ``Accept-Encoding`` the caller did not send): the worker sees the
+caller's request, with its own ``Host`` and the ``X-Forwarded-*`` headers.
 
 A connection the worker refused (nothing of the request sent) goes to another worker: that
 is safe for any method. Once any of the request may have reached the worker, nothing is
@@ -26,18 +27,15 @@ that timeout.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import aiohttp
-from yarl import URL
-
 from skiff.domain.endpoints import Endpoint
 from skiff.errors import BadGateway, TooManyRequests
 from skiff.services.balancer import Balancer, Lease
+from skiff.services.lb_client import Connection, Head, NotConnected, Pool, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +47,6 @@ MAX_CONNECT_TRIES = 3
 #: same as for no worker ready (``balancer.RETRY_AFTER_SECONDS``), the other 503 of these
 #: endpoints; a full endpoint frees slots as its requests end, not from one second to the next.
 BUSY_RETRY_AFTER_SECONDS = 5
-#: The longest header line (and status line) a worker's answer may have.
-HEADER_LINE_BYTES = 65_536
 #: Headers that concern one hop only (RFC 9110 7.6.1), never passed on either way.
 HOP_BY_HOP = frozenset(
     {
@@ -155,20 +151,21 @@ class Upstream:
         self,
         balancer: Balancer,
         lease: Lease,
-        response: aiohttp.ClientResponse,
+        pool: Pool,
+        conn: Connection,
+        head: Head,
+        read_timeout: float,
     ) -> None:
         self._balancer = balancer
         self.lease = lease
-        self._response = response
+        self._pool = pool
+        self._conn = conn
+        self._read_timeout = read_timeout
         self._released = False
-        self.status = response.status
+        self.status = head.status
         #: As the worker wrote them (repeated ones such as Set-Cookie included), names in lower
         #: case: the bytes an ASGI answer sends.
-        self.raw_headers = [
-            (name.lower(), value)
-            for name, value in response.raw_headers
-            if name.lower() not in NOT_RETURNED
-        ]
+        self.raw_headers = [(n, v) for n, v in head.headers if n not in NOT_RETURNED]
 
     def _release(self, broken: bool = False) -> None:
         if not self._released:
@@ -177,11 +174,11 @@ class Upstream:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.content.iter_any():
+            async for chunk in self._conn.body(self._read_timeout):
                 yield chunk
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             # Given back first: nothing below may keep the lease held.
-            self._release(broken=True)
+            self._release(broken=isinstance(exc, UpstreamError))
             log.warning(
                 "worker %s broke off its answer to a request: %r", self.lease.worker_id, exc
             )
@@ -190,61 +187,30 @@ class Upstream:
     async def aclose(self) -> None:
         # Nothing in here awaits: a cancellation (the caller leaving) cannot cut it short.
         self._release()
-        if self._response.content.at_eof():
-            self._response.release()  # read to its end: the connection is good for another
-        else:
-            self._response.close()
+        self._pool.give_back(self._conn)  # read to its end: good for another; else closed
 
 
 class LbProxy:
     def __init__(self, balancer: Balancer) -> None:
         self._balancer = balancer
-        self._session: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Made on first use: a session belongs to the running event loop.
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                # Every request in flight holds a connection to its worker: no cap here (the
-                # balancer's leases are what bounds them).
-                connector=aiohttp.TCPConnector(limit=0),
-                auto_decompress=False,
-                trust_env=False,
-                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-                # aiohttp's own bound is 8 KiB a header line, less than a large cookie or token
-                # needs; uvicorn, on skiff's side of the proxy, takes the same 64 KiB.
-                max_line_size=HEADER_LINE_BYTES,
-                max_field_size=HEADER_LINE_BYTES,
-            )
-        return self._session
+        self._pool = Pool(CONNECT_TIMEOUT_SECONDS)
 
     async def forward(self, endpoint: Endpoint, request: Forwarding) -> Upstream:
         """The worker's answer, once its head is in. Cancelled (the caller left), the request
-        ends there: aiohttp closes that connection to the worker, and the lease is given back."""
+        ends there: the connection to the worker is closed, and the lease is given back."""
         body = request.body if not isinstance(request.body, AsyncIterator) else _Body(request.body)
-        headers = _forwarded_headers(request)
+        chunked = isinstance(body, _Body) and not _has_length(request.headers)
         # The answer's head must come within the endpoint's execution timeout, and so must
         # each piece of its body after the one before.
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            sock_connect=CONNECT_TIMEOUT_SECONDS,
-            sock_read=endpoint.spec.executionTimeoutMs / 1000,
-        )
-        client = self._client()
+        read_timeout = endpoint.spec.executionTimeoutMs / 1000
         for attempt in range(1, MAX_CONNECT_TRIES + 1):
             lease = await self._balancer.acquire(endpoint)
-            url = _worker_url(lease.address, request)
+            head = _request_head(lease.address, request, chunked)
+            conn: Connection | None = None
             try:
-                response = await client.request(
-                    request.method,
-                    url,
-                    headers=headers,
-                    data=body,
-                    timeout=timeout,
-                    allow_redirects=False,
-                    compress=None,
-                )
-            except aiohttp.ClientConnectorError as exc:
+                conn = await self._connection(lease.address, request.method, head, body, chunked)
+                answer = await conn.head(read_timeout)
+            except NotConnected as exc:
                 self._balancer.release(lease, connection_failed=True)
                 if (isinstance(body, _Body) and body.started) or attempt == MAX_CONNECT_TRIES:
                     raise BadGateway(
@@ -253,49 +219,68 @@ class LbProxy:
                     ) from None
                 continue  # nothing reached that worker: another may take it
             except TimeoutError:
+                _close(conn)
                 self._balancer.release(lease)
                 raise BadGateway(
                     f"worker {lease.worker_id} of endpoint {endpoint.id} did not answer within "
-                    f"{endpoint.spec.executionTimeoutMs / 1000:g} s (executionTimeoutMs)"
+                    f"{read_timeout:g} s (executionTimeoutMs)"
                 ) from None
-            except aiohttp.ClientError as exc:
+            except UpstreamError as exc:
+                _close(conn)
                 self._balancer.release(lease, connection_failed=True)
                 raise BadGateway(
                     f"worker {lease.worker_id} of endpoint {endpoint.id} failed the request: "
-                    f"{_why(exc)}"
+                    f"{type(exc).__name__}: {exc}"
                 ) from None
             except BaseException:
+                _close(conn)
                 self._balancer.release(lease)
                 raise
-            return Upstream(self._balancer, lease, response)
+            return Upstream(self._balancer, lease, self._pool, conn, answer, read_timeout)
         raise AssertionError("unreachable: the last try raises")  # pragma: no cover
 
+    async def _connection(
+        self,
+        address: str,
+        method: str,
+        head: bytes,
+        body: bytes | _Body | None,
+        chunked: bool,
+    ) -> Connection:
+        """A connection to ``address`` with the request sent on it: a pooled one if any is
+        idle; when that one turns out closed by the worker before any answer (it closed it
+        while idle) and the request can be sent again, a fresh one."""
+        conn = self._pool.idle(address)
+        if conn is not None:
+            try:
+                await conn.send(method, head, body, chunked)
+                return conn
+            except UpstreamError:
+                conn.close()
+                if isinstance(body, _Body) and body.started:
+                    raise
+            except BaseException:
+                conn.close()
+                raise
+        conn = await self._pool.connect(address)
+        try:
+            await conn.send(method, head, body, chunked)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            # Lets the connections' transports close before the loop goes (aiohttp's advice).
-            await asyncio.sleep(0)
+        self._pool.close()
 
 
-def _why(exc: aiohttp.ClientError) -> str:
-    """A failure in a few words: a bad answer's own message, not the request it came from (its
-    repr holds every header the caller sent)."""
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"{type(exc).__name__}: {exc.message}"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+def _close(conn: Connection | None) -> None:
+    if conn is not None:
+        conn.close()
 
 
 #: What a path segment may hold unescaped (RFC 3986 pchar, and the separating slash).
 PATH_SAFE = "/!$&'()*+,;=:@-._~"
-
-
-def _worker_url(address: str, request: Forwarding) -> URL:
-    """The worker's URL for the request: its path escaped again as it came (the route gives
-    it decoded), its query byte for byte."""
-    target = f"http://{address}{quote(request.path, safe=PATH_SAFE)}"
-    if request.query:
-        target += "?" + request.query.decode("latin-1")
-    return URL(target, encoded=True)
 
 
 def has_body(headers: Sequence[tuple[str, str]]) -> bool:
@@ -306,6 +291,24 @@ def has_body(headers: Sequence[tuple[str, str]]) -> bool:
         if lowered == "transfer-encoding" or (lowered == "content-length" and value.strip() != "0"):
             return True
     return False
+
+
+def _has_length(headers: Sequence[tuple[str, str]]) -> bool:
+    return any(name.lower() == "content-length" for name, _ in headers)
+
+
+def _request_head(address: str, request: Forwarding, chunked: bool) -> bytes:
+    """The request line and headers for the worker, ending with the blank line: its path
+    escaped again as it came (the route gives it decoded), its query byte for byte, the
+    worker's own ``Host``, the caller's headers less what is not passed on, ``X-Forwarded-*``."""
+    target = quote(request.path, safe=PATH_SAFE)
+    if request.query:
+        target += "?" + request.query.decode("latin-1")
+    lines = [f"{request.method} {target} HTTP/1.1", f"host: {address}"]
+    lines += [f"{name}: {value}" for name, value in _forwarded_headers(request)]
+    if chunked:
+        lines.append("transfer-encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _forwarded_headers(request: Forwarding) -> list[tuple[str, str]]:
