@@ -52,6 +52,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -420,32 +421,42 @@ class Sandbox:
 
 
 async def run_probe(command: list[str], env: Mapping[str, str] | None, what: str) -> str | None:
-    """Run ``command`` (bwrap's) and say why it failed, None when it ran."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            env=dict(env) if env is not None else None,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except OSError as exc:
-        return f"bwrap could not be started: {exc}"
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), _PROBE_SECONDS)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return f"bwrap did not make its namespace within {_PROBE_SECONDS:g} s"
-    except BaseException:
-        # Cancelled (the server stops while it asks): the probe is not left to outlive the
-        # loop that watches it.
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(proc.wait())
-        raise
+    """Run ``command`` (bwrap's) and say why it failed, None when it ran.
+
+    It runs in a process group of its own, killed whole once it is over: bwrap forks the
+    sandbox's own init, and one left behind (its parent killed before it handed over the
+    namespace, on a machine too busy to finish within the time) must not outlive the probe.
+    Its errors go to a file, not a pipe: asyncio's ``wait`` waits for a pipe to close as well
+    as for the process, and a process left behind would hold it open for ever."""
+    with tempfile.TemporaryFile() as said_file:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                env=dict(env) if env is not None else None,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=said_file,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return f"bwrap could not be started: {exc}"
+        try:
+            await asyncio.wait_for(proc.wait(), _PROBE_SECONDS)
+        except TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            return f"bwrap did not make its namespace within {_PROBE_SECONDS:g} s"
+        except BaseException:
+            # Cancelled (the server stops while it asks): the probe is not left to outlive the
+            # loop that watches it.
+            _kill_group(proc.pid)
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(proc.wait())
+            raise
+        finally:
+            _kill_group(proc.pid)  # whatever of it is left
+        said_file.seek(0)
+        err = said_file.read()
     if proc.returncode == 0:
         return None
     said = err.decode(errors="replace").strip().splitlines()
@@ -458,6 +469,11 @@ async def run_probe(command: list[str], env: Mapping[str, str] | None, what: str
             "rule), or run skiff as root"
         )
     return f"bwrap could not run {what} here ({reason}){hint}"
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 async def problem() -> str | None:

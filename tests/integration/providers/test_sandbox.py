@@ -181,3 +181,31 @@ async def test_without_bwrap_the_sandbox_problem_says_what_to_install(
     box = Box(tmp_path)
     problem = await box.provider.sandbox_problem()
     assert problem is not None and "bubblewrap" in problem and "not installed" in problem
+
+
+async def test_a_probe_that_leaves_a_process_behind_is_ended_whole_and_answers(
+    tmp_path: Path,
+) -> None:
+    """What bwrap can do on a machine too busy to finish in time: its own process ends while a
+    process it forked stays, holding the error output. The probe answers at once and leaves
+    nothing behind."""
+    pid_file = tmp_path / "left.pid"
+    command = [
+        "sh",
+        "-c",
+        f"sleep 300 >&2 & echo $! > {pid_file}; echo 'bwrap: setting up uid map' >&2; exit 1",
+    ]
+
+    said = await asyncio.wait_for(bubblewrap.run_probe(command, None, "a probe"), 30)
+
+    assert said is not None and "setting up uid map" in said
+    left = int(pid_file.read_text())
+    await eventually_async(lambda: _dead(left), "the process left behind ended")
+
+
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie (ended, waiting for whichever init adopted it to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
