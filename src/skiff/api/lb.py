@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,10 @@ PREFIX = "/lb"
 #: Every request to a load-balancing endpoint calls it (its workers do what it asks).
 LB_NEED = write_endpoint()
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: The scope key under which the fast protocol (api/lean_http.py) takes a callback to call
+#: when the caller leaves before the answer is complete: what the proxy would otherwise learn
+#: by keeping a task on ``receive`` for ``http.disconnect``, one per request.
+ON_DISCONNECT = "skiff.on_disconnect"
 #: A request body up to this size is read whole before it goes to a worker; a larger one (or
 #: one of unknown length) is streamed through as it arrives.
 BUFFERED_BODY_BYTES = 64 * 1024
@@ -124,7 +128,7 @@ class _Proxy:
         """The request to a worker and its answer back, ended at once if the caller leaves."""
         task = asyncio.current_task()
         assert task is not None  # an ASGI app always runs in a task
-        caller = _Caller(receive, task)
+        caller = _Caller(receive, task, scope.get(ON_DISCONNECT))
         body: AsyncIterator[bytes] | bytes | None
         if has_body(headers):
             # Its reader starts the watch once the body is all in: ``receive`` has one reader.
@@ -218,11 +222,19 @@ class _Caller:
     (``done`` ends that part, before anything else is awaited): both this watch and the body
     run only while the handler is suspended, so the cancel lands where it is caught."""
 
-    __slots__ = ("_listener", "_receive", "_task", "gone", "watching")
+    __slots__ = ("_listener", "_on_disconnect", "_receive", "_task", "gone", "watching")
 
-    def __init__(self, receive: Receive, task: asyncio.Task[Any]) -> None:
+    def __init__(
+        self,
+        receive: Receive,
+        task: asyncio.Task[Any],
+        on_disconnect: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         self._receive = receive
         self._task = task
+        #: The fast protocol's way to be told the caller left (``lean_http.ON_DISCONNECT``):
+        #: the watch is then a callback, not a task per request.
+        self._on_disconnect = on_disconnect
         self._listener: asyncio.Task[None] | None = None
         #: Whether the handler is still inside the part that expects the cancel.
         self.watching = True
@@ -264,7 +276,12 @@ class _Caller:
 
     def watch(self) -> None:
         """Watch for the caller leaving from now on (its body, if any, all read)."""
-        if self.watching and self._listener is None:
+        if not self.watching or self._listener is not None:
+            return
+        if self._on_disconnect is not None:
+            self._on_disconnect(self._left)
+            self._on_disconnect = None
+        else:
             self._listener = asyncio.get_running_loop().create_task(self._until_gone())
 
     async def _until_gone(self) -> None:

@@ -37,6 +37,7 @@ import asyncio
 import copy
 import logging
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -58,6 +59,7 @@ from skiff.api.connections import (
 )
 from skiff.api.hot import HotRoutes, Route
 from skiff.api.lb import BUFFERED_BODY_BYTES as LB_BUFFERED_BODY_BYTES
+from skiff.api.lb import ON_DISCONNECT
 from skiff.api.lb import PREFIX as LB_PREFIX
 from skiff.domain.balancing import endpoint_of_host
 
@@ -125,6 +127,19 @@ class LeanCycle:
         self._chunked = False
         self._body_taken = False
         scope[CONNECTED] = self._connected
+        scope[ON_DISCONNECT] = self._on_disconnect
+        self._left: Callable[[], None] | None = None
+
+    def _on_disconnect(self, callback: Callable[[], None]) -> None:
+        self._left = callback
+        if self.disconnected:
+            callback()
+
+    def lost(self) -> None:
+        """The client went away (uvicorn's protocol has marked the cycle disconnected)."""
+        left, self._left = self._left, None
+        if left is not None and not self.response_complete:
+            left()
 
     async def _connected(self) -> bool:
         return not self.disconnected
@@ -309,6 +324,9 @@ class LeanHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.watch.closed(self)
         super().connection_lost(exc)
+        cycle = self.cycle
+        if isinstance(cycle, LeanCycle):
+            cycle.lost()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
