@@ -23,11 +23,12 @@ registry auth's credentials changed or the auth deleted; the user's public SSH k
 """
 
 import logging
+import os
 import re
 import shlex
 import time
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from ariadne import MutationType, ObjectType, QueryType, graphql, make_executable_schema
@@ -55,11 +56,17 @@ from skiff.api.graphql_limits import (
 )
 from skiff.body_gate import BodyGate
 from skiff.domain import instance_ids, times
-from skiff.domain.endpoints import ComputeType, Endpoint, EndpointCreate, EndpointUpdate
+from skiff.domain.endpoints import (
+    ComputeType,
+    CpuFlavor,
+    Endpoint,
+    EndpointCreate,
+    EndpointUpdate,
+)
 from skiff.domain.permissions import READ, WRITE, Caller, Need
 from skiff.domain.pods import DesiredStatus, Pod, PodCreate, parse_port, runtime_status
 from skiff.domain.registry_auths import RegistryAuthCreate, RegistryAuthCredentials
-from skiff.domain.templates import TemplateCreate
+from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.services.hub import Services
@@ -117,6 +124,7 @@ def build(services: Services) -> ASGIApp:
     mutation = MutationType()
     user_type = ObjectType("User")
     gpu_type = ObjectType("GpuType")
+    cpu_flavor = ObjectType("CpuFlavor")
     pod_type = ObjectType("Pod")
     endpoint_type = ObjectType("Endpoint")
 
@@ -158,7 +166,7 @@ def build(services: Services) -> ASGIApp:
         counts: dict[str, int] = {}
         for (name, _node), count in per_machine.items():
             counts[name] = max(counts.get(name, 0), count)
-        wanted = (input or {}).get("id")
+        wanted = {(input or {}).get("id"), *((input or {}).get("ids") or [])} - {None}
         prices = services.billing.prices.gpu_hour
         return [
             {
@@ -173,7 +181,7 @@ def build(services: Services) -> ASGIApp:
                 "price": prices.get(name, 0.0),
             }
             for name, count in counts.items()
-            if wanted is None or wanted == name
+            if not wanted or name in wanted
         ]
 
     @gpu_type.field("lowestPrice")
@@ -181,7 +189,35 @@ def build(services: Services) -> ASGIApp:
         gpu: dict[str, Any], _info: Info, input: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         count = (input or {}).get("gpuCount") or 1
-        return {"minimumBidPrice": None, "uninterruptablePrice": gpu["price"] * count}
+        return {
+            "minimumBidPrice": None,
+            "uninterruptablePrice": gpu["price"] * count,
+            # The stock of a server is what it has: enough of the type on one machine, or none.
+            "stockStatus": "High" if count <= gpu["maxGpuCount"] else None,
+        }
+
+    @query.field("cpuFlavors")
+    def resolve_cpu_flavors(
+        _obj: Any, _info: Info, input: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        wanted = (input or {}).get("id")
+        return [
+            {"id": flavor.value, "displayName": flavor.value}
+            for flavor in CpuFlavor
+            if wanted is None or wanted == flavor.value
+        ]
+
+    @cpu_flavor.field("specifics")
+    def resolve_cpu_specifics(
+        flavor: dict[str, Any], _info: Info, input: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        named = instance_ids.parse((input or {}).get("instanceId") or "")
+        fits = (
+            named is not None
+            and named.flavor == flavor["id"]
+            and named.vcpus <= (os.cpu_count() or 1)
+        )
+        return {"stockStatus": "High" if fits else None}
 
     @query.field("pod")
     async def resolve_pod(_obj: Any, info: Info, input: dict[str, Any]) -> Pod | None:
@@ -205,32 +241,39 @@ def build(services: Services) -> ASGIApp:
     async def resolve_deploy_cpu(_obj: Any, info: Info, input: dict[str, Any]) -> Pod:
         return await deploy(info, input, gpu=False)
 
+    async def save_template(user: User, given: dict[str, Any], by_name: bool) -> Template:
+        """``given`` (a ``SaveTemplateInput``) saved: the template of its ``id`` updated, or,
+        ``by_name`` (a template inline in ``saveEndpoint``), the user's template of its name
+        updated; otherwise a new one."""
+        fields = _template_fields(given)
+        template_id = given.get("id")
+        if template_id is None and by_name:
+            named = [t for t in await services.templates.all(user) if t.name == given["name"]]
+            template_id = named[0].id if named else None
+        if template_id is None:
+            return cast(
+                Template,
+                await _acting(services.templates.create(user, _model(TemplateCreate, fields))),
+            )
+        fields.pop("category", None)
+        fields.pop("isServerless", None)
+        change = _model(TemplateUpdate, fields)
+        return cast(Template, await _acting(services.templates.update(user, template_id, change)))
+
     @mutation.field("saveTemplate")
-    async def resolve_save_template(_obj: Any, info: Info, input: dict[str, Any]) -> Any:
-        fields: dict[str, Any] = {"name": input["name"], "imageName": input["imageName"]}
-        for name in ("containerDiskInGb", "volumeInGb", "volumeMountPath", "isServerless"):
-            if input.get(name) is not None:
-                fields[name] = input[name]
-        if input.get("isServerless"):
-            fields["category"] = "NVIDIA"
-        fields.update(_run_fields(input))
-        if input.get("containerRegistryAuthId"):
-            fields["containerRegistryAuthId"] = input["containerRegistryAuthId"]
-        template = await _acting(
-            services.templates.create(user_of(info), _model(TemplateCreate, fields))
-        )
-        return {
-            "id": template.id,
-            "name": template.name,
-            "imageName": template.imageName,
-            "dockerArgs": shlex.join([*template.dockerEntrypoint, *template.dockerStartCmd]),
-            "containerDiskInGb": template.containerDiskInGb,
-            "volumeInGb": template.volumeInGb,
-            "volumeMountPath": template.volumeMountPath,
-            "ports": ",".join(template.ports),
-            "env": [{"key": k, "value": v} for k, v in template.env.items()],
-            "isServerless": template.isServerless,
-        }
+    async def resolve_save_template(
+        _obj: Any, info: Info, input: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        if input is None:
+            raise GraphQLError("saveTemplate: input is required")
+        return _template_answer(await save_template(user_of(info), input, by_name=False))
+
+    @query.field("podTemplate")
+    async def resolve_pod_template(_obj: Any, info: Info, id: str) -> dict[str, Any] | None:
+        try:
+            return _template_answer(await services.templates.get(user_of(info), id))
+        except NotFound:
+            return None
 
     def warn(info: Info, endpoint: Endpoint) -> None:
         """Keep what saving ``endpoint`` warns of for the answer's ``extensions.warnings``: the
@@ -239,26 +282,35 @@ def build(services: Services) -> ASGIApp:
 
     @mutation.field("saveEndpoint")
     async def resolve_save_endpoint(_obj: Any, info: Info, input: dict[str, Any]) -> Endpoint:
-        fields: dict[str, Any] = {"name": input["name"], "templateId": input["templateId"]}
-        for name in ("idleTimeout", "scalerValue", "workersMin", "workersMax", "gpuCount"):
-            if input.get(name) is not None:
-                fields[name] = input[name]
-        if input.get("scalerType"):
-            fields["scalerType"] = input["scalerType"]
-        if input.get("networkVolumeId"):
-            fields["networkVolumeId"] = input["networkVolumeId"]
-        if input.get("locations"):
-            fields["dataCenterIds"] = [x for x in input["locations"].split(",") if x]
-        if input.get("allowedCudaVersions"):
-            fields["allowedCudaVersions"] = input["allowedCudaVersions"].split(",")
-        if input.get("flashBootType") == "FLASHBOOT":
-            fields["flashboot"] = True
-        fields |= _gpu_ids(input.get("gpuIds"))
-        made: Endpoint = await _acting(
-            services.endpoints.create(user_of(info), _model(EndpointCreate, fields))
-        )
-        warn(info, made)
-        return made
+        user = user_of(info)
+        fields = _endpoint_input_fields(input)
+        if input.get("template") is not None and not input.get("templateId"):
+            template = await save_template(user, input["template"], by_name=True)
+            fields["templateId"] = template.id
+        saved: Endpoint
+        if input.get("id"):
+            # Fixed once created: the update input has no such fields.
+            fields.pop("type", None)
+            fields.pop("computeType", None)
+            change = _model(EndpointUpdate, fields)
+            saved = await _acting(services.endpoints.update(user, input["id"], change))
+        else:
+            if "templateId" not in fields:
+                raise GraphQLError("saveEndpoint: templateId or template is required")
+            saved = await _acting(services.endpoints.create(user, _model(EndpointCreate, fields)))
+        warn(info, saved)
+        return saved
+
+    @mutation.field("deleteEndpoint")
+    async def resolve_delete_endpoint(_obj: Any, info: Info, id: str) -> None:
+        await _acting(services.endpoints.delete(user_of(info), id))
+
+    @user_type.field("endpoint")
+    async def resolve_endpoint(user: User, _info: Info, id: str) -> Endpoint | None:
+        try:
+            return await services.endpoints.get(user, id)
+        except NotFound:
+            return None
 
     @mutation.field("updateEndpointTemplate")
     async def resolve_endpoint_template(_obj: Any, info: Info, input: dict[str, Any]) -> Endpoint:
@@ -374,12 +426,20 @@ def build(services: Services) -> ASGIApp:
         "version",
         "aiKey",
         "createdAt",
+        "executionTimeoutMs",
+        "instanceIds",
+        "minCudaVersion",
+        "workersPFBTarget",
+        "flashEnvironmentId",
+        "activeBuildid",
+        "idePodId",
+        "networkVolumeIds",
         "env",
     ):
         endpoint_type.set_field(name, endpoint_field(name))
 
     schema = make_executable_schema(
-        SDL, query, mutation, user_type, gpu_type, pod_type, endpoint_type
+        SDL, query, mutation, user_type, gpu_type, cpu_flavor, pod_type, endpoint_type
     )
 
     async def admit(request: Request) -> int:
@@ -511,6 +571,96 @@ def _run_fields(given: dict[str, Any]) -> dict[str, Any]:
     if given.get("env"):
         fields["env"] = {e["key"]: e["value"] for e in given["env"]}
     return fields
+
+
+def _template_fields(given: dict[str, Any]) -> dict[str, Any]:
+    """A ``SaveTemplateInput`` as ``/v1``'s template fields (runpod-flash's own ``config``,
+    ``advancedStart`` and ``startScript`` are not kept)."""
+    fields: dict[str, Any] = {"name": given["name"], "imageName": given["imageName"]}
+    for name in ("containerDiskInGb", "volumeInGb", "volumeMountPath", "isServerless", "readme"):
+        if given.get(name) is not None:
+            fields[name] = given[name]
+    if given.get("isServerless"):
+        fields["category"] = "NVIDIA"
+    fields.update(_run_fields(given))
+    if given.get("containerRegistryAuthId"):
+        fields["containerRegistryAuthId"] = given["containerRegistryAuthId"]
+    return fields
+
+
+def _template_answer(template: Template) -> dict[str, Any]:
+    return {
+        "id": template.id,
+        "name": template.name,
+        "imageName": template.imageName,
+        "dockerArgs": shlex.join([*template.dockerEntrypoint, *template.dockerStartCmd]),
+        "containerDiskInGb": template.containerDiskInGb,
+        "volumeInGb": template.volumeInGb,
+        "volumeMountPath": template.volumeMountPath,
+        "ports": ",".join(template.ports),
+        "env": [{"key": k, "value": v} for k, v in template.env.items()],
+        "isServerless": template.isServerless,
+        "readme": template.readme,
+    }
+
+
+def _endpoint_input_fields(given: dict[str, Any]) -> dict[str, Any]:
+    """An ``EndpointInput`` as ``/v1``'s endpoint fields."""
+    fields: dict[str, Any] = {"name": given["name"]}
+    for name in ("templateId", "idleTimeout", "scalerValue", "workersMin", "workersMax"):
+        if given.get(name) is not None:
+            fields[name] = given[name]
+    if given.get("gpuCount") is not None:
+        fields["gpuCount"] = given["gpuCount"]
+    if given.get("scalerType"):
+        fields["scalerType"] = given["scalerType"]
+    if given.get("networkVolumeId"):
+        fields["networkVolumeId"] = given["networkVolumeId"]
+    if given.get("locations"):
+        fields["dataCenterIds"] = [x for x in given["locations"].split(",") if x]
+    if given.get("allowedCudaVersions"):
+        fields["allowedCudaVersions"] = given["allowedCudaVersions"].split(",")
+    elif given.get("minCudaVersion"):
+        least = _version(given["minCudaVersion"])
+        fields["allowedCudaVersions"] = [v for v in CUDA_VERSIONS if _version(v) >= least]
+    if given.get("flashBootType") is not None:
+        fields["flashboot"] = given["flashBootType"] == "FLASHBOOT"
+    # runpod-flash sends 0 for "no limit of its own": the endpoint keeps skiff's default.
+    if given.get("executionTimeoutMs"):
+        fields["executionTimeoutMs"] = given["executionTimeoutMs"]
+    if given.get("type"):
+        fields["type"] = given["type"]
+    if given.get("instanceIds"):
+        fields["computeType"] = "CPU"
+        fields["instanceIds"] = given["instanceIds"]
+    elif given.get("gpuIds") is not None or not given.get("id"):
+        fields |= _gpu_ids(given.get("gpuIds"))  # an update naming neither keeps its own
+    return fields
+
+
+#: CUDA versions as the hosted platform lists them, for ``minCudaVersion``.
+CUDA_VERSIONS = (
+    "11.8",
+    "12.0",
+    "12.1",
+    "12.2",
+    "12.3",
+    "12.4",
+    "12.5",
+    "12.6",
+    "12.7",
+    "12.8",
+    "12.9",
+    "13.0",
+)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """ "12.4" as (12, 4), for ordering; what is not a version orders first."""
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        return ()
 
 
 def _split(command: str) -> list[str]:
@@ -675,9 +825,21 @@ def _endpoint_fields(endpoint: Endpoint) -> dict[str, Any]:
         "workersStandby": 1 if spec.flashboot else 0,
         "allowedCudaVersions": ",".join(spec.allowedCudaVersions) or None,
         "flashBootType": "FLASHBOOT" if spec.flashboot else "OFF",
-        "type": "QUEUE",
+        "type": spec.type.value,
         "version": endpoint.version,
         "aiKey": None,
         "createdAt": times.iso(endpoint.createdAt),
+        "executionTimeoutMs": spec.executionTimeoutMs,
+        "instanceIds": spec.instanceIds,
+        "minCudaVersion": min(spec.allowedCudaVersions, key=_version, default=None),
+        "workersPFBTarget": 0,
+        "flashEnvironmentId": None,
+        "activeBuildid": None,
+        "idePodId": None,
+        "networkVolumeIds": (
+            [{"networkVolumeId": spec.networkVolumeId, "dataCenterId": "local"}]
+            if spec.networkVolumeId
+            else []
+        ),
         "env": [{"key": k, "value": v} for k, v in spec.env.items()],
     }
