@@ -607,11 +607,16 @@ def _template_answer(template: Template) -> dict[str, Any]:
 def _endpoint_input_fields(given: dict[str, Any]) -> dict[str, Any]:
     """An ``EndpointInput`` as ``/v1``'s endpoint fields."""
     fields: dict[str, Any] = {"name": given["name"]}
-    for name in ("templateId", "idleTimeout", "scalerValue", "workersMin", "workersMax"):
+    for name in (
+        "templateId",
+        "idleTimeout",
+        "scalerValue",
+        "workersMin",
+        "workersMax",
+        "gpuCount",
+    ):
         if given.get(name) is not None:
             fields[name] = given[name]
-    if given.get("gpuCount") is not None:
-        fields["gpuCount"] = given["gpuCount"]
     if given.get("scalerType"):
         fields["scalerType"] = given["scalerType"]
     if given.get("networkVolumeId"):

@@ -77,9 +77,6 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         #: When it went back to the pool (the loop's clock).
         self.idle_since = 0.0
-        #: Whether any of the answer arrived (a reused connection that fails before it may
-        #: have been closed by the worker while idle: the request can go on a fresh one).
-        self.answered = False
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -91,7 +88,6 @@ class Connection(asyncio.Protocol):
             # Nothing was asked (an idle connection), or the answer had ended: not HTTP.
             self._fail(UpstreamError("the worker sent what nobody asked for"))
             return
-        self.answered = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -190,7 +186,6 @@ class Connection(asyncio.Protocol):
         self._complete = False
         self._no_body = method == "HEAD"
         self._keep_alive = False
-        self.answered = False
         self._head_future = asyncio.get_running_loop().create_future()
 
     async def send(

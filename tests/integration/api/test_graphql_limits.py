@@ -160,6 +160,9 @@ BY_ID = {
     "podResume": "mutation ($id: String!) { podResume(input: {podId: $id}) { id } }",
     "podTerminate": "mutation ($id: String!) { podTerminate(input: {podId: $id}) }",
     "deleteRegistryAuth": "mutation ($id: String!) { deleteRegistryAuth(registryAuthId: $id) }",
+    "podTemplate": "query ($id: String!) { podTemplate(id: $id) { id } }",
+    "endpoint": "query ($id: String!) { myself { endpoint(id: $id) { id } } }",
+    "deleteEndpoint": "mutation ($id: String!) { deleteEndpoint(id: $id) }",
 }
 
 
