@@ -157,6 +157,10 @@ class Settings(BaseSettings):
     #: pre-started interpreter with the runpod SDK imported (providers/fork_server.py): tens
     #: of milliseconds instead of the SDK's import. ``off``: every worker starts afresh.
     fork_servers: bool = True
+    #: ``SKIFF_PROVIDER=docker``: the image that runs a Flash endpoint's worker in place of the
+    #: hosted ``runpod/flash`` images (services/flash_workers.py; built by
+    #: ``images/flash-worker/build``).
+    flash_image: str = Field(default="skiff/flash-worker:0.1.0", min_length=1)
     #: The Ray cluster (``SKIFF_PROVIDER=ray``): ``ray://head:10001`` (Ray Client), or the head's
     #: ``host:port`` (or ``auto``) where this host is a Ray node itself.
     ray_address: str | None = None

@@ -13,6 +13,7 @@ import pytest
 from harness import Server, running
 
 from docker_image import docker_client, ensure_test_image
+from flash_programs import FLASH_GPU
 from pgtest import fresh_schema_sync
 
 
@@ -20,6 +21,14 @@ from pgtest import fresh_schema_sync
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with running(tmp_path_factory.mktemp("skiff") / "data") as srv:
         yield srv
+
+
+@pytest.fixture(scope="module")
+def flash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server for runpod-flash's live path, with one declared GPU of ``FLASH_GPU``."""
+    env: dict[str, str | None] = {"SKIFF_GPUS": f"{FLASH_GPU}:1"}
+    with running(tmp_path_factory.mktemp("flash") / "data", env=env) as started:
+        yield started
 
 
 @pytest.fixture

@@ -10,17 +10,16 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from graphql import build_schema, parse, validate
-from harness import Server, running
+from harness import Server
 
+from flash_programs import FLASH_GPU, flash_env
 from skiff.api.graphql import SDL
 
-GPU = "NVIDIA GeForce RTX 4090"
 #: A GraphQL operation's first line, as the client's triple-quoted strings begin.
 OPERATION = re.compile(r"(query|mutation)\s+\w+\s*[({]")
 
@@ -76,26 +75,14 @@ asyncio.run(main())
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    env: dict[str, str | None] = {"SKIFF_GPUS": f"{GPU}:1"}
-    with running(tmp_path_factory.mktemp("flash") / "data", env=env) as started:
-        yield started
+def server(flash_server: Server) -> Server:
+    return flash_server
 
 
 def _flash(server: Server, tmp_path: Path) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "RUNPOD_API_KEY": server.key,
-        "RUNPOD_API_BASE_URL": server.url,
-        "RUNPOD_ENDPOINT_BASE_URL": f"{server.url}/v2",
-        "RUNPOD_REST_API_URL": f"{server.url}/v1",
-        "FLASH_IS_LIVE_PROVISIONING": "true",
-        "RUNPOD_URL_MIXED_OK": "1",
-        "HOME": str(tmp_path),  # flash keeps state under the home directory
-    }
     done = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", SCRIPT, GPU],
-        env=env,
+        [sys.executable, "-W", "ignore", "-c", SCRIPT, FLASH_GPU],
+        env=flash_env(server.url, server.key, tmp_path),
         cwd=tmp_path,
         capture_output=True,
         text=True,

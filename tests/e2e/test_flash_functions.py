@@ -1,0 +1,151 @@
+"""runpod-flash 1.21.0, unmodified, calls its functions on a skiff server (issue 35): skiff's
+own Flash worker (``skiff.flash_worker``) runs them in the sandbox in place of the hosted Flash
+image, with a pip dependency installed once from a package index of the test's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Server
+
+from flash_programs import WHEEL, flash_env, package_index, run_flash
+
+SCRIPT = """
+import asyncio, json, os, time
+from runpod_flash import Endpoint, GpuType
+
+ENV = json.loads(os.environ["WORKER_ENV"])
+
+
+@Endpoint(name="words", cpu="cpu3c-2-4", dependencies=["skiffwords==1.0"], env=ENV)
+async def describe(n):
+    import skiffwords
+    return skiffwords.intword(n)
+
+
+@Endpoint(name="plain", cpu="cpu3c-2-4", env=ENV)
+def add(a, b):
+    print("adding", a, "and", b)
+    return a + b
+
+
+@Endpoint(name="plain", cpu="cpu3c-2-4", env=ENV)
+def divide(a, b):
+    return a / b
+
+
+@Endpoint(name="plain", cpu="cpu3c-2-4", env=ENV)
+def numbers():
+    return (n for n in range(3))
+
+
+@Endpoint(name="counter", cpu="cpu3c-2-4", env=ENV)
+class Counter:
+    def __init__(self, start):
+        self.n = start
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+
+@Endpoint(name="gpu-env", gpu=GpuType.NVIDIA_GEFORCE_RTX_4090, env=ENV)
+def visible_gpus():
+    import os
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@Endpoint(name="broken", cpu="cpu3c-2-4", dependencies=["skiffwords==9.9"], env=ENV)
+def never():
+    return 1
+
+
+async def error_of(call):
+    try:
+        await call
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+async def main():
+    out = {"first": await describe(1234567)}
+    started = time.perf_counter()
+    out["second"] = await describe(7_500)
+    out["second_seconds"] = time.perf_counter() - started
+    out["add"] = await add(2, 3)
+    out["divide_error"] = await error_of(divide(1, 0))
+    out["numbers_error"] = await error_of(numbers())
+    counter = Counter(10)
+    out["counted"] = [await counter.add(1), await counter.add(5)]
+    other = Counter(100)
+    out["other"] = await other.add(1)
+    out["gpu"] = await visible_gpus()
+    out["broken_error"] = await error_of(never())
+    print(json.dumps(out))
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def server(flash_server: Server) -> Server:
+    return flash_server
+
+
+def _endpoints(server: Server) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in server.http.get("/v1/endpoints").json()}
+
+
+def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_path: Path) -> None:
+    with package_index(tmp_path / "index") as index:
+        env = flash_env(server.url, server.key, tmp_path) | {
+            "WORKER_ENV": json.dumps(index.pip_env())
+        }
+        out = run_flash(SCRIPT, env, tmp_path)
+        downloads = index.downloads[WHEEL]
+
+    # The dependency, installed with pip, computed on the worker; the second call found it.
+    assert (out["first"], out["second"]) == ("1.2 million", "7.5 thousand")
+    assert downloads == 1
+    assert out["add"] == 5
+    # The function's exception with its type, message and the line it came from.
+    error = out["divide_error"]
+    assert "ZeroDivisionError: division by zero" in error
+    assert 'File "<flash function divide>", line 2, in divide' in error and "a / b" in error
+    assert "cannot be pickled" in out["numbers_error"] and "generator" in out["numbers_error"]
+    # One instance's state across method calls; another instance has its own.
+    assert out["counted"] == [11, 16] and out["other"] == 101
+    assert out["gpu"] == "0"  # the declared GPU it was given, pinned as for any worker
+    broken = out["broken_error"]
+    assert "DependencyError" in broken and "skiffwords==9.9" in broken
+
+    listed = _endpoints(server)
+    assert {"live-words", "live-plain", "live-counter", "live-gpu-env"} <= set(listed)
+    assert listed["live-gpu-env"]["computeType"] == "GPU"
+    words = listed["live-words"]["id"]
+    workers = server.http.get(f"/v1/endpoints/{words}", params={"includeWorkers": "true"}).json()
+    assert len(workers["workers"]) == 1  # both calls on the one worker
+    # Its log says what it installed, once.
+    (worker,) = workers["workers"]
+    lines = server.http.get(f"/v1/endpoints/{words}/logs").json()["lines"]
+    installs = [x for x in lines if "installing skiffwords==1.0" in x["line"]]
+    assert [x["worker"] for x in installs] == [worker["id"]], lines[-20:]
+
+
+def test_a_load_balanced_flash_image_is_refused_with_a_reason(server: Server) -> None:
+    template = server.http.post(
+        "/v1/templates",
+        json={"name": "flash-lb", "imageName": "runpod/flash-lb-cpu:py3.12-latest"},
+    ).json()
+    endpoint = server.create_endpoint(templateId=template["id"], workersMin=1)
+    url = f"/v1/endpoints/{endpoint['id']}"
+    placement = server.wait_for(
+        lambda: "load-balanced Flash" in (text := server.http.get(url).text) and text,
+        what="the endpoint's placement to say why",
+    )
+    assert "queue-based @Endpoint" in placement
