@@ -29,6 +29,7 @@ from bench import (
     b6_default_workers,
     b7_ray,
     b8_lb,
+    b9_flash,
     g0_generator,
     machine,
     pinning,
@@ -46,6 +47,7 @@ BENCHMARKS: dict[str, Callable[[Options], BenchResult]] = {
     "B6": b6_default_workers.run,
     "B7": b7_ray.run,
     "B8": b8_lb.run,
+    "B9": b9_flash.run,
 }
 DEFAULT_OUT = pinning.REPO_ROOT / "bench" / "results"
 #: B4's queue in a full run. A million jobs take about 7 minutes to queue at the /run rate

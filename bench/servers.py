@@ -198,6 +198,18 @@ def reference(log_dir: Path, name: str, sdk_log_level: str | None) -> Launched:
     )
 
 
+def flash_reference(log_dir: Path, name: str) -> Launched:
+    """skiff's Flash worker under the runpod SDK's local test server, which runs it inline."""
+    argv = [sys.executable, "-m", "skiff.flash_worker", "--rp_serve_api"]
+    return Launched(
+        "reference flash worker",
+        [*argv, "--rp_api_host", "127.0.0.1", "--rp_api_port", "{port}"],
+        _clean_env(("RUNPOD_",)),
+        log_dir / f"{name}-reference.log",
+        "/openapi.json",
+    )
+
+
 class Skiff(Launched):
     """``skiff serve`` on a fresh data directory, with a client for its /v1 and /v2 APIs."""
 

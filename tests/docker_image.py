@@ -3,6 +3,7 @@ found by its tag; skips when no Docker daemon answers (.ci/run starts one)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 TAG = "skiff-test/worker:runpod-1.12.0"
+#: The Debian base ``build-test-image`` makes the test image on (and the Flash image's).
+BASE_TAG = "skiff-test/python:3.11"
 SCRIPT = Path(__file__).parent / "containers" / "build-test-image"
 
 
@@ -47,6 +50,30 @@ def containers_of(endpoint_id: str) -> list[Any]:
             filters={"label": f"dev.skiff.endpoint-id={endpoint_id}"},
         )
     )
+
+
+ROOT = Path(__file__).resolve().parents[1]
+FLASH_BUILD = ROOT / "images" / "flash-worker" / "build"
+
+
+def ensure_flash_image() -> str:
+    """skiff's Flash worker image as ``images/flash-worker/build`` makes it, on the test
+    image's Debian base, tagged by a hash of what goes into it: a changed worker is rebuilt."""
+
+    ensure_test_image()
+    digest = hashlib.sha256()
+    parts = [FLASH_BUILD.parent / "Dockerfile", FLASH_BUILD]
+    parts += sorted((ROOT / "src" / "skiff" / "flash_worker").glob("*.py"))
+    for part in parts:
+        digest.update(part.read_bytes())
+    tag = f"skiff-test/flash-worker:{digest.hexdigest()[:16]}"
+    subprocess.run(
+        [str(FLASH_BUILD), tag],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHON": sys.executable, "BASE": BASE_TAG},
+    )
+    return tag
 
 
 def ensure_test_image() -> str:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-IDS = ["G0", "B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8"]
+IDS = ["G0", "B1", "B2", "B3", "B4", "B5", "B6", "B7", "B8", "B9"]
 
 
 def test_quick_run_produces_every_benchmark(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from harness import Server
 
+from flash_programs import flash_env
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -65,3 +67,18 @@ def test_walkthrough_client_runs_against_the_example_workers(server: Server) -> 
         {"word": "two"},
         {"word": "three"},
     ]
+
+
+def test_the_flash_example_computes_on_a_skiff_worker(server: Server, tmp_path: Path) -> None:
+    # As the README runs it: humanize comes from the package index the host's pip uses.
+    env = flash_env(server.url, server.key, tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", str(EXAMPLES / "flash_app.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
+    assert run.stdout.strip().splitlines()[-1] == "1.2 million"

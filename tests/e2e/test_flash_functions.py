@@ -135,6 +135,19 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     lines = server.http.get(f"/v1/endpoints/{words}/logs").json()["lines"]
     installs = [x for x in lines if "installing skiffwords==1.0" in x["line"]]
     assert [x["worker"] for x in installs] == [worker["id"]], lines[-20:]
+    # Metered like any worker: its running seconds are billed to the endpoint.
+    server.wait_for(
+        lambda: (
+            sum(
+                r["timeBilledMs"]
+                for r in server.http.get(
+                    "/v1/billing/endpoints", params={"bucketSize": "hour", "endpointId": words}
+                ).json()
+            )
+            > 0
+        ),
+        what="the Flash worker's time billed",
+    )
 
 
 def test_a_load_balanced_flash_image_is_refused_with_a_reason(server: Server) -> None:

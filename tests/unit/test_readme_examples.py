@@ -19,7 +19,7 @@ def _without_docstring(source: str) -> str:
     return source.strip()
 
 
-@pytest.mark.parametrize("name", ["handler.py", "stream_handler.py", "client.py"])
+@pytest.mark.parametrize("name", ["handler.py", "stream_handler.py", "client.py", "flash_app.py"])
 def test_readme_shows_the_example_file_as_it_is(name: str) -> None:
     blocks = (ROOT / "README.md").read_text().split("```python\n")[1:]
     shown = [block.split("```", 1)[0].strip() for block in blocks]
