@@ -140,4 +140,6 @@ def run_flash(
         timeout=timeout,
     )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-5000:])
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    answer = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    answer["console"] = done.stdout + done.stderr  # what flash printed on the way
+    return answer

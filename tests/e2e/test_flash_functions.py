@@ -104,7 +104,9 @@ def _endpoints(server: Server) -> dict[str, dict[str, Any]]:
 def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_path: Path) -> None:
     with package_index(tmp_path / "index") as index:
         env = flash_env(server.url, server.key, tmp_path) | {
-            "WORKER_ENV": json.dumps(index.pip_env())
+            "WORKER_ENV": json.dumps(index.pip_env()),
+            # Where flash dev reads a worker's log while it waits: skiff's /v1/pod/{id}/logs.
+            "RUNPOD_HAPI_URL": server.url,
         }
         out = run_flash(SCRIPT, env, tmp_path)
         downloads = index.downloads[WHEEL]
@@ -112,6 +114,8 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     # The dependency, installed with pip, computed on the worker; the second call found it.
     assert (out["first"], out["second"]) == ("1.2 million", "7.5 thousand")
     assert downloads == 1
+    # flash dev's console showed the worker's lines as they came (read from /v1/pod/{id}/logs).
+    assert "flash worker: installing skiffwords==1.0" in out["console"]
     assert out["add"] == 5
     # The function's exception with its type, message and the line it came from.
     error = out["divide_error"]
@@ -135,6 +139,13 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     lines = server.http.get(f"/v1/endpoints/{words}/logs").json()["lines"]
     installs = [x for x in lines if "installing skiffwords==1.0" in x["line"]]
     assert [x["worker"] for x in installs] == [worker["id"]], lines[-20:]
+    # The worker's log as the hosted log service gives it, for its owner only.
+    own = server.http.get(f"/v1/pod/{worker['id']}/logs").json()
+    assert any("installing skiffwords==1.0" in line for line in own["container"])
+    assert all(line[:4].isdigit() and "T" in line.split(" ", 1)[0] for line in own["container"])
+    other = {"Authorization": f"Bearer {server.user_key('flash-other')}"}
+    refused = server.http.get(f"/v1/pod/{worker['id']}/logs", headers=other)
+    assert refused.status_code == 404 and worker["id"] in refused.text
     # Metered like any worker: its running seconds are billed to the endpoint.
     server.wait_for(
         lambda: (

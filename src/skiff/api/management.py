@@ -24,6 +24,7 @@ from skiff.api import (
     user,
     volumes,
     webhooks,
+    worker_logs,
 )
 from skiff.api.needs import api_routes, need_of, needs
 from skiff.api.openapi3 import document_errors, downgrade_to_3_0
@@ -123,6 +124,7 @@ def build(services: Services) -> FastAPI:
     app.include_router(secrets.router(services, current_user))
     app.include_router(user.router(services, current_user))
     app.include_router(api_keys.router(services, current_caller))
+    app.include_router(worker_logs.router(services, current_user))
     for route in app.routes:  # the interactive documentation is for anyone, as /openapi.json
         if isinstance(route, APIRoute) and route.path.startswith("/docs"):
             needs(DOCUMENTATION)(route.endpoint)
