@@ -64,7 +64,8 @@ def run(opts: Options) -> BenchResult:
     reps = opts.pick(5, 1)
     warmups = opts.pick(1, 0)
     result = BenchResult(
-        "B5", f"scale from zero, {reps} repetitions: afresh, flashboot, sandbox off, fork server"
+        "B5",
+        f"scale from zero, {reps} repetitions: afresh, flashboot, sandbox off, fork servers",
     )
     samples: list[dict[str, float]] = []
     flash: list[dict[str, float]] = []
@@ -79,6 +80,7 @@ def run(opts: Options) -> BenchResult:
                 sample = once(skiff, opts)
                 if rep >= warmups:
                     into.append(sample)
+        sandboxed_forks = _sandboxed_forks(skiff, opts, reps)
     # The same cold starts without the sandbox (SKIFF_SANDBOX=off), in the same run: what the
     # sandbox costs a start (providers/bubblewrap.py), started afresh and, outside the sandbox,
     # forked from a zygote (providers/fork_server.py; the warm-up repetition's worker starts
@@ -115,10 +117,17 @@ def run(opts: Options) -> BenchResult:
     for key in ("process", "sdk_import", "first_take", "to_handler_total", "total"):
         label = f"fork server (sandbox off): {dict(PHASES)[key]}"
         result.rows.append(_row(label, forked, key, "n/a: no scaling", fork_goals.get(key)))
+    for key in ("process", "sdk_import", "first_take", "to_handler_total", "total"):
+        label = f"fork server (sandboxed, the endpoint's): {dict(PHASES)[key]}"
+        result.rows.append(
+            _row(label, sandboxed_forks, key, "n/a: no scaling", fork_goals.get(key))
+        )
     flash_goals = {"to_handler_total": 200.0}
     for key, label in FLASH_PHASES:
         result.rows.append(_row(label, flash, key, "n/a", flash_goals.get(key)))
-    errors = sum(1 for s in (*samples, *flash, *bare, *forked) if not s["completed"])
+    errors = sum(
+        1 for s in (*samples, *flash, *bare, *forked, *sandboxed_forks) if not s["completed"]
+    )
     result.errors = {"skiff": errors}
     result.rows.append(result.error_row())
     result.curves["B5 scale from zero, phases (ms, p50)"] = {
@@ -137,6 +146,7 @@ def run(opts: Options) -> BenchResult:
         "flashboot_samples": flash,
         "no_sandbox_samples": bare,
         "fork_server_samples": forked,
+        "sandboxed_fork_server_samples": sandboxed_forks,
         "warmups": warmups,
     }
     return result
@@ -189,7 +199,29 @@ def _once(
     endpoint = skiff.create_endpoint(
         opts.worker_env(), workersMin=0, workersMax=1, flashboot=False, idleTimeout=3600
     )
-    t = _one_job(skiff, endpoint, worker_gone)
+    return _phases(_one_job(skiff, endpoint, worker_gone))
+
+
+def _sandboxed_forks(skiff: servers.Skiff, opts: Options, reps: int) -> list[dict[str, float]]:
+    """Cold starts of one sandboxed endpoint scaled to zero after each job: the first starts
+    afresh and its zygote starts in the endpoint's sandbox; once that is ready, every counted
+    one comes out of it."""
+    endpoint = skiff.create_endpoint(
+        opts.worker_env(), workersMin=0, workersMax=1, flashboot=False, idleTimeout=3600
+    )
+    _one_job(skiff, endpoint, delete=False)
+    homes = f"in the sandbox of {(skiff.data_dir / 'workers' / endpoint).resolve()} is ready"
+    skiff.wait_for("the endpoint's zygote", lambda: homes in skiff.tail_log(10**6), 60)
+    samples = []
+    for rep in range(reps):
+        opts.say(f"B5 (cold, sandboxed, fork server): repetition {rep + 1} of {reps}")
+        skiff.update_endpoint(endpoint, workersMax=1)
+        samples.append(_phases(_one_job(skiff, endpoint, delete=False)))
+    skiff.delete_endpoint(endpoint)
+    return samples
+
+
+def _phases(t: _Timed) -> dict[str, float]:
     spawned = _ts(t.worker["startedAt"])
     marks = t.marks
     ms = 1000.0
@@ -221,8 +253,14 @@ class _Timed:
     marks: dict[str, float]
 
 
-def _one_job(skiff: servers.Skiff, endpoint: str, worker_gone: WorkerGone | None = None) -> _Timed:
-    """Send the job, read back the moments, then delete the endpoint and wait its worker out."""
+def _one_job(
+    skiff: servers.Skiff,
+    endpoint: str,
+    worker_gone: WorkerGone | None = None,
+    delete: bool = True,
+) -> _Timed:
+    """Send the job, read back the moments, then delete the endpoint (unless ``delete`` is
+    false) and wait its worker out."""
     submitted = time.time()
     answer = skiff.http.post(
         f"/v2/{endpoint}/runsync",
@@ -234,9 +272,12 @@ def _one_job(skiff: servers.Skiff, endpoint: str, worker_gone: WorkerGone | None
     replied = time.time()
     body = answer.json()
     worker = skiff.workers(endpoint)[0]
-    marks = _marks(skiff.log_lines(endpoint))
+    marks = _marks([e for e in skiff.log_lines(endpoint) if e.get("worker") == worker["id"]])
     job = skiff.http.get(f"/v2/{endpoint}/requests", params={"limit": 1}).json()["requests"][0]
-    skiff.delete_endpoint(endpoint)
+    if delete:
+        skiff.delete_endpoint(endpoint)
+    else:
+        skiff.update_endpoint(endpoint, workersMax=0)
     gone = worker_gone or _process_gone
     skiff.wait_for("the worker to exit", lambda: gone(worker), timeout_s=30)
     completed = answer.status_code == 200 and body.get("status") == "COMPLETED"

@@ -153,9 +153,10 @@ class Settings(BaseSettings):
     #: ``off``: every worker runs as the server's own user and sees what it sees, for a server
     #: whose users all trust each other.
     sandbox: bool = True
-    #: Start a local worker outside the sandbox that runs ``python script.py`` as a fork of a
-    #: pre-started interpreter with the runpod SDK imported (providers/fork_server.py): tens
-    #: of milliseconds instead of the SDK's import. ``off``: every worker starts afresh.
+    #: Start a local worker that runs ``python script.py`` as a fork of a pre-started
+    #: interpreter with the runpod SDK imported (providers/fork_server.py), in its endpoint's
+    #: sandbox for a sandboxed CPU worker: tens of milliseconds instead of the SDK's import.
+    #: ``off``: every worker starts afresh.
     fork_servers: bool = True
     #: ``SKIFF_PROVIDER=docker``: the image that runs a Flash endpoint's worker in place of the
     #: hosted ``runpod/flash`` images (services/flash_workers.py; built by

@@ -33,8 +33,20 @@ def fails():
     raise RuntimeError("inside the container")
 
 
+@Endpoint(name="in-a-box", cpu="cpu3c-2-4", dependencies=["skiffwords==1.0"], env=ENV)
+class Tally:
+    def __init__(self, start):
+        self.n = start
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+
 async def main():
     out = {"first": await describe(1234567), "second": await describe(12)}
+    tally = Tally(10)
+    out["tally"] = [await tally.add(1), await tally.add(5)]
     try:
         await fails()
     except Exception as exc:
@@ -64,6 +76,7 @@ def test_a_flash_function_runs_in_a_container_of_the_flash_image(
 
     assert out["first"] == ["1.2 million", True]  # in the image: its worker's own files
     assert out["second"] == ["12", True]
+    assert out["tally"] == [11, 16]  # one instance's state across method calls
     assert downloads == 1  # installed once in the container, found the second time
     assert "RuntimeError: inside the container" in out["error"]
     (endpoint,) = [

@@ -222,6 +222,59 @@ def test_a_tenant_with_the_data_dir_inside_the_checkout_cannot_reach_another_ten
         _hostile_tenant_is_kept_out(server)
 
 
+def _parent_name(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    parent = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
+    return Path(f"/proc/{parent}/comm").read_text().strip()
+
+
+@needs_bwrap
+def test_a_worker_forked_in_its_endpoints_sandbox_cannot_reach_another_tenants_secrets(
+    tmp_path: Path,
+) -> None:
+    with running(tmp_path / "data") as server:
+        alice = TenantA(server)
+        bob = _client(server, server.user_key("bob"))
+        spec = _probe_input(server, alice.secrets())
+        endpoint = _endpoint(bob, [sys.executable, str(PROBE)], workersMax=1)
+        eid = endpoint["id"]
+
+        def probe() -> tuple[dict[str, Any], str]:
+            job = _ok(bob.post(f"/v2/{eid}/run", json={"input": spec}))
+            report = _finished(server, bob, eid, job["id"])
+            return report, _ok(bob.get(f"/v2/{eid}/status/{job['id']}"))["workerId"]
+
+        plain, _ = probe()  # the endpoint's first worker starts plainly; its zygote then
+        server.wait_for(
+            lambda: (
+                f"in the sandbox of {(Path(spec['data_dir']) / 'workers' / eid)} is ready"
+                in server.log_path.read_text()
+            ),
+            what="the zygote in bob's sandbox",
+        )
+        # Scaled to zero and back: the next worker comes out of the zygote.
+        _ok(bob.patch(f"/v1/endpoints/{eid}", json={"workersMax": 0}))
+        server.wait_for(
+            lambda: (
+                not _ok(bob.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"}))[
+                    "workers"
+                ]
+            ),
+            what="bob's worker to stop",
+        )
+        _ok(bob.patch(f"/v1/endpoints/{eid}", json={"workersMax": 1}))
+        forked, worker_id = probe()
+        workers = _ok(bob.get(f"/v1/endpoints/{eid}", params={"includeWorkers": "true"}))
+        (worker,) = [w for w in workers["workers"] if w["id"] == worker_id]
+        assert _parent_name(int(worker["pid"])).startswith("python")  # the zygote, not bwrap
+        for report in (plain, forked):
+            assert report["found"] == [] and report["reached"] == [], report
+            assert report["uid"] == bubblewrap.SANDBOX_UID
+            assert report["processes"] <= 6, report
+        for secret in alice.secrets():
+            assert secret not in json.dumps(forked)
+
+
 def test_a_server_without_a_sandbox_runs_the_administrators_endpoint_and_tells_others_why(
     tmp_path: Path,
 ) -> None:

@@ -194,7 +194,7 @@ def test_state_on_disk_is_private_to_the_user_running_skiff(tmp_path: Path) -> N
 def _skiff_made(data: Path, path: Path) -> bool:
     """What skiff itself creates: not what a worker writes inside its own home."""
     parts = path.relative_to(data).parts
-    return not (len(parts) > 3 and parts[0] == "workers" and parts[2] == "home")
+    return not (len(parts) > 4 and parts[0] == "workers" and parts[3] == "home")
 
 
 def test_an_existing_data_directory_open_to_others_is_made_private_with_a_warning(

@@ -70,6 +70,10 @@ class Launch:
     #: files and processes (``providers/bubblewrap.py``). False only for an administrator's
     #: worker on a host that cannot make one (``sandbox_problem``).
     sandboxed: bool = True
+    #: The directory holding the homes of all the endpoint's workers (``home`` is in it): what
+    #: the sandbox of the endpoint's fork server makes writable, so that a worker forked from
+    #: it later finds its own home there (``fork_server.py``). None: never forked in a sandbox.
+    homes: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

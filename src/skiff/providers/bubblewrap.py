@@ -314,9 +314,12 @@ class Sandbox:
         volume: Path | None = None,
         mount: str = VOLUME_MOUNT_PATH,
         gpu_indices: Sequence[int] = (),
+        reach: Sequence[str] = (),
     ) -> list[str]:
         """``argv`` run inside the sandbox, ``home`` (and ``volume`` at ``mount``) writable,
-        in ``cwd`` (the server's own when None). The caller starts it with SIGTERM ignored."""
+        in ``cwd`` (the server's own when None). ``reach``: files the command will use that
+        its ``argv`` does not name (a fork server's workers' scripts), made visible as the
+        ``argv``'s are. The caller starts it with SIGTERM ignored."""
         if self.bwrap is None:
             raise FileNotFoundError(
                 2, f"bubblewrap (bwrap) is not installed (Debian's {PACKAGE} package)"
@@ -331,6 +334,7 @@ class Sandbox:
         args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
         needed = [
             *argv,
+            *reach,
             sys.executable,
             sys.prefix,
             # The server's own import path: an editable install's source, which a worker of

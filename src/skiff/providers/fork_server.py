@@ -8,15 +8,29 @@ as ``python script.py`` would. The worker is in a session (process group) of its
 with the zygote, which dies with the server (PDEATHSIG), and is stopped, logged and reported
 exactly as a process started the plain way (``local.py``).
 
-Which workers: a command ``python[3[.N]] [-u] script.py args...`` that is not in the sandbox and
-has no network volume. The sandbox's namespaces, its per-worker home and GPU device nodes are
-made when bwrap starts the process, so a sandboxed worker cannot come out of a shared parent:
-it starts the plain way, as does anything else (``-m module``, a shell, another program).
+Which workers: a command ``python[3[.N]] [-u] script.py args...``, from one of two kinds of
+zygote (anything else, ``-m module``, a shell, another program, starts the plain way):
 
-One zygote per interpreter, its flags and its ``PYTHON*`` environment (``PYTHONPATH`` shapes
-what the SDK imports); it is started on the first worker that could use it, which itself starts
-the plain way, so nothing ever waits for a zygote. A zygote that cannot import the SDK (an
-interpreter without it) is not asked again for ``RETRY_SECONDS``.
+- Outside the sandbox, without a network volume: one zygote per interpreter, its flags and its
+  ``PYTHON*`` environment (``PYTHONPATH`` shapes what the SDK imports), shared by every
+  endpoint; it is started on the first worker that could use it, which itself starts the plain
+  way, so nothing ever waits for a zygote.
+- In the sandbox, a CPU worker: one zygote per endpoint (its ``SandboxSpot``: the directory of
+  its workers' homes, working directory, volume and script, besides the interpreter), started
+  by bubblewrap as the endpoint's workers are. A sandbox's namespaces and mounts are made when
+  bubblewrap starts its first process, so the zygote's sandbox binds the directory of all the
+  endpoint's homes (each forked worker finds its own in it) and no GPU device node (a GPU
+  worker starts the plain way). It is started ``SANDBOXED_START_SECONDS`` after the endpoint's
+  first worker, not at once (its import would slow that worker's own start), and only if the
+  endpoint still exists then; the next worker start anywhere ends it once it has had no worker
+  for ``IDLE_SECONDS`` or its endpoint is gone; at most ``MAX_SANDBOXED`` run at once.
+  Inside, processes are numbered by the sandbox's PID namespace: each forked worker tells the
+  server it exists itself, and the server takes its pid on the host from the message's
+  credentials (``SO_PASSCRED``), so it stops and watches it as any other. What a zygote says
+  is checked like any tenant input (it shares its sandbox with the tenant's code).
+
+A zygote that cannot import the SDK (an interpreter without it) is not asked again for
+``RETRY_SECONDS``.
 
 What a forked worker shares with the zygote, and a fresh one would not: the modules the SDK
 imports (aiohttp, requests, ...) were imported under the zygote's environment (the server's,
@@ -35,8 +49,10 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -52,16 +68,50 @@ _FORK_SECONDS = 10.0
 #: How long a zygote may take to import the SDK.
 _READY_SECONDS = 120.0
 _PACKET = 1 << 20
+#: ``struct ucred``: pid, uid, gid.
+_CREDS = struct.Struct("3i")
+#: How long a sandboxed zygote is kept with no worker: an endpoint that scaled to zero within
+#: it starts its next worker forked.
+IDLE_SECONDS = 1800.0
+#: How long after its endpoint's first worker started a sandboxed zygote is started: not at
+#: once, where its import of the SDK would slow that worker's own cold start on a busy CPU,
+#: and not at all for an endpoint deleted by then.
+SANDBOXED_START_SECONDS = 3.0
+#: The most sandboxed zygotes at once (each holds an interpreter with the SDK imported, tens of
+#: megabytes): a new one ends the one idle longest, or is not started while all are in use.
+MAX_SANDBOXED = 16
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 _SOURCE = (Path(__file__).parent / "zygote_main.py").read_text()
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxSpot:
+    """Where a sandboxed zygote runs: the sandbox of one endpoint's workers, whose homes all lie
+    in ``homes`` (bound read-write, so that a worker forked later finds its own there), with
+    the endpoint's network volume at ``mount`` and ``cwd`` as the working directory."""
+
+    homes: str
+    cwd: str
+    volume: str | None
+    mount: str
+    #: The worker's script: the sandbox shows it as it would to the worker started plainly
+    #: (a script under ``/tmp`` is bound in only when named).
+    script: str
+
+
+@dataclass(frozen=True, slots=True)
 class ZygoteKey:
-    """What a zygote's interpreter is started with: its workers must be started with the same."""
+    """What a zygote's interpreter is started with: its workers must be started with the same.
+    ``sandbox``: None for the zygote outside any sandbox, which any tenant's unsandboxed worker
+    may come out of; else the endpoint's sandbox it runs in."""
 
     interpreter: str
     python_env: tuple[tuple[str, str], ...]
+    sandbox: SandboxSpot | None = None
+
+
+#: How a sandboxed zygote is started: its command (``argv``) inside its key's sandbox.
+SandboxCommand = Callable[["ZygoteKey", list[str]], list[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +123,9 @@ class Forkable:
     unbuffered: bool
 
 
-def forkable(launch: Launch) -> Forkable | None:
-    """``python [-u] script.py args...``, the interpreter found on the worker's ``PATH``."""
+def forkable(launch: Launch, sandbox: SandboxSpot | None = None) -> Forkable | None:
+    """``python [-u] script.py args...``, the interpreter found on the worker's ``PATH``; from
+    the zygote of ``sandbox`` when given."""
     argv = launch.argv
     if len(argv) < 2 or not _PYTHON.fullmatch(os.path.basename(argv[0])):
         return None
@@ -94,7 +145,10 @@ def forkable(launch: Launch) -> Forkable | None:
             if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"
         )
     )
-    return Forkable(ZygoteKey(os.path.abspath(interpreter), python_env), rest, unbuffered)
+    if sandbox is not None:
+        sandbox = replace(sandbox, script=os.path.abspath(os.path.join(sandbox.cwd, rest[0])))
+    key = ZygoteKey(os.path.abspath(interpreter), python_env, sandbox)
+    return Forkable(key, rest, unbuffered)
 
 
 class ForkedProcess:
@@ -114,6 +168,37 @@ class ForkedProcess:
         return int(await asyncio.shield(self._exited))
 
 
+def _sender_pid(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The sending process's pid in this server's PID namespace, from ``SCM_CREDENTIALS``."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid, _uid, _gid = struct.unpack("3i", data[: _CREDS.size])
+            return int(pid)
+    return None
+
+
+async def _receive(sock: socket.socket) -> tuple[bytes, int | None]:
+    """One packet and its sender's pid (``asyncio`` has no ``recvmsg`` of its own)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            data, ancdata, _flags, _addr = sock.recvmsg(_PACKET, socket.CMSG_SPACE(_CREDS.size))
+        except BlockingIOError:
+            readable: asyncio.Future[None] = loop.create_future()
+
+            def wake(waiter: asyncio.Future[None] = readable) -> None:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+            loop.add_reader(sock.fileno(), wake)
+            try:
+                await readable
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        return data, _sender_pid(ancdata)
+
+
 class _Zygote:
     def __init__(self, key: ZygoteKey, env: dict[str, str], cwd: Path | None) -> None:
         self.key = key
@@ -123,22 +208,29 @@ class _Zygote:
         self.failed_at: float | None = None
         self._sock: socket.socket | None = None
         self._proc: asyncio.subprocess.Process | None = None
-        self._pids: asyncio.Queue[asyncio.Future[ForkedProcess]] = asyncio.Queue()
+        #: Forks asked for and not yet announced by their worker, by token.
+        self._waiting: dict[int, asyncio.Future[ForkedProcess]] = {}
+        self._tokens = 0
+        #: Its live workers by the pid the zygote knows them by (its own namespace's).
         self._children: dict[int, ForkedProcess] = {}
-        self._lock = asyncio.Lock()
+        self._idle_since = 0.0
         self.task: asyncio.Task[None] | None = None
 
-    async def run(self, argv_prefix: list[str]) -> None:
-        """Start the zygote and serve its messages until it ends."""
+    def idle_for(self, now: float) -> float:
+        """How long it has had no worker and no fork under way (0 while it has)."""
+        return 0.0 if self._children or self._waiting else now - self._idle_since
+
+    async def run(self, command: list[str]) -> None:
+        """Start the zygote (``command`` runs ``python -c SOURCE``) and serve its messages
+        until it ends."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Every packet then carries its sender's pid as this server numbers processes.
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         env = self._env | dict(self.key.python_env) | {"SKIFF_ZYGOTE_FD": str(theirs.fileno())}
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *argv_prefix,
-                self.key.interpreter,
-                "-c",
-                _SOURCE,
+                *command,
                 env=env,
                 cwd=self._cwd,
                 stdin=subprocess.DEVNULL,
@@ -152,7 +244,7 @@ class _Zygote:
         ours.setblocking(False)
         self._sock = ours
         try:
-            first = await asyncio.wait_for(loop.sock_recv(ours, _PACKET), _READY_SECONDS)
+            first, _sender = await asyncio.wait_for(_receive(ours), _READY_SECONDS)
             message = orjson.loads(first) if first else {"error": "it exited"}
             if not message.get("ready"):
                 log.warning(
@@ -163,9 +255,14 @@ class _Zygote:
                 self.failed_at = loop.time()
                 return
             self.ready = True
-            log.info("the fork server of %s is ready", self.key.interpreter)
-            while packet := await loop.sock_recv(ours, _PACKET):
-                self._on_message(orjson.loads(packet))
+            self._idle_since = loop.time()
+            where = f" in the sandbox of {self.key.sandbox.homes}" if self.key.sandbox else ""
+            log.info("the fork server of %s%s is ready", self.key.interpreter, where)
+            while True:
+                packet, sender = await _receive(ours)
+                if not packet:
+                    break
+                self._on_message(packet, sender, loop.time())
         except (OSError, TimeoutError, orjson.JSONDecodeError) as exc:
             log.warning("the fork server of %s ended: %s", self.key.interpreter, exc)
         finally:
@@ -174,32 +271,52 @@ class _Zygote:
                 self.failed_at = loop.time()
             await self._end()
 
-    def _on_message(self, message: dict[str, int]) -> None:
-        if "pid" in message:
-            child = ForkedProcess(message["pid"])
-            self._children[child.pid] = child
-            waiter = self._pids.get_nowait()
-            if waiter.done():
-                # Its caller gave up waiting (and started the worker the plain way).
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(child.pid, signal.SIGKILL)
-            else:
-                waiter.set_result(child)
-        elif "exited" in message:
-            exited = self._children.pop(message["exited"], None)
-            if exited is not None:
-                exited.exited(message["code"])
+    def _on_message(self, packet: bytes, sender: int | None, now: float) -> None:
+        # A sandboxed zygote shares its sandbox with the tenant's workers, so what it says is
+        # checked like any input: a malformed message is dropped, and a worker is known by the
+        # pid the kernel vouches for, never by the one written in the message.
+        try:
+            message = orjson.loads(packet)
+            if "forked" in message:
+                self._on_forked(int(message["forked"]), int(message["pid"]), sender)
+            elif "exited" in message:
+                exited = self._children.pop(int(message["exited"]), None)
+                if exited is not None:
+                    exited.exited(int(message["code"]))
+                    if not self._children:
+                        self._idle_since = now
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            log.warning("the fork server of %s said something unreadable: %s", self.key, exc)
+
+    def _on_forked(self, token: int, inner: int, sender: int | None) -> None:
+        if sender is None:
+            raise ValueError("a fork announced without its sender's credentials")
+        child = ForkedProcess(sender)
+        waiter = self._waiting.pop(token, None)
+        if waiter is None or waiter.done():
+            # Its caller gave up waiting (and started the worker the plain way).
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sender, signal.SIGKILL)
+            return
+        self._children[inner] = child
+        waiter.set_result(child)
 
     async def fork(self, forkable: Forkable, launch: Launch, log_fd: int) -> ForkedProcess:
         assert self._sock is not None
         env = launch.env | ({"PYTHONUNBUFFERED": "1"} if forkable.unbuffered else {})
-        request = {"argv": forkable.argv, "env": env, "cwd": str(launch.cwd or self._cwd or ".")}
-        async with self._lock:
-            waiter = asyncio.get_running_loop().create_future()
-            self._pids.put_nowait(waiter)
+        self._tokens += 1
+        token = self._tokens
+        request = {
+            "fork": token,
+            "argv": forkable.argv,
+            "env": env,
+            "cwd": str(launch.cwd or self._cwd or "."),
+        }
+        waiter: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = waiter
+        try:
             # One packet (SOCK_SEQPACKET): it goes whole or not at all.
             socket.send_fds(self._sock, [orjson.dumps(request)], [log_fd])
-        try:
             return await asyncio.wait_for(waiter, _FORK_SECONDS)
         except TimeoutError:
             # Taken for broken: ended, with whatever it forked (``run`` reports them).
@@ -207,6 +324,8 @@ class _Zygote:
                 with contextlib.suppress(ProcessLookupError):
                     self._proc.kill()
             raise
+        finally:
+            self._waiting.pop(token, None)
 
     async def _end(self) -> None:
         """The zygote is gone: its workers die with it (PDEATHSIG); they are reported so."""
@@ -216,13 +335,13 @@ class _Zygote:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
             await self._proc.wait()
-        while not self._pids.empty():
-            waiter = self._pids.get_nowait()
+        for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.set_exception(OSError("the fork server ended"))
-        for pid, child in list(self._children.items()):
+        self._waiting.clear()
+        for child in list(self._children.values()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+                os.killpg(child.pid, signal.SIGKILL)
             child.exited(-signal.SIGKILL)
         self._children.clear()
 
@@ -238,24 +357,51 @@ class ForkServers:
     """The zygotes of one provider, one per ``ZygoteKey``.
 
     ``env``: what a zygote starts with (no tenant's variables: it is shared); ``argv_prefix``:
-    what arms PDEATHSIG before the interpreter (``local.py``'s shim)."""
+    what arms PDEATHSIG before the interpreter (``local.py``'s shim); ``sandboxed``: how a
+    zygote is started in an endpoint's sandbox (None: sandboxed workers are never forked)."""
 
-    def __init__(self, env: dict[str, str], cwd: Path | None, argv_prefix: list[str]) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path | None,
+        argv_prefix: list[str],
+        sandboxed: SandboxCommand | None = None,
+    ) -> None:
         self._env = env
         self._cwd = cwd
         self._argv_prefix = argv_prefix
+        self._sandboxed = sandboxed
         self._zygotes: dict[ZygoteKey, _Zygote] = {}
+        self._later: dict[ZygoteKey, asyncio.TimerHandle] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def forks_sandboxed(self) -> bool:
+        return self._sandboxed is not None
+
+    def _command(self, key: ZygoteKey) -> list[str]:
+        argv = [key.interpreter, "-c", _SOURCE]
+        if key.sandbox is None:
+            return [*self._argv_prefix, *argv]
+        assert self._sandboxed is not None
+        return self._sandboxed(key, argv)
 
     async def fork(self, forkable: Forkable, launch: Launch, log_fd: int) -> ForkedProcess | None:
         """The worker forked from its zygote; None when none is ready (one is started for the
         next worker when none runs), and the caller starts it the plain way."""
         loop = asyncio.get_running_loop()
-        zygote = self._zygotes.get(forkable.key)
+        await self._close_idle(loop.time())
+        key = forkable.key
+        zygote = self._zygotes.get(key)
         if zygote is None or (
             zygote.failed_at is not None and loop.time() - zygote.failed_at > RETRY_SECONDS
         ):
-            zygote = self._zygotes[forkable.key] = _Zygote(forkable.key, self._env, self._cwd)
-            zygote.task = asyncio.create_task(zygote.run(self._argv_prefix))
+            if key.sandbox is None:
+                self._start(key)
+            elif key not in self._later:
+                self._later[key] = loop.call_later(
+                    SANDBOXED_START_SECONDS, self._start_if_wanted, key
+                )
             return None
         if not zygote.ready:
             return None
@@ -265,11 +411,51 @@ class ForkServers:
             log.warning("forking a worker of %s failed: %s", forkable.key.interpreter, exc)
             return None
 
+    def _start(self, key: ZygoteKey) -> None:
+        zygote = self._zygotes[key] = _Zygote(key, self._env, self._cwd)
+        zygote.task = asyncio.create_task(zygote.run(self._command(key)))
+
+    def _start_if_wanted(self, key: ZygoteKey) -> None:
+        self._later.pop(key, None)
+        if key.sandbox is None or not Path(key.sandbox.homes).is_dir():
+            return
+        now = asyncio.get_running_loop().time()
+        sandboxed = [k for k in self._zygotes if k.sandbox is not None and k != key]
+        if len(sandboxed) >= MAX_SANDBOXED:
+            idlest = max(sandboxed, key=lambda k: self._zygotes[k].idle_for(now))
+            if self._zygotes[idlest].idle_for(now) == 0.0:
+                return  # every one has workers: this endpoint's start the plain way
+            ending = self._zygotes.pop(idlest)
+            self._closing.add(task := asyncio.create_task(ending.close()))
+            task.add_done_callback(self._closing.discard)
+        self._start(key)
+
+    async def _close_idle(self, now: float) -> None:
+        """End the sandboxed zygotes that have had no worker for ``IDLE_SECONDS``, or none and
+        no endpoint any more (its homes removed): there is one per endpoint, each holding an
+        interpreter's memory. The shared one stays."""
+        for key in self._idle(now):
+            await self._zygotes.pop(key).close()
+
+    def _idle(self, now: float) -> list[ZygoteKey]:
+        idle: list[ZygoteKey] = []
+        for key, zygote in self._zygotes.items():
+            if key.sandbox is None or not zygote.ready or zygote.idle_for(now) == 0.0:
+                continue
+            if zygote.idle_for(now) > IDLE_SECONDS or not Path(key.sandbox.homes).is_dir():
+                idle.append(key)
+        return idle
+
     def ready(self, key: ZygoteKey) -> bool:
         """Whether the next worker of ``key`` comes out of its zygote."""
         zygote = self._zygotes.get(key)
         return zygote is not None and zygote.ready
 
     async def close(self) -> None:
+        for later in self._later.values():
+            later.cancel()
+        self._later.clear()
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=5)
         await asyncio.gather(*(z.close() for z in self._zygotes.values()))
         self._zygotes.clear()

@@ -33,7 +33,13 @@ from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap
 from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
 from skiff.providers.bubblewrap import Sandbox
-from skiff.providers.fork_server import ForkedProcess, ForkServers, forkable
+from skiff.providers.fork_server import (
+    ForkedProcess,
+    ForkServers,
+    SandboxSpot,
+    ZygoteKey,
+    forkable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +182,12 @@ class LocalProvider:
         #: Zygotes for the workers that can come out of one (``fork_server.py``): Linux only,
         #: since a forked worker's death with its parent is PDEATHSIG.
         self._forks = (
-            ForkServers(self.host_environment(), cwd, _shim_prefix())
+            ForkServers(
+                self.host_environment(),
+                cwd,
+                _shim_prefix(),
+                sandboxed=self._zygote_in_sandbox if sandbox is not None else None,
+            )
             if fork_servers and sys.platform == "linux"
             else None
         )
@@ -236,13 +247,42 @@ class LocalProvider:
         return proc.pid
 
     async def _forked(self, launch: Launch, log_fd: int) -> ForkedProcess | None:
-        """The worker forked from a zygote, when it can come from one and one is ready."""
-        if self._forks is None or launch.volume is not None:
+        """The worker forked from a zygote, when it can come from one and one is ready: the
+        shared zygote for a worker outside the sandbox without a volume, the zygote in its
+        endpoint's sandbox for a sandboxed CPU worker (a GPU's device nodes are bound per
+        worker when its sandbox is made)."""
+        if self._forks is None:
             return None
-        if launch.sandboxed and self._sandbox is not None:
+        if not (launch.sandboxed and self._sandbox is not None):
+            plan = None if launch.volume is not None else forkable(launch)
+        elif launch.gpus or launch.homes is None:
             return None
-        plan = forkable(launch)
+        else:
+            spot = SandboxSpot(
+                homes=str(launch.homes.resolve()),
+                cwd=str((launch.cwd or self._cwd or Path.cwd()).resolve()),
+                volume=str(launch.volume.resolve()) if launch.volume is not None else None,
+                mount=launch.volume_mount,
+                script="",  # forkable() fills it in
+            )
+            plan = forkable(launch, spot)
         return None if plan is None else await self._forks.fork(plan, launch, log_fd)
+
+    def _zygote_in_sandbox(self, key: ZygoteKey, argv: list[str]) -> list[str]:
+        """A zygote's command in the sandbox of its key's endpoint: every worker's home
+        writable, its volume mounted, no GPU."""
+        spot = key.sandbox
+        assert spot is not None and self._sandbox is not None
+        command = self._sandbox.command(
+            argv,
+            home=Path(spot.homes),
+            cwd=Path(spot.cwd),
+            env=self.host_environment() | dict(key.python_env),
+            volume=Path(spot.volume) if spot.volume is not None else None,
+            mount=spot.mount,
+            reach=[spot.script],
+        )
+        return _shimmed(command, _SHIELDED_SHIM)
 
     @staticmethod
     async def _pump(

@@ -9,10 +9,14 @@ per packet:
 
 - zygote -> server, once: ``{"ready": true}`` after the imports, or ``{"error": "..."}`` and
   exit when they fail (the server then starts that interpreter's workers the plain way);
-- server -> zygote: ``{"argv": [...], "env": {...}, "cwd": "..."}`` with the worker's log pipe
-  as an attached file descriptor (``SCM_RIGHTS``);
-- zygote -> server: ``{"pid": N}`` once the worker is forked, ``{"exited": N, "code": C}``
-  when it ends (``C`` as ``asyncio``'s returncode: negative for a signal).
+- server -> zygote: ``{"fork": T, "argv": [...], "env": {...}, "cwd": "..."}`` with the
+  worker's log pipe as an attached file descriptor (``SCM_RIGHTS``);
+- the forked worker -> server, first thing and once: ``{"forked": T, "pid": N}``, ``N`` its pid
+  as it sees it. The server reads the worker's pid in its own namespace from the message's
+  credentials (``SO_PASSCRED``): a zygote in a sandbox (its own PID namespace) numbers its
+  children otherwise. The worker then closes the socket, before any of its own code runs;
+- zygote -> server: ``{"exited": N, "code": C}`` when a worker ends, ``N`` as the worker sent
+  it (``C`` as ``asyncio``'s returncode: negative for a signal).
 
 What a forked worker inherits is the interpreter with ``runpod``'s dependencies imported, and
 nothing else: the SDK's own modules are imported again in the worker, under the worker's own
@@ -123,13 +127,14 @@ def main() -> None:
             request, fds = received
             pid = os.fork()
             if pid == 0:
+                # Told by the worker itself, so that its credentials carry its pid.
+                _send(sock, {"forked": request["fork"], "pid": os.getpid()})
                 sock.close()
                 os.close(wake_r)
                 os.close(wake_w)
                 _become(request, fds[0], base_path)
             for fd in fds:
                 os.close(fd)
-            _send(sock, {"pid": pid})
 
 
 def _reap(sock: socket.socket) -> None:

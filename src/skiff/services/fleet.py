@@ -178,8 +178,13 @@ class Fleet:
         if record.idle:
             del self._own[worker_id]
 
-    def home(self, worker_id: str) -> Path:
-        return self._settings.data_dir / "workers" / worker_id / "home"
+    def homes(self, endpoint_id: str) -> Path:
+        """Where the endpoint's workers' homes are: one directory, which the sandbox of the
+        endpoint's fork server makes writable (providers/fork_server.py)."""
+        return self._settings.data_dir / "workers" / endpoint_id
+
+    def home(self, endpoint_id: str, worker_id: str) -> Path:
+        return self.homes(endpoint_id) / worker_id / "home"
 
     async def environment(
         self, endpoint: Endpoint, worker: Worker, env: dict[str, str]
@@ -205,7 +210,7 @@ class Fleet:
             "RUNPOD_POD_HOSTNAME": socket.gethostname(),
             "RUNPOD_SKIP_AUTO_SYSTEM_CHECKS": "true",
             "RUNPOD_SKIP_GPU_CHECK": "true",
-            "HOME": str(self.home(worker_id).resolve()),
+            "HOME": str(self.home(endpoint.id, worker_id).resolve()),
         }
         if endpoint.spec.computeType is ComputeType.CPU:
             protocol["CUDA_VISIBLE_DEVICES"] = ""
@@ -358,7 +363,8 @@ class Fleet:
             endpoint_id=endpoint.id,
             argv=argv,
             env=full_env,
-            home=self.home(worker.id),
+            home=self.home(endpoint.id, worker.id),
+            homes=self.homes(endpoint.id),
             volume=volume,
             container=container_spec(endpoint, template, worker, credentials)
             if self.provider.runs_images
@@ -817,7 +823,7 @@ class Fleet:
             endpoint_id = self._of(worker_id).endpoint_id
             gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
             if forgotten and gone and endpoint_id is not None:
-                self.remove_files(endpoint_id, [worker_id])
+                self.remove_files(endpoint_id)
         finally:
             self._mark(worker_id, reaping=False)
 
@@ -840,10 +846,10 @@ class Fleet:
         self._backoff.pop(endpoint_id, None)
         self._said.pop(endpoint_id, None)
 
-    def remove_files(self, endpoint_id: str, worker_ids: list[str]) -> None:
+    def remove_files(self, endpoint_id: str) -> None:
+        """A deleted endpoint's workers' logs and homes."""
         self._logs.remove(endpoint_id)
-        for worker_id in worker_ids:
-            shutil.rmtree(self.home(worker_id).parent, ignore_errors=True)
+        shutil.rmtree(self.homes(endpoint_id), ignore_errors=True)
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""
