@@ -197,7 +197,10 @@ class Metrics:
             "Load-balancing endpoints: time from a request's arrival to its answer's head "
             "(waiting for a ready worker included).",
         )
-        self._lb_codes: dict[str, set[str]] = {}
+        #: Each load-balancing endpoint's series, by answer code, and its head-time series:
+        #: looked up once, not through ``labels()`` on every proxied request.
+        self._lb_counts: dict[str, dict[str, Counter]] = {}
+        self._lb_heads: dict[str, Histogram] = {}
         self._state = _StateCollector()
         self.registry.register(self._state)
         # Endpoint ids that have series in the event instruments, with the statuses seen, so
@@ -224,10 +227,16 @@ class Metrics:
     def lb_request(self, endpoint_id: str, status: int, seconds: float) -> None:
         """A request to a load-balancing endpoint got its answer's head (or skiff's refusal)."""
         code = str(status) if status in (502, 503) else f"{status // 100}xx"
-        self._labelled.setdefault(endpoint_id, set())
-        self._lb_codes.setdefault(endpoint_id, set()).add(code)
-        self._lb_requests.labels(endpoint_id, code).inc()
-        self._lb_head.labels(endpoint_id).observe(max(0.0, seconds))
+        counts = self._lb_counts.get(endpoint_id)
+        if counts is None:
+            self._labelled.setdefault(endpoint_id, set())
+            counts = self._lb_counts[endpoint_id] = {}
+            self._lb_heads[endpoint_id] = self._lb_head.labels(endpoint_id)
+        count = counts.get(code)
+        if count is None:
+            count = counts[code] = self._lb_requests.labels(endpoint_id, code)
+        count.inc()
+        self._lb_heads[endpoint_id].observe(max(0.0, seconds))
 
     def job_finished(self, job: Job) -> None:
         """A job reached a final state (as the store returned it); any final status works, so
@@ -286,6 +295,7 @@ class Metrics:
             self._finished.remove(endpoint_id, status.value)
         for outcome in _POLL_OUTCOMES:
             self._polls.remove(endpoint_id, outcome)
-        self._lb_head.remove(endpoint_id)
-        for code in self._lb_codes.pop(endpoint_id, set()):
+        if self._lb_heads.pop(endpoint_id, None) is not None:
+            self._lb_head.remove(endpoint_id)
+        for code in self._lb_counts.pop(endpoint_id, {}):
             self._lb_requests.remove(endpoint_id, code)
