@@ -136,6 +136,9 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     assert len(workers["workers"]) == 1  # both calls on the one worker
     # Its log says what it installed, once.
     (worker,) = workers["workers"]
+    # Installed where every worker of the endpoint finds it, in the endpoint's sandbox.
+    cache = (server.cwd or Path.cwd()) / server.data_dir / "workers" / words / ".flash-cache"
+    assert [p.name.startswith("py3.") for p in (cache / "deps").iterdir()] == [True]
     lines = server.http.get(f"/v1/endpoints/{words}/logs").json()["lines"]
     installs = [x for x in lines if "installing skiffwords==1.0" in x["line"]]
     assert [x["worker"] for x in installs] == [worker["id"]], lines[-20:]

@@ -4,9 +4,9 @@ packages checked (installed only where the worker may).
 The cache is a directory per Python version and set of requirements
 (``<cache>/deps/py3.11-<hash>``), installed with ``pip install --target`` into a staging
 directory and renamed into place when complete, so that two workers sharing the cache never see
-half an install. It lies on the endpoint's network volume when it has one (every worker of the
-endpoint shares it, across restarts), else in the worker's home; ``SKIFF_FLASH_CACHE`` names
-another place."""
+half an install. Every worker of an endpoint shares it (``cache_root``): on the endpoint's
+network volume when it has one, else in the directory skiff gives the endpoint's process
+workers, else (a container) in the worker's home; ``SKIFF_FLASH_CACHE`` names another place."""
 
 from __future__ import annotations
 
@@ -31,12 +31,22 @@ class DependencyError(RuntimeError):
     """A dependency did not install; the message names it and gives pip's (or apt's) words."""
 
 
+def _writable(directory: Path) -> bool:
+    return directory.is_dir() and os.access(directory, os.W_OK)
+
+
 def cache_root() -> Path:
+    """``SKIFF_FLASH_CACHE`` when the endpoint's env names one; else the endpoint's network
+    volume; else the directory skiff gives every process worker of the endpoint
+    (``SKIFF_FLASH_ENDPOINT_CACHE``, in the endpoint's sandbox); else this worker's home."""
     named = os.environ.get("SKIFF_FLASH_CACHE")
     if named:
         return Path(named)
-    if VOLUME.is_dir() and os.access(VOLUME, os.W_OK):
+    if _writable(VOLUME):
         return VOLUME / ".skiff-flash"
+    shared = os.environ.get("SKIFF_FLASH_ENDPOINT_CACHE")
+    if shared and (_writable(Path(shared)) or _writable(Path(shared).parent)):
+        return Path(shared)
     return Path.home() / ".cache" / "skiff-flash"
 
 

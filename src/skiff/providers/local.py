@@ -80,7 +80,9 @@ def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[
     if launch.sandboxed and sandbox is not None:
         command = sandbox.command(
             launch.argv,
-            home=launch.home,
+            # The endpoint's homes, as a sandboxed fork server's workers have them: a worker
+            # sees its endpoint's other workers' homes (and a cache they share), no one else's.
+            home=launch.homes or launch.home,
             cwd=launch.cwd or cwd,
             env=launch.env,
             volume=launch.volume,

@@ -279,7 +279,12 @@ class Fleet:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         if template is not None:
             try:
-                template = as_run(template, self.provider.runs_images, self._settings.flash_image)
+                template = as_run(
+                    template,
+                    self.provider.runs_images,
+                    self._settings.flash_image,
+                    self.homes(endpoint.id) / ".flash-cache",
+                )
             except FlashRefused as exc:
                 await self._fail(endpoint.id, str(exc))
                 await self._workers.remove(worker.id)

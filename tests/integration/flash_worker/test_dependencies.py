@@ -49,13 +49,19 @@ def test_a_failed_install_names_the_package_and_leaves_no_cache(
     assert list((cache / "deps").iterdir()) == []
 
 
-def test_the_cache_is_on_the_volume_when_the_worker_has_one(
+def test_the_cache_is_the_endpoints_volume_else_the_endpoints_own_else_the_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("SKIFF_FLASH_CACHE", raising=False)
+    homes = tmp_path / "workers" / "ep1"
+    homes.mkdir(parents=True)
+    monkeypatch.setenv("SKIFF_FLASH_ENDPOINT_CACHE", str(homes / ".flash-cache"))
     monkeypatch.setattr(dependencies, "VOLUME", tmp_path)
     assert dependencies.cache_root() == tmp_path / ".skiff-flash"
     monkeypatch.setattr(dependencies, "VOLUME", tmp_path / "none")
+    assert dependencies.cache_root() == homes / ".flash-cache"
+    # A path this worker cannot write (a container told the host's): its home instead.
+    monkeypatch.setenv("SKIFF_FLASH_ENDPOINT_CACHE", "/nonexistent/ep1/.flash-cache")
     assert dependencies.cache_root() == Path.home() / ".cache" / "skiff-flash"
     monkeypatch.setenv("SKIFF_FLASH_CACHE", str(tmp_path / "named"))
     assert dependencies.cache_root() == tmp_path / "named"

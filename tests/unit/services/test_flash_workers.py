@@ -5,11 +5,12 @@ other template, and one with a command of its own, runs as it is."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
 from skiff.domain.templates import Template
-from skiff.services.flash_workers import FlashRefused, as_run
+from skiff.services.flash_workers import ENDPOINT_CACHE, FlashRefused, as_run
 
 IMAGE = "skiff/flash-worker:test"
 
@@ -22,6 +23,17 @@ def test_a_flash_template_runs_the_flash_worker_as_a_process() -> None:
     run = as_run(_template("runpod/flash-cpu:py3.12-latest"), runs_images=False, image=IMAGE)
     assert run.dockerStartCmd == [sys.executable, "-m", "skiff.flash_worker"]
     assert run.imageName == "runpod/flash-cpu:py3.12-latest"
+
+
+def test_a_flash_process_worker_is_told_its_endpoints_shared_cache() -> None:
+    cache = Path("/data/workers/ep1/.flash-cache")
+    template = _template("runpod/flash-cpu:py3.12-latest")
+    run = as_run(template, runs_images=False, image=IMAGE, endpoint_cache=cache)
+    assert run.env[ENDPOINT_CACHE] == str(cache)
+    own = template.model_copy(update={"env": {ENDPOINT_CACHE: "/elsewhere"}})
+    assert as_run(own, False, IMAGE, cache).env[ENDPOINT_CACHE] == "/elsewhere"
+    # A container has no view of the host's directory.
+    assert ENDPOINT_CACHE not in as_run(template, True, IMAGE, cache).env
 
 
 def test_a_flash_template_runs_the_flash_image_as_a_container() -> None:
