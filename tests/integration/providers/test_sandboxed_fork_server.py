@@ -44,6 +44,8 @@ print("REPORT " + json.dumps({
     "other": os.path.exists(sys.argv[1] + "/workers/ep2/w9/home/secret"),
     "pids": len([p for p in os.listdir("/proc") if p.isdigit()]),
 }), flush=True)
+if sys.argv[2:] == ["crash"]:
+    raise RuntimeError("the handler failed to load")
 if len(sys.argv) > 2:
     signal.signal(signal.SIGTERM, lambda *_: (print("graceful", flush=True), sys.exit(3)))
     time.sleep(60)
@@ -158,6 +160,18 @@ async def test_a_forked_sandboxed_worker_is_stopped_by_its_host_pid_with_grace(
     await eventually_async(lambda: launch.worker_id in box.exits.codes, "the exit")
     assert box.exits.codes[launch.worker_id] == 3
     assert "graceful" in path.read_text()
+
+
+async def test_a_forked_sandboxed_worker_that_crashes_reports_its_code_and_traceback(
+    box: Box,
+) -> None:
+    await box.run(box.launch())
+    await box.zygote_ready()
+    launch = box.launch("crash")
+    assert await box.run(launch) == 1  # as a plain `python script.py` would exit
+    assert box.report(launch.worker_id)["preloaded"]  # it did come out of the zygote
+    log = box.logs.log_path("ep1", launch.worker_id).read_text()
+    assert "RuntimeError: the handler failed to load" in log and "Traceback" in log
 
 
 async def test_a_gpu_worker_is_not_forked_in_a_sandbox(box: Box) -> None:
