@@ -5,9 +5,11 @@ image, with a pip dependency installed once from a package index of the test's o
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from harness import Server
 
@@ -101,6 +103,21 @@ def _endpoints(server: Server) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in server.http.get("/v1/endpoints").json()}
 
 
+def _console_page(server: Server, path: str) -> str:
+    """``path`` of the console, signed in with the server's key over plain HTTP."""
+    with httpx.Client(base_url=server.url) as client:
+        form = client.get("/console")
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token is not None
+        signed_in = client.post(
+            "/console/login", data={"csrf": token.group(1), "api_key": server.key, "next": ""}
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        page = client.get(path)
+        assert page.status_code == 200, page.text
+        return page.text
+
+
 def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_path: Path) -> None:
     with package_index(tmp_path / "index") as index:
         env = flash_env(server.url, server.key, tmp_path) | {
@@ -149,6 +166,8 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     other = {"Authorization": f"Bearer {server.user_key('flash-other')}"}
     refused = server.http.get(f"/v1/pod/{worker['id']}/logs", headers=other)
     assert refused.status_code == 404 and worker["id"] in refused.text
+    # Listed in the console like any endpoint.
+    assert "live-words" in _console_page(server, "/console/endpoints/live")
     # Metered like any worker: its running seconds are billed to the endpoint.
     server.wait_for(
         lambda: (
