@@ -23,6 +23,8 @@ from typing import Any
 
 #: The GPU the Flash tests' server declares (runpod-flash names GPUs by their type).
 FLASH_GPU = "NVIDIA GeForce RTX 4090"
+#: The Flash tests' server's ``SKIFF_LB_DOMAIN``.
+FLASH_LB_DOMAIN = "flash.skiff.test"
 #: The package the functions depend on: ``skiffwords.intword(1234567) == "1.2 million"``.
 PACKAGE = "skiffwords"
 VERSION = "1.0"
@@ -108,6 +110,25 @@ def package_index(directory: Path, bind: str = "127.0.0.1") -> Iterator[PackageI
     finally:
         server.shutdown()
         server.server_close()
+
+
+def lb_flash_endpoint(server: Any, image: str) -> str:
+    """A load-balancing endpoint of a hosted load-balanced Flash image, as Flash saves one
+    (``server`` is the e2e harness's ``Server``); its id."""
+    template = server.http.post("/v1/templates", json={"name": "flash-lb", "imageName": image})
+    assert template.status_code == 200, template.text
+    endpoint = server.create_endpoint(templateId=template.json()["id"], type="LB", workersMax=1)
+    return str(endpoint["id"])
+
+
+def function_request(name: str, code: str, *args: Any) -> dict[str, Any]:
+    """A ``FunctionRequest`` for ``name`` defined by ``code``, its arguments as plain JSON."""
+    return {
+        "function_name": name,
+        "function_code": code,
+        "args": list(args),
+        "serialization_format": "json",
+    }
 
 
 def flash_env(url: str, key: str, home: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 from harness import Server, running
 
 from docker_image import docker_client, ensure_test_image
-from flash_programs import FLASH_GPU
+from flash_programs import FLASH_GPU, FLASH_LB_DOMAIN
 from pgtest import fresh_schema_sync
 
 
@@ -26,7 +26,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def flash_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server for runpod-flash's live path, with one declared GPU of ``FLASH_GPU``."""
-    env: dict[str, str | None] = {"SKIFF_GPUS": f"{FLASH_GPU}:1"}
+    env: dict[str, str | None] = {
+        "SKIFF_GPUS": f"{FLASH_GPU}:1",
+        # Load-balanced Flash endpoints: reached as https://{id}.{domain}, as Flash builds it.
+        "SKIFF_LB_DOMAIN": FLASH_LB_DOMAIN,
+        "SKIFF_LB_WAIT_SECONDS": "60",
+    }
     with running(tmp_path_factory.mktemp("flash") / "data", env=env) as started:
         yield started
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from harness import Server, running
 
+import flash_programs as flash
 from docker_image import CONTAINER_SERVER_ENV, containers_of, ensure_flash_image
-from flash_programs import WHEEL, flash_env, package_index, run_flash
 
 SCRIPT = """
 import asyncio, json, os
@@ -68,11 +68,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_a_flash_function_runs_in_a_container_of_the_flash_image(
     server: Server, tmp_path: Path
 ) -> None:
-    with package_index(tmp_path / "index", bind="0.0.0.0") as index:
+    with flash.package_index(tmp_path / "index", bind="0.0.0.0") as index:
         worker_env = index.pip_env(host="host.docker.internal")
-        env = flash_env(server.url, server.key, tmp_path) | {"WORKER_ENV": json.dumps(worker_env)}
-        out = run_flash(SCRIPT, env, tmp_path)
-        downloads = index.downloads[WHEEL]
+        env = flash.flash_env(server.url, server.key, tmp_path) | {
+            "WORKER_ENV": json.dumps(worker_env)
+        }
+        out = flash.run_flash(SCRIPT, env, tmp_path)
+        downloads = index.downloads[flash.WHEEL]
 
     assert out["first"] == ["1.2 million", True]  # in the image: its worker's own files
     assert out["second"] == ["12", True]
@@ -83,4 +85,23 @@ def test_a_flash_function_runs_in_a_container_of_the_flash_image(
         e for e in server.http.get("/v1/endpoints").json() if e["name"] == "live-in-a-box"
     ]
     (container,) = containers_of(endpoint["id"])
+    assert server.extra_env["SKIFF_FLASH_IMAGE"] in container.image.tags
+
+
+def test_a_load_balanced_flash_endpoint_runs_in_a_container_of_the_flash_image(
+    server: Server,
+) -> None:
+    endpoint_id = flash.lb_flash_endpoint(server, "runpod/flash-lb:py3.12-latest")
+    code = "def where():\n    import os\n    return os.path.isdir('/opt/skiff')\n"
+    request = flash.function_request("where", code)
+    answer = server.wait_for(
+        lambda: (
+            (r := server.http.post(f"/lb/{endpoint_id}/execute", json=request)).status_code == 200
+            and r.json()
+        ),
+        timeout=120,
+        what="the load-balanced Flash container to answer",
+    )
+    assert answer == {"success": True, "json_result": True, "stdout": None}
+    (container,) = containers_of(endpoint_id)
     assert server.extra_env["SKIFF_FLASH_IMAGE"] in container.image.tags

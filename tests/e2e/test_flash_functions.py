@@ -13,7 +13,15 @@ import httpx
 import pytest
 from harness import Server
 
-from flash_programs import WHEEL, flash_env, package_index, run_flash
+from flash_programs import (
+    FLASH_LB_DOMAIN,
+    WHEEL,
+    flash_env,
+    function_request,
+    lb_flash_endpoint,
+    package_index,
+    run_flash,
+)
 
 SCRIPT = """
 import asyncio, json, os, time
@@ -183,15 +191,21 @@ def test_flash_functions_and_a_class_run_on_skiff_workers(server: Server, tmp_pa
     )
 
 
-def test_a_load_balanced_flash_image_is_refused_with_a_reason(server: Server) -> None:
-    template = server.http.post(
-        "/v1/templates",
-        json={"name": "flash-lb", "imageName": "runpod/flash-lb-cpu:py3.12-latest"},
-    ).json()
-    endpoint = server.create_endpoint(templateId=template["id"], workersMin=1)
-    url = f"/v1/endpoints/{endpoint['id']}"
-    placement = server.wait_for(
-        lambda: "load-balanced Flash" in (text := server.http.get(url).text) and text,
-        what="the endpoint's placement to say why",
-    )
-    assert "queue-based @Endpoint" in placement
+def test_a_load_balanced_flash_endpoint_answers_execute_over_http(server: Server) -> None:
+    """runpod-flash calls a load-balanced endpoint's function with ``POST /execute`` at
+    ``https://{id}.{domain}`` (its endpoint base URL's host); here the same request reaches
+    skiff by that Host header, and by ``/lb/{id}``."""
+    endpoint_id = lb_flash_endpoint(server, "runpod/flash-lb-cpu:py3.12-latest")
+    code = "def area(w, h):\n    print('measuring')\n    return w * h\n"
+    request = function_request("area", code, 3, 4)
+    host = {"Host": f"{endpoint_id}.{FLASH_LB_DOMAIN}"}
+    answer = server.http.post("/execute", json=request, headers=host, timeout=90)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"success": True, "json_result": 12, "stdout": "measuring\n"}
+
+    failing = dict(request, function_code="def area(w, h):\n    return w / 0\n")
+    failed = server.http.post(f"/lb/{endpoint_id}/execute", json=failing).json()
+    assert failed["success"] is False and "ZeroDivisionError" in failed["error"]
+    bad = server.http.post(f"/lb/{endpoint_id}/execute", content=b"{not json")
+    assert bad.status_code == 400 and "not JSON" in bad.text
+    assert server.http.get("/ping", headers=host).json() == {"status": "healthy"}

@@ -1,8 +1,7 @@
 """runpod-flash's images: a template that names one (``runpod/flash:py3.12-latest``,
 ``runpod/flash-cpu:…``) and no command of its own is run by skiff's own Flash worker
-(``skiff.flash_worker``) instead of the hosted image, which skiff neither has nor needs. The
-load-balanced variants (``runpod/flash-lb…``) serve routes, not functions, and are refused
-with a clear reason."""
+(``skiff.flash_worker``) instead of the hosted image, which skiff neither has nor needs; a
+load-balanced one (``runpod/flash-lb…``) by the worker that serves its calls over HTTP."""
 
 from __future__ import annotations
 
@@ -12,12 +11,6 @@ import enum
 QUEUE_IMAGES = frozenset({"runpod/flash", "runpod/flash-cpu"})
 #: The load-balanced ones.
 LB_IMAGES = frozenset({"runpod/flash-lb", "runpod/flash-lb-cpu"})
-
-LB_REFUSAL = (
-    "load-balanced Flash endpoints (runpod/flash-lb images, routes declared with "
-    "@Endpoint(...).get/.post) are not run by skiff: use a queue-based @Endpoint function or "
-    "class, or a load-balancing endpoint with an image of your own"
-)
 
 
 class FlashImage(enum.Enum):

@@ -10,6 +10,9 @@ local modules it imports. The worker installs the packages once per dependency s
 the result pickled the same way, the function's printed output, or the error with its type,
 message and traceback.
 
+A load-balanced Flash endpoint (``runpod/flash-lb``) gets the same calls over HTTP,
+``POST /execute``, from ``lb.py``.
+
 It stands alone: it imports only the standard library, ``cloudpickle`` and ``runpod`` (never the
 rest of skiff) and only relatively, so that the same files run as ``python -m
 skiff.flash_worker`` on the local provider and, copied into the Flash worker image

@@ -48,7 +48,7 @@ from skiff.providers.base import (
 )
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
-from skiff.services.flash_workers import FlashRefused, as_run
+from skiff.services.flash_workers import as_run
 from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
@@ -278,17 +278,12 @@ class Fleet:
     ) -> Worker | None:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         if template is not None:
-            try:
-                template = as_run(
-                    template,
-                    self.provider.runs_images,
-                    self._settings.flash_image,
-                    self.homes(endpoint.id) / ".flash-cache",
-                )
-            except FlashRefused as exc:
-                await self._fail(endpoint.id, str(exc))
-                await self._workers.remove(worker.id)
-                return None
+            template = as_run(
+                template,
+                self.provider.runs_images,
+                self._settings.flash_image,
+                self.homes(endpoint.id) / ".flash-cache",
+            )
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
         # A container without a command of the template's runs its image's own.
         if template is None or (not argv and not self.provider.runs_images):

@@ -7,10 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 from skiff.domain.templates import Template
-from skiff.services.flash_workers import ENDPOINT_CACHE, FlashRefused, as_run
+from skiff.services.flash_workers import ENDPOINT_CACHE, LISTEN_HOST, as_run
 
 IMAGE = "skiff/flash-worker:test"
 
@@ -48,7 +46,12 @@ def test_other_templates_and_a_command_of_ones_own_run_as_they_are() -> None:
     assert as_run(own, runs_images=True, image=IMAGE) is own
 
 
-def test_a_load_balanced_flash_image_is_refused_with_what_to_use() -> None:
-    with pytest.raises(FlashRefused) as refused:
-        as_run(_template("runpod/flash-lb-cpu:py3.12-latest"), runs_images=False, image=IMAGE)
-    assert "queue-based @Endpoint" in str(refused.value)
+def test_a_load_balanced_flash_image_runs_the_worker_that_serves_http() -> None:
+    template = _template("runpod/flash-lb-cpu:py3.12-latest")
+    process = as_run(template, runs_images=False, image=IMAGE)
+    assert process.dockerStartCmd == [sys.executable, "-m", "skiff.flash_worker.lb"]
+    assert process.env[LISTEN_HOST] == "127.0.0.1"  # the host's network: loopback only
+    container = as_run(template, runs_images=True, image=IMAGE)
+    assert container.imageName == IMAGE
+    assert container.dockerStartCmd == ["python", "-m", "skiff_flash_worker.lb"]
+    assert LISTEN_HOST not in container.env  # its own network: every interface of its own
