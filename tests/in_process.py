@@ -97,3 +97,20 @@ async def running(
         yield InProcess(
             services=app.state.services, http=http, anonymous=anonymous, transport=transport
         )
+
+
+@contextlib.asynccontextmanager
+async def running_on(store: str, data_dir: Path) -> AsyncIterator[InProcess]:
+    """``running`` on ``store``: "sqlite" (a file in ``data_dir``) or "postgresql" (a schema
+    of its own on the test server, dropped after)."""
+    if store == "sqlite":
+        async with running(data_dir) as app:
+            yield app
+        return
+    from pgtest import PG_DSN, fresh_schema
+
+    async with (
+        fresh_schema() as schema,
+        running(data_dir, database_url=PG_DSN, database_schema=schema) as app,
+    ):
+        yield app

@@ -206,6 +206,11 @@ def test_a_load_balanced_flash_endpoint_answers_execute_over_http(server: Server
     failing = dict(request, function_code="def area(w, h):\n    return w / 0\n")
     failed = server.http.post(f"/lb/{endpoint_id}/execute", json=failing).json()
     assert failed["success"] is False and "ZeroDivisionError" in failed["error"]
-    bad = server.http.post(f"/lb/{endpoint_id}/execute", content=b"{not json")
-    assert bad.status_code == 400 and "not JSON" in bad.text
+    for body in (b"{not json", b"[" * 100_000 + b"]" * 100_000, b'"\xff\xfe"'):
+        bad = server.http.post(f"/lb/{endpoint_id}/execute", content=body)
+        assert bad.status_code == 400 and "not JSON" in bad.text, body[:20]
+    for input in ("a\u0000b", "\ud800"):  # NUL and a lone surrogate as a function's name
+        escaped = json.dumps(dict(request, function_name=input))  # \u escapes, as sent
+        named = server.http.post(f"/lb/{endpoint_id}/execute", content=escaped).json()
+        assert named["success"] is False and "BadRequest" in named["error"]
     assert server.http.get("/ping", headers=host).json() == {"status": "healthy"}

@@ -27,7 +27,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 async def execute(request: web.Request) -> web.Response:
     try:
         body: Any = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         return web.json_response(
             {"success": False, "error": f"BadRequest: the body is not JSON: {exc}"}, status=400
         )

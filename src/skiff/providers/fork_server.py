@@ -375,10 +375,6 @@ class ForkServers:
         self._later: dict[ZygoteKey, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    @property
-    def forks_sandboxed(self) -> bool:
-        return self._sandboxed is not None
-
     def _command(self, key: ZygoteKey) -> list[str]:
         argv = [key.interpreter, "-c", _SOURCE]
         if key.sandbox is None:
@@ -390,7 +386,8 @@ class ForkServers:
         """The worker forked from its zygote; None when none is ready (one is started for the
         next worker when none runs), and the caller starts it the plain way."""
         loop = asyncio.get_running_loop()
-        await self._close_idle(loop.time())
+        for idle in self._idle(loop.time()):
+            self._end(idle)
         key = forkable.key
         zygote = self._zygotes.get(key)
         if zygote is None or (
@@ -425,19 +422,19 @@ class ForkServers:
             idlest = max(sandboxed, key=lambda k: self._zygotes[k].idle_for(now))
             if self._zygotes[idlest].idle_for(now) == 0.0:
                 return  # every one has workers: this endpoint's start the plain way
-            ending = self._zygotes.pop(idlest)
-            self._closing.add(task := asyncio.create_task(ending.close()))
-            task.add_done_callback(self._closing.discard)
+            self._end(idlest)
         self._start(key)
 
-    async def _close_idle(self, now: float) -> None:
-        """End the sandboxed zygotes that have had no worker for ``IDLE_SECONDS``, or none and
-        no endpoint any more (its homes removed): there is one per endpoint, each holding an
-        interpreter's memory. The shared one stays."""
-        for key in self._idle(now):
-            await self._zygotes.pop(key).close()
+    def _end(self, key: ZygoteKey) -> None:
+        """End a zygote in the background: a worker's start never waits for it."""
+        task = asyncio.create_task(self._zygotes.pop(key).close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     def _idle(self, now: float) -> list[ZygoteKey]:
+        """The sandboxed zygotes that have had no worker for ``IDLE_SECONDS``, or none and no
+        endpoint any more (its homes removed): there is one per endpoint, each holding an
+        interpreter's memory. The shared one stays."""
         idle: list[ZygoteKey] = []
         for key, zygote in self._zygotes.items():
             if key.sandbox is None or not zygote.ready or zygote.idle_for(now) == 0.0:

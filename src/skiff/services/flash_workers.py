@@ -28,11 +28,11 @@ LISTEN_HOST = "SKIFF_FLASH_HOST"
 
 
 def as_run(
-    template: Template, runs_images: bool, image: str, endpoint_cache: Path | None = None
+    template: Template, runs_images: bool, image: str, homes: Path | None = None
 ) -> Template:
     """``template`` as its worker runs it: itself, unless it names a Flash image and no
-    command. ``endpoint_cache``: the directory the endpoint's process workers share (in
-    their sandbox), for the Flash worker's dependencies."""
+    command. ``homes``: the directory of the endpoint's workers' homes, which its process
+    workers share (in their sandbox): the Flash worker keeps its dependencies there."""
     if template.dockerEntrypoint or template.dockerStartCmd:
         return template  # a command of the user's own wins, whatever the image
     kind = flash_image(template.imageName)
@@ -43,8 +43,8 @@ def as_run(
         command = list(LB_IMAGE_COMMAND) if balanced else []
         return template.model_copy(update={"imageName": image, "dockerStartCmd": command})
     env = dict(template.env)
-    if endpoint_cache is not None:
-        env = {ENDPOINT_CACHE: str(endpoint_cache)} | env
+    if homes is not None:
+        env = {ENDPOINT_CACHE: str(homes / ".flash-cache")} | env
     if balanced:
         env = {LISTEN_HOST: "127.0.0.1"} | env
     process = LB_PROCESS_COMMAND if balanced else PROCESS_COMMAND

@@ -278,12 +278,8 @@ class Fleet:
     ) -> Worker | None:
         template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
         if template is not None:
-            template = as_run(
-                template,
-                self.provider.runs_images,
-                self._settings.flash_image,
-                self.homes(endpoint.id) / ".flash-cache",
-            )
+            image = self._settings.flash_image
+            template = as_run(template, self.provider.runs_images, image, self.homes(endpoint.id))
         argv = [*template.dockerEntrypoint, *template.dockerStartCmd] if template else []
         # A container without a command of the template's runs its image's own.
         if template is None or (not argv and not self.provider.runs_images):

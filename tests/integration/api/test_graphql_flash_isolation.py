@@ -3,16 +3,13 @@ user's template and endpoint are neither seen, changed, deleted nor taken over b
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from in_process import InProcess, running
-from pgtest import PG_DSN, fresh_schema
+from in_process import running_on
 
 SAVE = """mutation ($input: EndpointInput!) {
   saveEndpoint(input: $input) { id name templateId workersMax }
@@ -29,19 +26,6 @@ def flash_input(**more: Any) -> dict[str, Any]:
         "template": {"name": TEMPLATE_NAME, "imageName": "local/worker", "dockerArgs": "true"},
         **more,
     }
-
-
-@contextlib.asynccontextmanager
-async def app_on(store: str, tmp_path: Path) -> AsyncIterator[InProcess]:
-    if store == "sqlite":
-        async with running(tmp_path / "data") as app:
-            yield app
-        return
-    async with (
-        fresh_schema() as schema,
-        running(tmp_path / "data", database_url=PG_DSN, database_schema=schema) as app,
-    ):
-        yield app
 
 
 async def ask(client: httpx.AsyncClient, query: str, variables: Any = None) -> dict[str, Any]:
@@ -70,7 +54,7 @@ REACHES: dict[str, str] = {
 async def test_another_users_flash_template_and_endpoint_are_out_of_reach(
     store: str, tmp_path: Path
 ) -> None:
-    async with app_on(store, tmp_path) as app:
+    async with running_on(store, tmp_path / "data") as app:
         owner = app.http
         made = (await ask(owner, SAVE, {"input": flash_input()}))["data"]["saveEndpoint"]
         issued = await app.services.auth.issue_key("bob", False, "")

@@ -24,14 +24,15 @@ def test_a_flash_template_runs_the_flash_worker_as_a_process() -> None:
 
 
 def test_a_flash_process_worker_is_told_its_endpoints_shared_cache() -> None:
-    cache = Path("/data/workers/ep1/.flash-cache")
+    homes = Path("/data/workers/ep1")
+    cache = homes / ".flash-cache"
     template = _template("runpod/flash-cpu:py3.12-latest")
-    run = as_run(template, runs_images=False, image=IMAGE, endpoint_cache=cache)
+    run = as_run(template, runs_images=False, image=IMAGE, homes=homes)
     assert run.env[ENDPOINT_CACHE] == str(cache)
     own = template.model_copy(update={"env": {ENDPOINT_CACHE: "/elsewhere"}})
-    assert as_run(own, False, IMAGE, cache).env[ENDPOINT_CACHE] == "/elsewhere"
+    assert as_run(own, False, IMAGE, homes).env[ENDPOINT_CACHE] == "/elsewhere"
     # A container has no view of the host's directory.
-    assert ENDPOINT_CACHE not in as_run(template, True, IMAGE, cache).env
+    assert ENDPOINT_CACHE not in as_run(template, True, IMAGE, homes).env
 
 
 def test_a_flash_template_runs_the_flash_image_as_a_container() -> None:
