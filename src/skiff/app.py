@@ -57,6 +57,7 @@ from skiff.services.logs import WorkerLogs
 from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from skiff.services.pod_runner import PodProviders
 from skiff.services.worker_exits import WorkerExits
+from skiff.ssh.server import SshServer
 from skiff.store import open_store as store_for
 from skiff.store.base import Store
 
@@ -322,6 +323,21 @@ def create_app(
         # What start-up made (modules, the app and its routes, models) lives as long as the
         # process: out of the collector's sight, its full collections no longer rescan all of
         # it, whose pauses stalled every request under load (docs/performance.md).
+        sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
+        ssh: SshServer | None = None
+        if settings.ssh_port is not None:
+            ssh = SshServer(
+                services.pod_shells,
+                services.pod_runner.ssh_ports,
+                services.wakeups,
+                host=settings.host,
+                port=settings.ssh_port,
+                data_dir=settings.data_dir,
+            )
+            await ssh.start()
+        listening = asyncio.create_task(
+            ssh.run() if ssh is not None else asyncio.sleep(0), name="ssh-listeners"
+        )
         gc.collect()
         gc.freeze()
         ready = True
@@ -333,7 +349,14 @@ def create_app(
             leading.cancel()
             board.cancel()
             reading.cancel()
-            await asyncio.gather(leading, board, reading, return_exceptions=True)
+            sweeping.cancel()
+            listening.cancel()
+            await asyncio.gather(
+                leading, board, reading, sweeping, listening, return_exceptions=True
+            )
+            if ssh is not None:
+                await ssh.close()
+            await services.pod_shells.end_all()
             await services.webhooks.aclose()
             await services.rate_limits.aclose()
             await services.peer_logs.aclose()

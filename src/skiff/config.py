@@ -176,6 +176,19 @@ class Settings(BaseSettings):
     #: unlimited unless set) applies.
     container_pids_limit: int = Field(default=DEFAULT_PIDS_LIMIT, ge=0, le=MAX_PIDS_LIMIT)
 
+    #: SSH into pods (``skiff/ssh``; docs/pods.md): the port skiff serves SSH on itself, where
+    #: the user name is the pod's id (``ssh POD_ID@HOST -p PORT``), on ``host``. Unset: no SSH
+    #: at all. 0: a free port, said in the log (tests). Open it, and ``ssh_pod_ports``, in the
+    #: firewall only to those who should reach pods.
+    ssh_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Each running pod's own SSH port (any user name: ``runpod pod connect`` logs in as root),
+    #: which its ``runtime.ports`` reports as private port 22: ``FIRST-LAST``; ``off``: none, the
+    #: SSH port only. Unset: the 100 ports after ``ssh_port``.
+    ssh_pod_ports: str | None = Field(default=None, pattern=r"^(off|\d{1,5}-\d{1,5})$")
+    #: A session in a pod (SSH, the console's terminal) with no byte either way for this long
+    #: is ended; 0: never.
+    ssh_idle_seconds: float = Field(default=3600.0, ge=0)
+
     @field_validator("data_dir", "volumes_dir")
     @classmethod
     def _absolute(cls, value: Path | None) -> Path | None:
@@ -205,6 +218,27 @@ class Settings(BaseSettings):
                 f"must be 0 (no limit set by skiff) or at least {MIN_PIDS_LIMIT}: a container "
                 "counts every thread, and its runtime and the worker's own need a few dozen"
             )
+        return value
+
+    def ssh_pod_port_range(self) -> range | None:
+        """``ssh_pod_ports`` as ports; None: pods get no port of their own."""
+        if self.ssh_port is None or self.ssh_pod_ports == "off":
+            return None
+        if self.ssh_pod_ports is None:
+            if self.ssh_port == 0:
+                return None
+            return range(self.ssh_port + 1, min(self.ssh_port + 101, 65536))
+        first, last = (int(p) for p in self.ssh_pod_ports.split("-"))
+        return range(first, last + 1)
+
+    @field_validator("ssh_pod_ports")
+    @classmethod
+    def _ports_in_order(cls, value: str | None) -> str | None:
+        if value is None or value == "off":
+            return value
+        first, last = (int(p) for p in value.split("-"))
+        if not 0 < first <= last <= 65535:
+            raise ValueError("FIRST-LAST with 0 < FIRST <= LAST <= 65535")
         return value
 
     def sqlite_path(self) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from skiff.config import Settings
 
@@ -56,3 +57,20 @@ def test_the_data_and_volumes_directories_are_absolute_from_where_the_server_sta
     assert settings.volumes_path() == tmp_path / "shared" / "volumes"
     monkeypatch.delenv("SKIFF_VOLUMES_DIR")
     assert Settings(data_dir=Path("state/../data")).volumes_path() == tmp_path / "data" / "volumes"
+
+
+def test_ssh_is_off_unless_its_port_is_set_and_pods_get_the_hundred_ports_after_it() -> None:
+    assert Settings().ssh_port is None and Settings().ssh_pod_port_range() is None
+    assert Settings(ssh_port=2222).ssh_pod_port_range() == range(2223, 2323)
+    assert Settings(ssh_port=65500).ssh_pod_port_range() == range(65501, 65536)
+    assert Settings(ssh_port=2222, ssh_pod_ports="3000-3009").ssh_pod_port_range() == range(
+        3000, 3010
+    )
+    assert Settings(ssh_port=2222, ssh_pod_ports="off").ssh_pod_port_range() is None
+    assert Settings(ssh_port=0).ssh_pod_port_range() is None
+
+
+@pytest.mark.parametrize("ports", ["3010-3000", "0-5", "2222", "a-b", "1-70000"])
+def test_a_pod_port_range_out_of_order_or_not_a_range_is_refused(ports: str) -> None:
+    with pytest.raises(ValidationError, match="ssh_pod_ports"):
+        Settings(ssh_port=2222, ssh_pod_ports=ports)

@@ -765,8 +765,11 @@ def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
     spec, placement = pod.spec, pod.placement
     running = runtime_status(pod) == "running"
     ports = []
+    ssh = services.pod_runner.ssh_address(pod)
     for port, host_port in placement.portMappings.items():
         parsed = parse_port(port)
+        if ssh is not None and parsed.number == 22:
+            continue  # skiff serves its SSH (below): the one private port 22 the CLI finds
         ports.append(
             {
                 "ip": services.pod_runner.host_of(pod),
@@ -774,6 +777,17 @@ def _pod_fields(services: Services, pod: Pod) -> dict[str, Any]:
                 "privatePort": parsed.number,
                 "publicPort": host_port,
                 "type": parsed.protocol.value,
+            }
+        )
+    if ssh is not None:
+        ip, public_port = ssh
+        ports.append(
+            {
+                "ip": ip,
+                "isIpPublic": True,
+                "privatePort": 22,
+                "publicPort": public_port,
+                "type": "tcp",
             }
         )
     memory = None

@@ -34,6 +34,15 @@ class PodGpu(BaseModel):
     displayName: str
 
 
+class PodSsh(BaseModel):
+    host: str
+    port: int = Field(description="Its own SSH port: any user name (root) leads into it")
+    command: str = Field(description="The ssh command that gets in with your settings' key")
+    gatewayPort: int | None = Field(
+        description="The server's SSH port, where the user name is the pod's id"
+    )
+
+
 class PodOut(BaseModel):
     """A pod, with the v1 reference's fields and skiff's own where noted."""
 
@@ -83,6 +92,11 @@ class PodOut(BaseModel):
         description='Each port ("8888/http") and the host port it is reached on'
     )
     urls: dict[str, str] = Field(description="The address of each http port")
+    ssh: PodSsh | None = Field(
+        default=None,
+        description="Where skiff serves SSH into it while it runs (SKIFF_SSH_PORT is set); "
+        "null otherwise",
+    )
     restartedFor: list[str] | None = Field(
         default=None,
         description="On an update's answer: the changed settings that restart the pod fresh",
@@ -106,6 +120,16 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
         for port, host_port in placement.portMappings.items()
         if (url := runner.port_url(pod, port, host_port)) is not None
     }
+    ssh = None
+    address = runner.ssh_address(pod)
+    if address is not None:
+        host, port = address
+        ssh = PodSsh(
+            host=host,
+            port=port,
+            command=f"ssh root@{host} -p {port}",
+            gatewayPort=services.pod_shells.gateway_port,
+        )
     return PodOut(
         id=pod.id,
         name=spec.name,
@@ -137,6 +161,7 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
         publicIp=runner.host_of(pod),
         portMappings=placement.portMappings,
         urls=urls,
+        ssh=ssh,
         restartedFor=restarted_for,
     )
 

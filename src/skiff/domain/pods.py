@@ -271,6 +271,9 @@ class PodPlacement(BaseModel):
     #: own, a fresh start or a restart was asked for and is on its way.
     version: int = 0
     restarts: int = 0
+    #: The port skiff serves SSH into it on (``SKIFF_SSH_POD_PORTS``), reported as its private
+    #: port 22; None: none of its own.
+    sshPort: int | None = None
 
 
 class Pod(BaseModel):

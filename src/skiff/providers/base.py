@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from skiff.domain.gpus import Gpu
+from skiff.domain.pod_sessions import EntryRequest, TerminalSize
 from skiff.domain.pods import PodSpec
 
 #: Called with (worker id, exit code) when a worker's process ends, whoever ended it.
@@ -74,6 +75,12 @@ class Launch:
     #: the sandbox of the endpoint's fork server makes writable, so that a worker forked from
     #: it later finds its own home there (``fork_server.py``). None: never forked in a sandbox.
     homes: Path | None = None
+    #: In the sandbox, a second place its home is seen at: a pod's ``/root``, where the hosted
+    #: platform's pods keep theirs (the runpod CLI copies files there). None: only ``home``.
+    home_also_at: str | None = None
+    #: In the sandbox, host files shown read-only at these paths (a session's
+    #: ``/etc/rp_environment``: ``bubblewrap.Sandbox.command``).
+    files: Mapping[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +307,11 @@ class PodProvider(Protocol):
 
     def running(self) -> list[PodInstance]: ...
 
+    async def enter(self, pod_id: str, request: EntryRequest) -> PodEntry:
+        """A process started inside the running pod for a session (``pod_entry.py``), ended
+        with the pod; ``EntryRefused`` saying why there is none."""
+        ...
+
     def command_problem(self, spec: PodSpec) -> str | None:
         """Why the pod's command cannot run here, checked when a pod is created or its
         command changes (refused then, rather than started again and
@@ -320,4 +332,42 @@ class PodProvider(Protocol):
     async def close(self) -> None:
         """The server stops: pods that outlive it (containers) are left running, to be
         adopted by the next run; those that cannot (processes) are stopped."""
+        ...
+
+
+class EntryRefused(Exception):
+    """A pod cannot be entered now (it does not run here, its provider cannot): the words are
+    for the user."""
+
+
+class PodEntry(Protocol):
+    """A process running inside a pod for a session: bytes in and out."""
+
+    async def read_output(self) -> bytes:
+        """The next of its output (its terminal's, with one); ``b""`` once it has ended."""
+        ...
+
+    async def read_errors(self) -> bytes:
+        """The next of its error output; ``b""`` once it has ended (at once on a terminal,
+        whose output holds its errors)."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """To its input (what is typed, on a terminal)."""
+        ...
+
+    def close_input(self) -> None:
+        """Its input ends (the client sent EOF); a terminal is sent its EOF character."""
+        ...
+
+    def resize(self, size: TerminalSize) -> None:
+        """Its terminal is now this size (nothing without one)."""
+        ...
+
+    async def wait(self) -> int:
+        """Its exit code once it has ended: 128 + the signal's number when killed by one."""
+        ...
+
+    def end(self) -> None:
+        """Kill it and whatever it started (the session is over)."""
         ...

@@ -144,22 +144,46 @@ def executable() -> str | None:
     return shutil.which("bwrap")
 
 
-def _host_entries(root: Path, skip: Iterable[str]) -> list[str]:
-    """Every top-level entry of ``root`` bound in place read-only (a symlink made as such),
-    except ``skip``."""
+def _host_entries(root: Path, skip: Iterable[str], inside: str = "") -> list[str]:
+    """Every entry of the directory ``root`` bound read-only at ``inside/NAME`` (a symlink made
+    as such), except ``skip``: with ``inside`` empty, the host's top level in place."""
     skipped = set(skip)
     args: list[str] = []
     with os.scandir(root) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.name in skipped:
                 continue
-            path = f"/{entry.name}"
+            path = f"{inside}/{entry.name}"
             if entry.is_symlink():
                 args += ["--symlink", os.readlink(entry.path), path]
             else:
                 # -try: an entry removed since it was listed is skipped, not fatal.
                 args += ["--ro-bind-try", path, path]
     return args
+
+
+def _files_args(root: Path, files: Mapping[str, Path]) -> tuple[set[str], list[str]]:
+    """``files`` (a path inside -> the host's file shown there read-only, such as
+    ``/etc/rp_environment``): the top-level directories that hold them, which are then made
+    anew on an in-memory directory holding the host's entries and these files (bwrap cannot
+    make a file's mount point in a read-only bind, and must not make it on the host's own
+    directory); and the arguments that do so. Each is made read-only again afterwards
+    (``_remount_args``)."""
+    tops: dict[str, list[tuple[str, Path]]] = {}
+    for inside, source in files.items():
+        parts = Path(inside).parts
+        if len(parts) != 3 or parts[0] != "/":
+            raise ValueError(f"{inside!r}: a file shown in the sandbox lies in a top-level folder")
+        tops.setdefault(parts[1], []).append((parts[2], source))
+    args: list[str] = []
+    for top, placed in sorted(tops.items()):
+        names = {name for name, _ in placed}
+        args += ["--tmpfs", f"/{top}"]
+        if (root / top).is_dir():
+            args += _host_entries(root / top, names, f"/{top}")
+        for name, source in placed:
+            args += ["--ro-bind", str(source), f"/{top}/{name}"]
+    return set(tops), args
 
 
 def _volume_args(volume: Path | None, mount: str) -> list[str]:
@@ -199,6 +223,15 @@ def mount_command(
                 args += ["--dev-bind-try", path, path]
     args += ["--dir", f"/{entry_name}", "--bind", str(volume.resolve()), f"/{entry_name}"]
     return [*args, "--", sys.executable, "-S", "-I", "-c", _RESTORE_TERM, *argv]
+
+
+def _needs_under(needed: Iterable[str], place: Path) -> bool:
+    """Whether what the command needs (its interpreter, its import path) lies under ``place``
+    on the host (a Python installed under ``/root``), which then cannot be covered by a home."""
+    for text in needed:
+        if text.startswith("/") and _under(Path(os.path.realpath(text)), place):
+            return True
+    return False
 
 
 def _under(path: Path, parent: Path) -> bool:
@@ -315,20 +348,30 @@ class Sandbox:
         mount: str = VOLUME_MOUNT_PATH,
         gpu_indices: Sequence[int] = (),
         reach: Sequence[str] = (),
+        home_also_at: str | None = None,
+        files: Mapping[str, Path] | None = None,
     ) -> list[str]:
         """``argv`` run inside the sandbox, ``home`` (and ``volume`` at ``mount``) writable,
         in ``cwd`` (the server's own when None). ``reach``: files the command will use that
         its ``argv`` does not name (a fork server's workers' scripts), made visible as the
-        ``argv``'s are. The caller starts it with SIGTERM ignored."""
+        ``argv``'s are. ``home_also_at``: a second place the home is seen at (a pod's
+        ``/root``, where the hosted platform's pods keep it), unless the command needs what
+        the host keeps there (its Python). ``files``: host files shown
+        read-only at these paths (``_files_args``). The caller starts it with SIGTERM
+        ignored."""
         if self.bwrap is None:
             raise FileNotFoundError(
                 2, f"bubblewrap (bwrap) is not installed (Debian's {PACKAGE} package)"
             )
         workdir = (cwd or Path.cwd()).resolve()
         home = home.resolve()
+        files = files or {}
         mount_entry = mount.strip("/") if volume is not None else None
         args = [self.bwrap, "--die-with-parent", "--tmpfs", "/"]
-        args += _host_entries(self.root, _OWN_ENTRIES | ({mount_entry} if mount_entry else set()))
+        rebuilt, files_args = _files_args(self.root, files)
+        own = _OWN_ENTRIES | rebuilt | ({mount_entry} if mount_entry else set())
+        args += _host_entries(self.root, own)
+        args += files_args
         args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
         # Name resolution may go through a resolver's file under /run (systemd-resolved).
         args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
@@ -363,6 +406,10 @@ class Sandbox:
         args += _volume_args(volume, mount)
         # After them: the home lies inside the data directory, covered just now.
         args += ["--bind", str(home), str(home)]
+        if home_also_at is not None and not _needs_under(needed, Path(home_also_at)):
+            args += ["--bind", str(home), home_also_at]
+        for top in sorted(rebuilt):
+            args += ["--remount-ro", f"/{top}"]
         for node in _NVIDIA_SHARED_NODES:
             args += ["--dev-bind-try", node, node]
         for index in gpu_indices:

@@ -25,10 +25,13 @@ from typing import Any
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
+from skiff.domain.pod_sessions import EntryRequest
 from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers.base import (
+    EntryRefused,
     LogSink,
     LogSinks,
+    PodEntry,
     PodExitCallback,
     PodInstance,
     PodLaunch,
@@ -272,6 +275,9 @@ class DockerPodProvider:
 
     async def sandbox_problem(self) -> str | None:
         return None  # a container is its own sandbox
+
+    async def enter(self, pod_id: str, request: EntryRequest) -> PodEntry:
+        raise EntryRefused("not yet")
 
     def running(self) -> list[PodInstance]:
         return [instance for _, instance in self._running.values()]

@@ -88,6 +88,8 @@ def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[
             volume=launch.volume,
             mount=launch.volume_mount,
             gpu_indices=[g.index for g in launch.gpus],
+            home_also_at=launch.home_also_at,
+            files=launch.files,
         )
         return _shimmed(command, _SHIELDED_SHIM)
     if launch.volume is None:
@@ -361,6 +363,14 @@ class LocalProvider:
 
     def worker_url(self, base_url: str) -> str:
         return base_url
+
+    def entry_command(self, launch: Launch) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment ``launch`` starts with, for a process started
+        beside a running one (a session in a pod: ``local_pods.py``): the same sandbox, GPUs,
+        home and volume, its process group its own."""
+        if launch.sandboxed and self._sandbox is not None:
+            launch = _inside_numbering(launch)
+        return _command(launch, self._sandbox, self._cwd), launch.env
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

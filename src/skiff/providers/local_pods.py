@@ -5,23 +5,38 @@ in its own session, its output goes into its log, and it dies with the server.
 It runs in the sandbox of local workers (``bubblewrap.py``), its volume bound at its mount path,
 which can only be a top-level directory (``/workspace``, the default). Its home and working
 directory is its scratch directory, which a fresh start wipes: what a container's disk is to a
-container pod. Its ports are the ports the process opens on this host, reported as given. The
+container pod; in the sandbox it is seen at ``/root`` too, where the hosted platform's pods keep
+their home. Its ports are the ports the process opens on this host, reported as given. The
 image is not used.
+
+A session in the pod (``enter``: SSH, the console's terminal) is a second sandbox made as the
+pod's own: the same files, home, volume, GPUs and environment, plus the hosted platform's
+``/etc/rp_environment`` (the pod's environment as ``export`` lines, which the runpod CLI
+sources) and a ``~/.bashrc`` where the home has none. Its processes are its own: a PID
+namespace apart from the pod's command, so ``ps`` in a session shows the session's. Sessions
+end when the pod stops or restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import shlex
 import shutil
+import sys
+from pathlib import Path
 
+from skiff.domain.pod_sessions import EntryRequest
 from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers import bubblewrap
 from skiff.providers.base import (
+    EntryRefused,
     Launch,
     LogSinks,
+    PodEntry,
     PodExitCallback,
     PodInstance,
     PodLaunch,
@@ -29,6 +44,7 @@ from skiff.providers.base import (
 )
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.local import LocalProvider
+from skiff.providers.pod_entry import CONTROLLING_TERMINAL_SHIM, ProcessEntry, shell_argv
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +117,35 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
         cwd=home,
         gpus=launch.gpus,
         sandboxed=launch.sandboxed,
+        home_also_at=POD_HOME,
+    )
+
+
+#: Where a sandboxed pod sees its home besides its own path, as the hosted platform's pods do.
+POD_HOME = "/root"
+#: Where the hosted platform's pods keep their environment as shell ``export`` lines.
+ENVIRONMENT_FILE = "/etc/rp_environment"
+
+
+def environment_lines(env: dict[str, str]) -> str:
+    """``ENVIRONMENT_FILE``'s text: each variable as a quoted ``export`` line."""
+    return "".join(
+        f"export {name}={shlex.quote(value)}\n"
+        for name, value in sorted(env.items())
+        if name.isidentifier()
+    )
+
+
+def entry_launch(process: Launch, request: EntryRequest, environment: Path) -> Launch:
+    """A session's process, made as the pod's own ``process``: its shell running the request,
+    through ``CONTROLLING_TERMINAL_SHIM`` on a terminal, with ``environment`` (written from the
+    pod's environment) at ``ENVIRONMENT_FILE``."""
+    argv = shell_argv(request)
+    if request.terminal is not None:
+        argv = [sys.executable, "-S", "-I", "-c", CONTROLLING_TERMINAL_SHIM, *argv]
+    env = process.env | dict(request.env)
+    return dataclasses.replace(
+        process, argv=argv, env=env, files={ENVIRONMENT_FILE: environment}, serves=None
     )
 
 
@@ -113,6 +158,8 @@ class LocalPodProvider:
         # says, never forked from a worker's zygote.
         self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
+        #: Sessions in each pod (``enter``): ended with it.
+        self._entries: dict[str, set[PodEntry]] = {}
         #: Pods skiff stops or restarts -> set once their process's end has been handled (it
         #: comes once their output is drained, after ``LocalProvider.stop`` has returned): not
         #: an exit to report.
@@ -124,6 +171,7 @@ class LocalPodProvider:
             ended.set()
             return
         self._instances.pop(pod_id, None)
+        self._end_entries(pod_id)
         await self._on_exit(pod_id, code)
 
     async def start(self, launch: PodLaunch) -> PodInstance:
@@ -149,9 +197,39 @@ class LocalPodProvider:
             return
         await self._end(pod_id, grace)
 
+    async def enter(self, pod_id: str, request: EntryRequest) -> PodEntry:
+        found = self._instances.get(pod_id)
+        if found is None:
+            raise EntryRefused(f"pod {pod_id} is not running")
+        _, process = found
+        environment = self._environment_file(process)
+        await asyncio.to_thread(_write_private, environment, environment_lines(process.env))
+        home = process.home
+        if not (home / ".bashrc").exists():
+            # The runpod CLI's commands begin with ``source /root/.bashrc``.
+            await asyncio.to_thread(_write_private, home / ".bashrc", "")
+        argv, env = self._processes.entry_command(entry_launch(process, request, environment))
+        entry = await ProcessEntry.start(
+            argv, env=env, cwd=str(process.cwd or home), terminal=request.terminal
+        )
+        entries = self._entries.setdefault(pod_id, set())
+        entries.add(entry)
+        task = asyncio.create_task(entry.wait())
+        task.add_done_callback(lambda _: entries.discard(entry))
+        return entry
+
+    def _environment_file(self, process: Launch) -> Path:
+        # Beside the pod's home, not in it: the pod's own files are its user's to change.
+        return process.home.parent / f"{process.worker_id}.rp_environment"
+
+    def _end_entries(self, pod_id: str) -> None:
+        for entry in self._entries.pop(pod_id, set()):
+            entry.end()
+
     async def _end(self, pod_id: str, grace: float) -> None:
         """Stop the process and wait until its end is handled, so a start under the same id
         that follows is not mistaken for it."""
+        self._end_entries(pod_id)
         ended = self._quiet[pod_id] = asyncio.Event()
         await self._processes.stop(pod_id, grace)
         with contextlib.suppress(TimeoutError):
@@ -173,6 +251,15 @@ class LocalPodProvider:
 
     async def close(self) -> None:
         for pod_id in self._instances:
+            self._end_entries(pod_id)
             self._quiet[pod_id] = asyncio.Event()
         self._instances.clear()
         await self._processes.stop_all(5.0)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by the server's user alone (a pod's environment holds
+    its secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from skiff.domain.pod_sessions import EntryRequest
 from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers.base import (
+    EntryRefused,
     LogSinks,
+    PodEntry,
     PodExitCallback,
     PodInstance,
     PodLaunch,
@@ -114,6 +117,14 @@ class RayPodProvider:
 
     async def sandbox_problem(self) -> str | None:
         return NOT_SANDBOXED
+
+    async def enter(self, pod_id: str, request: EntryRequest) -> PodEntry:
+        # A Ray node's processes are reached through Ray's own calls, not a terminal: not
+        # served (docs/pods.md says so).
+        raise EntryRefused(
+            "SSH and the console's terminal reach local and Docker pods; this pod runs on a "
+            "Ray node (SKIFF_PROVIDER=ray), which they do not reach"
+        )
 
     def running(self) -> list[PodInstance]:
         return list(self._instances.values())

@@ -34,6 +34,7 @@ from skiff.services.openai_calls import OpenAICalls
 from skiff.services.peer_logs import PeerLogs
 from skiff.services.placement import Placement
 from skiff.services.pod_runner import POD_VOLUMES, PodProviders, PodRunner, public_host
+from skiff.services.pod_shells import PodShells
 from skiff.services.pods import Pods
 from skiff.services.public_models import PublicModels
 from skiff.services.ratelimits import RateLimits
@@ -42,6 +43,7 @@ from skiff.services.registry_auths import RegistryAuths
 from skiff.services.result_holds import ResultHolds
 from skiff.services.scaler import Scaler
 from skiff.services.secrets import Secrets
+from skiff.services.ssh_ports import SshPorts
 from skiff.services.templates import Templates
 from skiff.services.user_settings import UserSettings
 from skiff.services.volumes import Volumes
@@ -93,6 +95,7 @@ class Services:
     billing: Billing
     user_settings: UserSettings
     pod_logs: PodLogs
+    pod_shells: PodShells
     balancer: Balancer
     lb_health: LbHealth
     lb_proxy: LbProxy
@@ -222,7 +225,9 @@ class Services:
             public_host=public_host(settings.base_url()),
             usage_ended=meter.ended,
             isolation=isolation,
+            ssh_ports=SshPorts(settings.ssh_pod_port_range()),
         )
+        pod_logs = PodLogs(pod_log_files, store, wakeups)
         return cls(
             settings=settings,
             clock=clock,
@@ -279,7 +284,10 @@ class Services:
             meter=meter,
             billing=Billing(store, clock, load_prices(settings.prices)),
             user_settings=UserSettings(store),
-            pod_logs=PodLogs(pod_log_files, store, wakeups),
+            pod_logs=pod_logs,
+            pod_shells=PodShells(
+                store, clock, pod_runner, pod_logs, wakeups, settings.ssh_idle_seconds
+            ),
             balancer=balancer,
             lb_proxy=LbProxy(balancer),
             public_models=public_models,

@@ -70,6 +70,14 @@ class WorkerLogs:
         make_private_dirs(self.log_dir(endpoint_id))
         return LogFile(self.log_path(endpoint_id, worker_id), self._max_bytes, self._backups)
 
+    def note(self, endpoint_id: str, worker_id: str, text: str, ts: float) -> None:
+        """One line written into a worker's (or pod's) log by skiff itself."""
+        log = self.sink(endpoint_id, worker_id)
+        try:
+            log.write([text.encode()], ts)
+        finally:
+            log.close()
+
     def remove(self, endpoint_id: str) -> None:
         """Every log of the endpoint, rotated files included (it was deleted)."""
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
@@ -206,6 +214,12 @@ class PodLogs:
 
     async def lines(self, pod_id: str, since: float | None, tail: int) -> list[LogLine]:
         return await asyncio.to_thread(self.files.read, pod_id, pod_id, since, tail)
+
+    async def note(self, pod_id: str, text: str, ts: float) -> None:
+        """A line of skiff's own in the pod's log (a session opened or closed), stamped ``ts``,
+        beside its instance's output: appended, as that writer appends, so neither loses a
+        line."""
+        await asyncio.to_thread(self.files.note, pod_id, pod_id, text, ts)
 
     async def follow(self, user_id: str, pod_id: str, since: float | None, tail: int) -> Batches:
         """The last ``tail`` lines, then new ones, until the caller stops reading, the pod is

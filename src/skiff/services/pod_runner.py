@@ -30,7 +30,7 @@ from skiff.domain.containers import DEFAULT_FLAVOR, GIB, MEMORY_GB_PER_VCPU
 from skiff.domain.endpoints import ComputeType
 from skiff.domain.gpus import Gpu, choose
 from skiff.domain.placement import describe_gpus
-from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, parse_port
+from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, parse_port, runtime_status
 from skiff.errors import Conflict
 from skiff.providers.base import (
     LogSinks,
@@ -45,6 +45,7 @@ from skiff.services.isolation import Isolation
 from skiff.services.logs import WorkerLogs
 from skiff.services.metering import UsageEnded, not_metered
 from skiff.services.secrets import pod_env
+from skiff.services.ssh_ports import SshPorts
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
@@ -107,9 +108,11 @@ class PodRunner:
         public_host: str,
         usage_ended: UsageEnded = not_metered,
         isolation: Isolation | None = None,
+        ssh_ports: SshPorts | None = None,
     ) -> None:
         """``pod_dirs`` keeps each pod's volume, ``homes`` each pod's scratch directory;
-        ``public_host`` is the address users reach pods' ports at."""
+        ``public_host`` is the address users reach pods' ports at; ``ssh_ports`` hands each
+        running pod its own SSH port (None: SSH is off)."""
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -125,6 +128,7 @@ class PodRunner:
         #: Who may run without a sandbox (services/isolation.py); None: nobody is held back.
         self._isolation = isolation
         self._usage_ended = usage_ended
+        self.ssh_ports = ssh_ports or SshPorts(None)
         #: pod id -> its start under way.
         self._starting: dict[str, asyncio.Task[None]] = {}
         #: pod id -> the ``restarts`` its instance reflects.
@@ -189,6 +193,7 @@ class PodRunner:
                 "host": instance.host,
                 "version": instance.version,
                 "restarts": pod.restarts,
+                "sshPort": self.ssh_ports.take(pod.id, prefer=pod.placement.sshPort),
             }
         )
         if placement.gpuIds and instance.node and placement.gpuName:
@@ -298,6 +303,7 @@ class PodRunner:
             host=instance.host,
             version=pod.version,
             restarts=pod.restarts,
+            sshPort=self.ssh_ports.take(pod.id),
         )
         if await self._store.set_pod_placement(pod.id, placement, self._clock.now()) is None:
             await self._stop(pod.id, None)  # deleted while it started
@@ -405,6 +411,7 @@ class PodRunner:
             await asyncio.wait({starting})
         await self.provider.stop(pod_id, self._stop_grace)
         self._gpus.release(gpu_holder(pod_id))
+        self.ssh_ports.release(pod_id)
         self._restarts.pop(pod_id, None)
         self._started_at.pop(pod_id, None)
         if pod is not None:
@@ -423,6 +430,7 @@ class PodRunner:
     async def on_exit(self, pod_id: str, code: int) -> None:
         """An instance ended by itself: its GPUs are free; it starts again after a back-off."""
         self._gpus.release(gpu_holder(pod_id))
+        self.ssh_ports.release(pod_id)
         self._restarts.pop(pod_id, None)
         started = self._started_at.pop(pod_id, None)
         if started is not None and self._clock.now() - started > MAX_BACKOFF_SECONDS:
@@ -474,6 +482,13 @@ class PodRunner:
         """The address users reach the pod's ports at: its machine's when it runs on another
         (a Ray node), else the server's public host."""
         return pod.placement.host or self.public_host
+
+    def ssh_address(self, pod: Pod) -> tuple[str, int] | None:
+        """Where SSH reaches the running pod with any user name (its own port); None when it
+        has none (SSH off, not running, no port left)."""
+        if pod.placement.sshPort is None or runtime_status(pod) != "running":
+            return None
+        return self.host_of(pod), pod.placement.sshPort
 
     def port_url(self, pod: Pod, port: str, host_port: int) -> str | None:
         """The URL of an ``http`` port as users reach it; None for a ``tcp`` one."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,60 @@ def test_a_server_without_bwrap_has_a_sandbox_problem_naming_the_package(tmp_pat
     box = bubblewrap.Sandbox(None, ())
     problem = asyncio.run(box.problem())
     assert problem is not None and "bubblewrap" in problem
+
+
+def sandbox_command(root: Path, **options: object) -> list[str]:
+    sandbox = bubblewrap.Sandbox("bwrap", (), root=root, tmp=root / "tmp")
+    return sandbox.command(
+        ["sh"],
+        home=root / "home",
+        cwd=root / "home",
+        env={},
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_a_file_shown_in_etc_rebuilds_etc_from_the_hosts_entries_read_only(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "hosts").write_text("")
+    (root / "etc" / "mtab").symlink_to("../proc/self/mounts")
+    (root / "usr").mkdir()
+    (root / "home").mkdir()
+    environment = tmp_path / "environment"
+    environment.write_text("export A=1\n")
+    argv = sandbox_command(root, files={"/etc/rp_environment": environment})
+    binds = argv[: argv.index("--")]
+    # The host's /etc is not bound whole: bwrap could not make a mount point in it.
+    assert ["--ro-bind-try", "/etc", "/etc"] not in [binds[i : i + 3] for i in range(len(binds))]
+    start = binds.index("--tmpfs", binds.index("/usr"))
+    assert binds[start : start + 11] == [
+        "--tmpfs", "/etc",
+        "--ro-bind-try", "/etc/hosts", "/etc/hosts",
+        "--symlink", "../proc/self/mounts", "/etc/mtab",
+        "--ro-bind", str(environment), "/etc/rp_environment",
+    ]  # fmt: skip
+    assert binds[-1] != "/etc" and "--remount-ro" in binds
+    assert binds[binds.index("--remount-ro") + 1] == "/etc"
+
+
+def test_a_file_is_shown_only_in_a_top_level_folder(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="top-level folder"):
+        sandbox_command(tmp_path, files={"/etc/deep/file": tmp_path})
+
+
+def test_the_home_is_seen_at_root_too_unless_what_the_command_needs_lies_there(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "home").mkdir()
+    home = str((tmp_path / "home").resolve())
+    argv = sandbox_command(tmp_path, home_also_at="/nowhere-needed")
+    assert ["--bind", home, "/nowhere-needed"] == argv[
+        argv.index("/nowhere-needed") - 2 : argv.index("/nowhere-needed") + 1
+    ]
+    # The server's own interpreter lies under this place: covering it would break the command.
+    interpreter_home = str(Path(sys.prefix).resolve().parents[0])
+    argv = sandbox_command(tmp_path, home_also_at=interpreter_home)
+    assert ["--bind", home, interpreter_home] not in [argv[i : i + 3] for i in range(len(argv))]

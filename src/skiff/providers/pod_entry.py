@@ -1,0 +1,194 @@
+"""Getting into a running pod: a process started inside it, as a user's SSH session or console
+terminal asks (``services/pod_shells.py`` decides who may; the providers start it).
+
+``EntryRequest`` (domain/pod_sessions.py) says what to run: a login shell or a command, on a
+terminal of a given size or on plain pipes. ``PodEntry`` (providers/base.py) is the running
+process as bytes in and out, the same whether it is a process in the pod's sandbox
+(``ProcessEntry`` here, local pods) or a ``docker exec`` in the pod's container
+(``providers/docker_entry.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import struct
+import subprocess
+import termios
+from collections.abc import Mapping
+
+from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
+from skiff.providers.base import EntryRefused, PodEntry
+
+__all__ = [
+    "SFTP_COMMAND",
+    "EntryRefused",
+    "EntryRequest",
+    "PodEntry",
+    "ProcessEntry",
+    "TerminalSize",
+    "shell_argv",
+]
+
+#: Read at most this much of a process's output at a time.
+CHUNK = 64 * 1024
+
+#: The program a session's command line is given to, as sshd gives it to the user's shell:
+#: bash, which the runpod CLI's commands need (``source``), else the POSIX shell.
+SHELLS = ("/bin/bash", "/bin/sh")
+
+#: Run in the pod before a terminal session's shell: its own session, with the terminal as its
+#: controlling one, so that job control and Ctrl-C work as on any terminal.
+CONTROLLING_TERMINAL_SHIM = (
+    "import fcntl,os,sys,termios\n"
+    "os.setsid()\n"
+    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def shell_argv(request: EntryRequest, shells: tuple[str, ...] = SHELLS) -> list[str]:
+    """The argv that runs ``request`` with the first of ``shells`` a pod has (looked for on
+    the host, whose ``/bin`` a local pod sees)."""
+    shell = next((s for s in shells if os.access(s, os.X_OK)), shells[-1])
+    if request.command is None:
+        return [shell, "-l"]
+    return [shell, "-c", request.command]
+
+
+class ProcessEntry:
+    """A ``PodEntry`` that is a local process group (a local pod's sandbox, started by
+    ``start``)."""
+
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        master: int | None,
+        terminal_output: asyncio.StreamReader | None,
+    ) -> None:
+        self._proc = proc
+        #: The terminal's master side; None on pipes.
+        self._master = master
+        self._terminal = terminal_output
+        self._ended = False
+
+    @classmethod
+    async def start(
+        cls,
+        argv: list[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str | None,
+        terminal: TerminalSize | None,
+    ) -> ProcessEntry:
+        """``argv`` in a process group (a session) of its own; on a new terminal of that size
+        when ``terminal`` is given, run through ``CONTROLLING_TERMINAL_SHIM`` by the caller."""
+        if terminal is None:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            return cls(proc, None, None)
+        master, slave = os.openpty()
+        try:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, _packed(terminal))
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                env=dict(env),
+                cwd=cwd,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+            # A duplicate the transport owns and closes; ``_master`` stays for writes and sizes.
+            open(os.dup(master), "rb", buffering=0),  # noqa: ASYNC230, SIM115
+        )
+        return cls(proc, master, reader)
+
+    async def read_output(self) -> bytes:
+        if self._terminal is not None:
+            try:
+                return await self._terminal.read(CHUNK)
+            except OSError as error:
+                # A terminal whose last process has gone reads EIO, its way of saying EOF.
+                if error.errno == errno.EIO:
+                    return b""
+                raise
+        assert self._proc.stdout is not None
+        return await self._proc.stdout.read(CHUNK)
+
+    async def read_errors(self) -> bytes:
+        if self._proc.stderr is None:
+            return b""
+        return await self._proc.stderr.read(CHUNK)
+
+    async def write(self, data: bytes) -> None:
+        if self._master is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _write_all, self._master, data)
+            return
+        assert self._proc.stdin is not None
+        with contextlib.suppress(ConnectionError):
+            self._proc.stdin.write(data)
+            await self._proc.stdin.drain()
+
+    def close_input(self) -> None:
+        if self._master is not None:
+            with contextlib.suppress(OSError):
+                eof = termios.tcgetattr(self._master)[6][termios.VEOF]
+                os.write(self._master, eof if isinstance(eof, bytes) else bytes([eof]))
+            return
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+
+    def resize(self, size: TerminalSize) -> None:
+        if self._master is None:
+            return
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(self._master, termios.TIOCSWINSZ, _packed(size))
+
+    async def wait(self) -> int:
+        code = await self._proc.wait()
+        if self._master is not None and not self._ended:
+            self._ended = True
+            os.close(self._master)
+        return 128 - code if code < 0 else code
+
+    def end(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """What is typed, to the terminal (blocking when its input is full, as typing is)."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except OSError:
+            return  # its process is gone: what is typed goes nowhere
+        view = view[written:]
+
+
+def _packed(size: TerminalSize) -> bytes:
+    """As ``TIOCSWINSZ`` takes it (rows, cols, pixel width, pixel height)."""
+    return struct.pack("HHHH", max(1, size.rows), max(1, size.cols), 0, 0)

@@ -1,0 +1,185 @@
+"""Sessions inside pods: who may get in, what each session is, and when it ends.
+
+A session is a process in a running pod (``providers/pod_entry.py``) that a user opened through
+SSH (``skiff/ssh``) or the console's terminal (``console/terminal_pages.py``). Only the pod's
+owner gets in: over SSH with one of the public keys of their settings, in the console with a
+session allowed to write pods. Each opening and closing goes into the pod's log with who and
+from where; a session ends when its process does, when the pod stops or restarts (its provider
+ends it), or after ``idle_seconds`` without a byte either way (``sweep``, on the injected clock).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+from skiff.clock import Clock
+from skiff.domain.pod_sessions import EntryRequest, TerminalSize
+from skiff.domain.pods import Pod, runtime_status
+from skiff.domain.users import User
+from skiff.errors import Conflict, NotFound
+from skiff.providers.base import EntryRefused, PodEntry
+from skiff.services.logs import PodLogs
+from skiff.services.pod_runner import PodRunner
+from skiff.services.wakeups import Wakeups
+from skiff.store.base import Store
+
+log = logging.getLogger(__name__)
+
+#: How often idle sessions are looked for.
+SWEEP_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who opens a session, for the pod's log: the user, how (``ssh``, ``console``), from
+    where (the client's address) and with what (a key's fingerprint, a console sign-in)."""
+
+    user: User
+    via: str
+    origin: str
+    credential: str = ""
+
+    def described(self) -> str:
+        using = f", {self.credential}" if self.credential else ""
+        return f"{self.user.name} ({self.user.id}) from {self.origin} over {self.via}{using}"
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """A pod as SSH sees it before anyone is in: its owner and the public keys that open it."""
+
+    pod: Pod
+    owner: User
+    keys: str
+
+
+@dataclass(eq=False)
+class Session:
+    """An open session: its process, and when a byte last went either way."""
+
+    id: int
+    pod_id: str
+    caller: Caller
+    entry: PodEntry
+    opened_at: float
+    last_active: float
+    #: Why it was ended by skiff rather than by its process or client (idle), for its closing.
+    ended_because: str | None = None
+
+
+class PodShells:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        runner: PodRunner,
+        logs: PodLogs,
+        wakeups: Wakeups,
+        idle_seconds: float,
+    ) -> None:
+        """``idle_seconds``: a session without traffic for this long is ended; 0: never."""
+        self._store = store
+        self._clock = clock
+        self._runner = runner
+        self._logs = logs
+        self._wakeups = wakeups
+        self.idle_seconds = idle_seconds
+        #: The server's SSH port once it listens (``skiff/ssh``), for the pages that show it.
+        self.gateway_port: int | None = None
+        self._ids = itertools.count(1)
+        self._open: dict[int, Session] = {}
+
+    async def door(self, pod_id: str) -> Door | None:
+        """The pod ``pod_id`` with its owner and their keys, when it runs on this replica and
+        its owner may get in (not disabled); None otherwise, whoever asks."""
+        pod = next((p for p in await self._store.list_pods(None) if p.id == pod_id), None)
+        if pod is None or not self._runs_here(pod):
+            return None
+        owner = await self._store.get_user(pod.userId)
+        if owner is None or owner.disabled_at is not None:
+            return None
+        return Door(pod, owner, await self._store.get_pub_key(owner.id) or "")
+
+    def _runs_here(self, pod: Pod) -> bool:
+        return runtime_status(pod) == "running" and any(
+            i.pod_id == pod.id for i in self._runner.provider.running()
+        )
+
+    async def open(self, caller: Caller, pod_id: str, request: EntryRequest) -> Session:
+        """A session in the caller's own pod: ``NotFound`` for another's or none, ``Conflict``
+        for one that does not run (here)."""
+        pod = await self._store.get_pod(caller.user.id, pod_id)
+        if pod is None:
+            raise NotFound(f"pod {pod_id} not found")
+        if not self._runs_here(pod):
+            raise Conflict(
+                f"pod {pod_id} is {runtime_status(pod)}, not running on this server: a session "
+                "opens in a running pod"
+            )
+        try:
+            entry = await self._runner.provider.enter(pod_id, request)
+        except EntryRefused as refused:
+            raise Conflict(str(refused)) from refused
+        now = self._clock.now()
+        session = Session(next(self._ids), pod_id, caller, entry, now, now)
+        self._open[session.id] = session
+        what = "a shell" if request.command is None else f"the command {request.command!r}"
+        terminal = " on a terminal" if request.terminal is not None else ""
+        await self._note(
+            pod_id, f"session {session.id} opened by {caller.described()}: {what}{terminal}"
+        )
+        return session
+
+    def touch(self, session: Session) -> None:
+        """A byte went through: the session is not idle."""
+        session.last_active = self._clock.now()
+
+    def resize(self, session: Session, size: TerminalSize) -> None:
+        self.touch(session)
+        session.entry.resize(size)
+
+    async def close(self, session: Session, code: int | None) -> None:
+        """The session is over (its process ended with ``code``, or its client left: None):
+        its process ends, and its end goes into the pod's log, once."""
+        if self._open.pop(session.id, None) is None:
+            return
+        session.entry.end()
+        lasted = self._clock.now() - session.opened_at
+        how = f"exit code {code}" if code is not None else "the client left"
+        if session.ended_because is not None:
+            how = session.ended_because
+        who = session.caller.user.name
+        await self._note(
+            session.pod_id, f"session {session.id} of {who} closed after {lasted:.0f} s: {how}"
+        )
+
+    def sessions(self, pod_id: str | None = None) -> list[Session]:
+        return [s for s in self._open.values() if pod_id is None or s.pod_id == pod_id]
+
+    async def sweep(self) -> None:
+        """End the sessions idle for ``idle_seconds``."""
+        if self.idle_seconds <= 0:
+            return
+        now = self._clock.now()
+        for session in list(self._open.values()):
+            if now - session.last_active >= self.idle_seconds:
+                session.ended_because = (
+                    f"idle for {self.idle_seconds:.0f} s (SKIFF_SSH_IDLE_SECONDS)"
+                )
+                session.entry.end()
+
+    async def run(self) -> None:
+        await self._wakeups.repeat(self.sweep, SWEEP_SECONDS, "the idle session sweep", log)
+
+    async def end_all(self) -> None:
+        """The server stops: every session's process ends."""
+        for session in list(self._open.values()):
+            session.ended_because = "the server stopped"
+            session.entry.end()
+
+    async def _note(self, pod_id: str, text: str) -> None:
+        log.info("pod %s: %s", pod_id, text)
+        await self._logs.note(pod_id, f"skiff: {text}", time.time())

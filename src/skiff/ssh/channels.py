@@ -1,0 +1,186 @@
+"""One SSH session channel carried to and from a process in the pod.
+
+The channel asks for a shell, a command (``ssh … 'python train.py'``, ``rsync --server …``,
+``scp -t …``) or the ``sftp`` subsystem (``sftp``, and ``scp`` since OpenSSH 9), on a terminal
+or not; ``PodShells.open`` starts that in the pod (``providers/pod_entry.py``). Bytes go both
+ways with flow control each way: the client's input waits while the process does not read it,
+the process's output waits while the client does not take it. Its exit code goes back to the
+client; a session skiff ends (the pod stopped, idle too long) says why on its error output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import asyncssh
+
+from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
+from skiff.errors import SkiffError
+from skiff.providers.base import PodEntry
+from skiff.services.pod_shells import Caller, PodShells, Session
+
+log = logging.getLogger(__name__)
+
+#: One of a process's outputs, read; and where it goes on the channel.
+_Read = Callable[[], Awaitable[bytes]]
+_Write = Callable[[bytes], None]
+
+#: Input chunks held for a process that does not read them before the client is paused.
+MAX_PENDING_INPUT = 16
+
+#: What a client may pass of its own environment (``SendEnv``), as sshd's usual ``AcceptEnv``.
+ACCEPTED_ENV = ("LANG", "LC_")
+
+
+class PodChannel(asyncssh.SSHServerSession[bytes]):
+    def __init__(self, shells: PodShells, caller: Caller, pod_id: str, local: str) -> None:
+        """``local``: the address the client reached (``SSH_CONNECTION``'s second half)."""
+        self._shells = shells
+        self._caller = caller
+        self._pod_id = pod_id
+        self._local = local
+        self._chan: asyncssh.SSHServerChannel[bytes] | None = None
+        self._command: str | None = None
+        self._terminal: TerminalSize | None = None
+        self._term = ""
+        self._session: Session | None = None
+        #: The client's input, in order; None: its EOF.
+        self._input: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._reading_paused = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._task: asyncio.Task[None] | None = None
+        self._left = False
+
+    # -- what the client asks ---------------------------------------------------------------
+    def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:
+        self._chan = chan
+
+    def pty_requested(
+        self, term_type: str, term_size: tuple[int, int, int, int], term_modes: object
+    ) -> bool:
+        self._term = term_type
+        self._terminal = TerminalSize(term_size[0] or 80, term_size[1] or 24)
+        return True
+
+    def shell_requested(self) -> bool:
+        return True
+
+    def exec_requested(self, command: str) -> bool:
+        self._command = command
+        return True
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        if subsystem != "sftp":
+            return False
+        self._command = SFTP_COMMAND
+        return True
+
+    def session_started(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    # -- what comes in -----------------------------------------------------------------------
+    def data_received(self, data: bytes, datatype: int | None) -> None:
+        self._input.put_nowait(data)
+        if self._input.qsize() >= MAX_PENDING_INPUT and self._chan is not None:
+            self._chan.pause_reading()
+            self._reading_paused = True
+
+    def eof_received(self) -> bool:
+        self._input.put_nowait(None)
+        return True  # output goes on after the client's EOF
+
+    def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
+        self._terminal = TerminalSize(width or 80, height or 24)
+        if self._session is not None:
+            self._shells.resize(self._session, self._terminal)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._left = True
+        self._can_write.set()
+        self._input.put_nowait(None)
+        if self._session is not None:
+            self._session.entry.end()
+
+    # -- the session -------------------------------------------------------------------------
+    def _request(self) -> EntryRequest:
+        assert self._chan is not None
+        env = {
+            name: value
+            for name, value in self._chan.get_environment().items()
+            if name.startswith(ACCEPTED_ENV)
+        }
+        peer = self._caller.origin.rsplit(":", 1)
+        env["SSH_CLIENT"] = f"{peer[0]} {peer[-1]} {self._local.rsplit(':', 1)[-1]}"
+        env["SSH_CONNECTION"] = f"{peer[0]} {peer[-1]} {self._local.replace(':', ' ')}"
+        if self._terminal is not None:
+            env["TERM"] = self._term or "xterm"
+        return EntryRequest(self._command, self._terminal, env)
+
+    async def _run(self) -> None:
+        chan = self._chan
+        assert chan is not None
+        try:
+            session = await self._shells.open(self._caller, self._pod_id, self._request())
+        except SkiffError as refused:
+            chan.write_stderr(f"skiff: {refused}\r\n".encode())
+            chan.exit(1)
+            return
+        except Exception:
+            log.exception("ssh: a session in pod %s could not open", self._pod_id)
+            chan.write_stderr(b"skiff: the session could not open; the server's log says why\r\n")
+            chan.exit(1)
+            return
+        self._session = session
+        if self._left:
+            session.entry.end()
+        entry = session.entry
+        feeding = asyncio.create_task(self._feed(session))
+        code: int | None = None
+        try:
+            await asyncio.gather(
+                self._drain(session, entry.read_output, chan.write),
+                self._drain(session, entry.read_errors, chan.write_stderr),
+            )
+            code = await entry.wait()
+        finally:
+            feeding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeding
+            await self._shells.close(session, None if self._left else code)
+        if self._left:
+            return
+        if session.ended_because is not None:
+            chan.write_stderr(f"\r\nskiff: session ended: {session.ended_because}\r\n".encode())
+        chan.exit(code)
+
+    async def _drain(self, session: Session, read: _Read, write: _Write) -> None:
+        """One of the process's outputs to the client until it ends, as fast as the client
+        takes it."""
+        while chunk := await read():
+            self._shells.touch(session)
+            await self._can_write.wait()
+            if self._left:
+                continue  # nobody to tell: read on until the process is gone
+            write(chunk)
+
+    async def _feed(self, session: Session) -> None:
+        """The client's input to the process, in order, then its EOF."""
+        entry: PodEntry = session.entry
+        while (data := await self._input.get()) is not None:
+            self._shells.touch(session)
+            await entry.write(data)
+            if self._reading_paused and self._input.qsize() < MAX_PENDING_INPUT // 2:
+                self._reading_paused = False
+                if self._chan is not None:
+                    self._chan.resume_reading()
+        entry.close_input()

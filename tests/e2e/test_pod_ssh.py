@@ -1,0 +1,354 @@
+"""SSH into local pods, served by skiff itself, in a real ``skiff serve`` with the sandbox on,
+driven by the system's ``ssh``, ``scp``, ``sftp`` and ``rsync`` and the real ``runpod`` CLI:
+the owner's key gets in (on the server's SSH port, the pod's id as the user name, and on the
+pod's own port, any name); a command's output, error output and exit code come back apart; a
+terminal session runs a shell; files copied in are read by the pod's own process; a wrong key
+and another user's key are refused; the sandbox holds inside a session; every session goes
+into the pod's log; sessions end when the pod stops; ``runpod pod connect`` gets in."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness import Server, free_port, running
+
+from eventually import eventually
+
+#: The pod's own process: says its greeting, then reports a file copied into its home.
+POD_PROGRAM = """
+import os, pathlib, sys, time
+print("greeting:", os.environ.get("GREETING"), flush=True)
+seen = set()
+while True:
+    for path in pathlib.Path(".").glob("incoming*.txt"):
+        if path.name not in seen:
+            seen.add(path.name)
+            print("seen:", path.name, path.read_text().strip(), flush=True)
+    time.sleep(0.1)
+"""
+
+
+def free_range(count: int) -> range:
+    """``count`` consecutive free ports (a pod's own SSH ports)."""
+    for _ in range(200):
+        first = random.randrange(20_000, 60_000)
+        ports = range(first, first + count)
+        try:
+            for port in ports:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return ports
+    raise RuntimeError("no free port range")
+
+
+def keypair(where: Path, name: str) -> Path:
+    path = where / name
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(path)], check=True
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    where = tmp_path_factory.mktemp("ssh-keys")
+    return {name: keypair(where, name) for name in ("alice", "bob", "stranger")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    pod_ports = free_range(4)
+    env: dict[str, str | None] = {
+        "SKIFF_SSH_PORT": str(free_port()),
+        "SKIFF_SSH_POD_PORTS": f"{pod_ports[0]}-{pod_ports[-1]}",
+    }
+    with running(tmp_path_factory.mktemp("pod-ssh") / "data", env=env) as srv:
+        yield srv
+
+
+class User:
+    def __init__(self, server: Server, name: str, key: Path) -> None:
+        self.server = server
+        self.name = name
+        self.key = key
+        self.api_key = server.user_key(name)
+        self.http = server.http.__class__(
+            base_url=server.url, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=30
+        )
+        public = Path(f"{key}.pub").read_text()
+        answer = self.http.patch("/v1/user", json={"pubKey": f"# my laptop\n{public}"})
+        assert answer.status_code == 200, answer.text
+
+    def pod(self, name: str, **fields: Any) -> dict[str, Any]:
+        made = self.http.post(
+            "/v1/pods",
+            json={
+                "name": name,
+                "imageName": "local/python",
+                "computeType": "CPU",
+                "volumeInGb": 1,
+                "env": {"GREETING": f"hello from {name}"},
+                "dockerStartCmd": [sys.executable, "-u", "-c", POD_PROGRAM],
+                **fields,
+            },
+        )
+        assert made.status_code == 201, made.text
+        pod_id = made.json()["id"]
+
+        def up() -> dict[str, Any] | None:
+            pod = dict(self.http.get(f"/v1/pods/{pod_id}").json())
+            return pod if pod["status"] == "running" and pod["ssh"] else None
+
+        return dict(self.server.wait_for(up, what=f"pod {name} to run"))
+
+    def log(self, pod_id: str) -> str:
+        return str(self.http.get(f"/v1/pods/{pod_id}/logs").text)
+
+
+@pytest.fixture(scope="module")
+def alice(server: Server, keys: dict[str, Path]) -> User:
+    return User(server, "alice", keys["alice"])
+
+
+@pytest.fixture(scope="module")
+def bob(server: Server, keys: dict[str, Path]) -> User:
+    return User(server, "bob", keys["bob"])
+
+
+@pytest.fixture(scope="module")
+def alices_pod(alice: User) -> dict[str, Any]:
+    return alice.pod("alices-box")
+
+
+def ssh_options(key: Path, port: int) -> list[str]:
+    return [
+        "-o", "StrictHostKeyChecking=no",
+        "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        "-o", "LogLevel=ERROR",
+        "-i", str(key),
+        "-p", str(port),
+    ]  # fmt: skip
+
+
+def gateway(server: Server) -> int:
+    return int(server.extra_env["SKIFF_SSH_PORT"] or 0)
+
+
+def ssh(
+    key: Path, port: int, user: str, *command: str, given: str = "", terminal: bool = False
+) -> subprocess.CompletedProcess[str]:
+    tty = ["-tt"] if terminal else []
+    return subprocess.run(
+        ["ssh", *ssh_options(key, port), *tty, f"{user}@127.0.0.1", *command],
+        input=given,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_command_comes_back_with_its_output_errors_and_exit_code(
+    server: Server, alice: User, alices_pod: dict[str, Any]
+) -> None:
+    done = ssh(
+        alice.key,
+        gateway(server),
+        alices_pod["id"],
+        'echo "$GREETING"; echo oops >&2; exit 7',
+    )
+    assert done.returncode == 7, done
+    assert done.stdout == "hello from alices-box\n"
+    assert done.stderr == "oops\n"
+
+
+def test_the_pods_own_port_takes_any_user_name_and_is_in_its_runtime_ports(
+    server: Server, alice: User, alices_pod: dict[str, Any]
+) -> None:
+    ssh_field = alices_pod["ssh"]
+    assert ssh_field["host"] == "127.0.0.1"
+    assert ssh_field["command"] == f"ssh root@127.0.0.1 -p {ssh_field['port']}"
+    assert ssh_field["gatewayPort"] == gateway(server)
+    graphql = alice.http.post(
+        "/graphql",
+        json={
+            "query": f'{{ pod(input: {{podId: "{alices_pod["id"]}"}}) {{ runtime {{ ports '
+            "{ ip isIpPublic privatePort publicPort type } } } }"
+        },
+    ).json()
+    ports = graphql["data"]["pod"]["runtime"]["ports"]
+    assert {
+        "ip": "127.0.0.1",
+        "isIpPublic": True,
+        "privatePort": 22,
+        "publicPort": ssh_field["port"],
+        "type": "tcp",
+    } in ports
+    done = ssh(alice.key, ssh_field["port"], "root", "echo", "in")
+    assert (done.returncode, done.stdout) == (0, "in\n"), done
+
+
+def test_a_terminal_session_runs_the_pods_shell(
+    server: Server, alice: User, alices_pod: dict[str, Any]
+) -> None:
+    done = ssh(
+        alice.key,
+        gateway(server),
+        alices_pod["id"],
+        given="echo $((6*7)); stty size; exit 3\n",
+        terminal=True,
+    )
+    assert done.returncode == 3, done
+    assert "42" in done.stdout
+
+
+def test_a_wrong_key_and_another_users_key_are_refused(
+    server: Server, alice: User, bob: User, keys: dict[str, Path], alices_pod: dict[str, Any]
+) -> None:
+    own_port = alices_pod["ssh"]["port"]
+    for key in (keys["stranger"], bob.key):
+        for port, user in ((gateway(server), alices_pod["id"]), (own_port, "root")):
+            done = ssh(key, port, user, "echo", "in")
+            assert done.returncode == 255, done
+            assert "Permission denied" in done.stderr
+            assert "in" not in done.stdout
+    # A pod that does not exist reads as a wrong key: nothing tells a stranger which do.
+    done = ssh(alice.key, gateway(server), "no-such-pod", "true")
+    assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
+def test_files_copied_in_with_scp_sftp_and_rsync_are_read_by_the_pods_own_process(
+    server: Server, alice: User, alices_pod: dict[str, Any], tmp_path: Path
+) -> None:
+    port, pod_id = gateway(server), alices_pod["id"]
+    target = f"{pod_id}@127.0.0.1"
+    for name, text in (("incoming-scp.txt", "by scp"), ("incoming-rsync.txt", "by rsync")):
+        (tmp_path / name).write_text(text + "\n")
+    opts = ssh_options(alice.key, port)
+    scp_opts = [o if o != "-p" else "-P" for o in opts]
+    copied = subprocess.run(
+        ["scp", *scp_opts, str(tmp_path / "incoming-scp.txt"), f"{target}:"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert copied.returncode == 0, copied
+    synced = subprocess.run(
+        [
+            "rsync",
+            "-az",
+            "-e",
+            "ssh " + " ".join(opts),
+            str(tmp_path / "incoming-rsync.txt"),
+            f"{target}:",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert synced.returncode == 0, synced
+    sftp = subprocess.run(
+        ["sftp", *scp_opts, "-b", "-", target],
+        input="put " + str(tmp_path / "incoming-scp.txt") + " incoming-sftp.txt\nls\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sftp.returncode == 0, sftp
+    for line in (
+        "seen: incoming-scp.txt by scp",
+        "seen: incoming-rsync.txt by rsync",
+        "seen: incoming-sftp.txt by scp",
+    ):
+        server.wait_for(lambda line=line: line in alice.log(pod_id), what=line)  # type: ignore[misc]
+    # And back out again.
+    fetched = subprocess.run(
+        ["scp", *scp_opts, f"{target}:incoming-rsync.txt", str(tmp_path / "back.txt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert fetched.returncode == 0, fetched
+    assert (tmp_path / "back.txt").read_text() == "by rsync\n"
+
+
+def test_the_sandbox_holds_inside_a_session(
+    server: Server, alice: User, bob: User, alices_pod: dict[str, Any]
+) -> None:
+    bobs = bob.pod("bobs-box")
+    database = server.data_dir / "skiff.db"
+    bobs_home = server.data_dir / "pods" / bobs["id"]
+    probe = (
+        f"cat {database} | head -c 16; echo db=$?; "
+        f"ls {bobs_home} 2>&1 | head -3; "
+        "ls /proc | grep -c '^[0-9]'; id -u"
+    )
+    done = ssh(alice.key, gateway(server), alices_pod["id"], probe)
+    assert "SQLite format" not in done.stdout, done
+    assert "incoming" not in done.stdout
+    lines = done.stdout.splitlines()
+    # Its own few processes only, not the server's, not Bob's pod's; and not the server's uid.
+    assert int(lines[-2]) < 10, done.stdout
+    assert lines[-1] == "1000"
+
+
+def test_each_session_goes_into_the_pods_log_with_who_and_from_where(
+    server: Server, alice: User, alices_pod: dict[str, Any]
+) -> None:
+    ssh(alice.key, gateway(server), alices_pod["id"], "true")
+    log = alice.log(alices_pod["id"])
+    assert "opened by alice" in log and "over ssh, key SHA256:" in log and "from 127.0.0.1:" in log
+    assert "of alice closed after" in log and "exit code 0" in log
+
+
+def test_a_session_ends_when_its_pod_stops(server: Server, alice: User) -> None:
+    pod = alice.pod("short-lived")
+    session = subprocess.Popen(
+        ["ssh", *ssh_options(alice.key, gateway(server)), f"{pod['id']}@127.0.0.1", "sleep 120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: "sleep 120" in alice.log(pod["id"]), "the session to open")
+        stopped = alice.http.post(f"/v1/pods/{pod['id']}/stop")
+        assert stopped.status_code == 200, stopped.text
+        session.wait(timeout=30)
+        assert session.returncode != 0
+    finally:
+        session.kill()
+        session.communicate()
+
+
+def test_runpod_pod_connect_gets_into_the_pod(
+    server: Server, alice: User, alices_pod: dict[str, Any], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / ".runpod" / "ssh").mkdir(parents=True)
+    key = home / ".runpod" / "ssh" / "RunPod-Key-Go"
+    key.write_bytes(alice.key.read_bytes())
+    key.chmod(0o600)
+    env = {**os.environ, "HOME": str(home), "RUNPOD_API_BASE_URL": server.url}
+    program = str(Path(sys.executable).parent / "runpod")
+    subprocess.run([program, "config", alice.api_key], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [program, "pod", "connect", alices_pod["id"]],
+        env=env,
+        input='echo "connected: $GREETING"\nexit\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done
+    assert "connected: hello from alices-box" in done.stdout
