@@ -352,3 +352,50 @@ def test_runpod_pod_connect_gets_into_the_pod(
     )
     assert done.returncode == 0, done
     assert "connected: hello from alices-box" in done.stdout
+
+
+def test_a_server_killed_with_sigkill_serves_its_pods_again_under_the_same_host_key(
+    keys: dict[str, Path], tmp_path: Path
+) -> None:
+    pod_ports = free_range(2)
+    env: dict[str, str | None] = {
+        "SKIFF_SSH_PORT": str(free_port()),
+        "SKIFF_SSH_POD_PORTS": f"{pod_ports[0]}-{pod_ports[-1]}",
+    }
+    known_hosts = tmp_path / "known_hosts"
+
+    def checked(port: int, user: str, *, first: bool) -> subprocess.CompletedProcess[str]:
+        # The host key is learnt on the first connection, then must match on every other.
+        checking = "accept-new" if first else "yes"
+        options = ssh_options(keys["alice"], port)
+        options[1] = f"StrictHostKeyChecking={checking}"
+        options[3] = f"UserKnownHostsFile={known_hosts}"
+        return subprocess.run(
+            ["ssh", *options, f"{user}@127.0.0.1", 'echo "$GREETING"'],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    with running(tmp_path / "data", env=env) as server:
+        alice = User(server, "alice", keys["alice"])
+        pod = alice.pod("survivor")
+        before = checked(gateway(server), pod["id"], first=True)
+        assert before.stdout == "hello from survivor\n", before
+        assert server.proc is not None
+        server.proc.kill()
+        server.proc.wait()
+        server.start()
+        assert alice.http.get(f"/v1/pods/{pod['id']}").status_code == 200  # not lost
+
+        def back() -> subprocess.CompletedProcess[str] | None:
+            done = checked(gateway(server), pod["id"], first=False)
+            return done if done.returncode == 0 else None
+
+        after = server.wait_for(back, what="the pod to be reached again")
+        assert after.stdout == "hello from survivor\n"
+        own = alice.http.get(f"/v1/pods/{pod['id']}").json()["ssh"]["port"]
+        assert checked(own, "root", first=True).returncode == 0
+        # Its own port shows the same host key as the server's port.
+        learnt = {line.split()[-1] for line in known_hosts.read_text().splitlines()}
+        assert len(learnt) == 1 and len(known_hosts.read_text().splitlines()) == 2

@@ -19,7 +19,6 @@ import asyncssh
 
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.errors import SkiffError
-from skiff.providers.base import PodEntry
 from skiff.services.pod_shells import Caller, PodShells, Session
 
 log = logging.getLogger(__name__)
@@ -175,7 +174,7 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
 
     async def _feed(self, session: Session) -> None:
         """The client's input to the process, in order, then its EOF."""
-        entry: PodEntry = session.entry
+        entry = session.entry
         while (data := await self._input.get()) is not None:
             self._shells.touch(session)
             await entry.write(data)

@@ -14,7 +14,7 @@ import asyncssh
 
 from skiff.services.pod_shells import Caller, PodShells
 from skiff.services.ssh_ports import SshPorts
-from skiff.services.wakeups import Wakeups
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.ssh import host_key
 from skiff.ssh.channels import PodChannel
 from skiff.ssh.doors import PodDoor
@@ -96,8 +96,15 @@ class SshServer:
         return port
 
     async def run(self) -> None:
-        """Open and close the pods' own listeners as pods start and stop here."""
-        await self._wakeups.repeat(self.sync, SYNC_SECONDS, "the SSH listeners' sync", log)
+        """Open and close the pods' own listeners as pods start and stop here: at once when
+        the pod runner says a pod changed, and every ``SYNC_SECONDS`` anyway."""
+        while not self._wakeups.closing:
+            with self._wakeups.listen(Wake.PODS) as changed:
+                try:
+                    await self.sync()
+                except Exception:
+                    log.exception("the SSH listeners' sync failed")
+                await self._wakeups.wait(changed, SYNC_SECONDS)
 
     async def sync(self) -> None:
         wanted = self._ports.held()
