@@ -271,3 +271,14 @@ def test_the_home_is_seen_at_root_too_unless_what_the_command_needs_lies_there(
     interpreter_home = str(Path(sys.prefix).resolve().parents[0])
     argv = sandbox_command(tmp_path, home_also_at=interpreter_home)
     assert ["--bind", home, interpreter_home] not in [argv[i : i + 3] for i in range(len(argv))]
+
+
+def test_the_server_users_tokens_are_hidden_with_its_keys(tmp_path: Path) -> None:
+    sandbox = bubblewrap.Sandbox.for_server(
+        tmp_path / "data",
+        volumes_dir=tmp_path / "volumes",
+        database_file=None,
+        server_home=tmp_path,
+    )
+    for secret in (".ssh", ".npmrc", ".config/gh", ".cargo/credentials.toml", ".pypirc"):
+        assert tmp_path / secret in sandbox.hidden
