@@ -99,6 +99,8 @@ async def test_a_pod_runs_serves_its_port_and_keeps_its_volume_across_stop_and_s
     url = running["urls"][f"{port}/http"]
     assert url == f"http://127.0.0.1:{port}"
     assert running["lastStartedAt"] is not None
+    # SSH is off unless the server sets its port: no address is given out.
+    assert running["ssh"] is None
     first = await served(url)
     assert (first["starts"], first["disk"], first["pod"]) == (1, None, pod["id"])
     assert (first["greeting"], first["gpus"], first["cuda"]) == ("hello", "0", "")
