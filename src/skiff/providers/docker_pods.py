@@ -11,6 +11,13 @@ touched.
 
 Stopping a pod removes its container: as on the hosted platform, the container disk lasts until
 the pod stops, its volume until it is deleted. ``restart`` restarts the container in place.
+
+A session in a pod (``enter``: SSH, the console's terminal) is a ``docker exec`` in its running
+container (``docker_entry.py``), as the container's own user in its own working directory.
+Before a container's first session, the hosted platform's ``/etc/rp_environment`` (the
+container's environment as ``export`` lines, which the runpod CLI sources) and an empty
+``/root/.bashrc`` are made in it, each only where the image has none. Sessions end with the
+container: when the pod stops or restarts.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from skiff.providers.docker import (
     run_options,
     start_and_hand_over,
 )
+from skiff.providers.docker_entry import ExecEntry, container_environment, entry_argv, prepare
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +170,8 @@ class DockerPodProvider:
         #: Pods being stopped or restarted by skiff: their container's end is not an exit.
         self._quiet: set[str] = set()
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        #: Containers made ready for sessions (``docker_entry.prepare``), by id.
+        self._prepared: set[str] = set()
 
     @property
     def client(self) -> Any:
@@ -221,6 +231,7 @@ class DockerPodProvider:
             return  # stopped or restarted by skiff: whoever did it carries on
         self._running.pop(pod_id, None)
         self._watchers.pop(pod_id, None)
+        self._prepared.discard(container.id)
         with contextlib.suppress(DockerException):
             await asyncio.to_thread(container.remove, force=True)
         try:
@@ -256,6 +267,7 @@ class DockerPodProvider:
         if found is None:
             return
         container, _ = found
+        self._prepared.discard(container.id)
         self._quiet.add(pod_id)
         try:
             with contextlib.suppress(NotFound):
@@ -277,7 +289,20 @@ class DockerPodProvider:
         return None  # a container is its own sandbox
 
     async def enter(self, pod_id: str, request: EntryRequest) -> PodEntry:
-        raise EntryRefused("not yet")
+        found = self._running.get(pod_id)
+        if found is None:
+            raise EntryRefused(f"pod {pod_id} is not running")
+        container, _ = found
+        api = self.client.api
+        try:
+            if container.id not in self._prepared:
+                await prepare(api, container.id, container_environment(container.attrs))
+                self._prepared.add(container.id)
+            return await ExecEntry.start(
+                api, container.id, entry_argv(request), request.env, request.terminal
+            )
+        except (DockerException, OSError) as exc:  # the container stopped, the daemon went
+            raise EntryRefused(f"pod {pod_id} cannot be entered: {_explain(exc)}") from exc
 
     def running(self) -> list[PodInstance]:
         return [instance for _, instance in self._running.values()]

@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -44,7 +43,13 @@ from skiff.providers.base import (
 )
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.local import LocalProvider
-from skiff.providers.pod_entry import CONTROLLING_TERMINAL_SHIM, ProcessEntry, shell_argv
+from skiff.providers.pod_entry import (
+    CONTROLLING_TERMINAL_SHIM,
+    ENVIRONMENT_FILE,
+    ProcessEntry,
+    environment_lines,
+    shell_argv,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +128,6 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
 
 #: Where a sandboxed pod sees its home besides its own path, as the hosted platform's pods do.
 POD_HOME = "/root"
-#: Where the hosted platform's pods keep their environment as shell ``export`` lines.
-ENVIRONMENT_FILE = "/etc/rp_environment"
-
-
-def environment_lines(env: dict[str, str]) -> str:
-    """``ENVIRONMENT_FILE``'s text: each variable as a quoted ``export`` line."""
-    return "".join(
-        f"export {name}={shlex.quote(value)}\n"
-        for name, value in sorted(env.items())
-        if name.isidentifier()
-    )
 
 
 def entry_launch(process: Launch, request: EntryRequest, environment: Path) -> Launch:

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import shlex
 import signal
 import struct
 import subprocess
@@ -25,12 +26,14 @@ from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.providers.base import EntryRefused, PodEntry
 
 __all__ = [
+    "ENVIRONMENT_FILE",
     "SFTP_COMMAND",
     "EntryRefused",
     "EntryRequest",
     "PodEntry",
     "ProcessEntry",
     "TerminalSize",
+    "environment_lines",
     "shell_argv",
 ]
 
@@ -49,6 +52,19 @@ CONTROLLING_TERMINAL_SHIM = (
     "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
     "os.execvp(sys.argv[1], sys.argv[1:])\n"
 )
+
+
+#: Where the hosted platform's pods keep their environment as shell ``export`` lines.
+ENVIRONMENT_FILE = "/etc/rp_environment"
+
+
+def environment_lines(env: dict[str, str]) -> str:
+    """``ENVIRONMENT_FILE``'s text: each variable as a quoted ``export`` line."""
+    return "".join(
+        f"export {name}={shlex.quote(value)}\n"
+        for name, value in sorted(env.items())
+        if name.isidentifier()
+    )
 
 
 def shell_argv(request: EntryRequest, shells: tuple[str, ...] = SHELLS) -> list[str]:
@@ -71,10 +87,12 @@ class ProcessEntry:
         terminal_output: asyncio.StreamReader | None,
     ) -> None:
         self._proc = proc
-        #: The terminal's master side; None on pipes.
+        #: The terminal's master side (non-blocking, as the reader's duplicate of it makes it);
+        #: None on pipes, and once the process has ended and it is closed.
         self._master = master
         self._terminal = terminal_output
-        self._ended = False
+        #: A write waiting for the terminal to take more input, woken when it is closed.
+        self._writable: asyncio.Future[None] | None = None
 
     @classmethod
     async def start(
@@ -142,8 +160,8 @@ class ProcessEntry:
         return await self._proc.stderr.read(CHUNK)
 
     async def write(self, data: bytes) -> None:
-        if self._master is not None:
-            await asyncio.get_running_loop().run_in_executor(None, _write_all, self._master, data)
+        if self._terminal is not None:
+            await self._type(data)
             return
         assert self._proc.stdin is not None
         with contextlib.suppress(ConnectionError):
@@ -168,27 +186,50 @@ class ProcessEntry:
 
     async def wait(self) -> int:
         code = await self._proc.wait()
-        if self._master is not None and not self._ended:
-            self._ended = True
-            os.close(self._master)
+        self._close_terminal()
         return 128 - code if code < 0 else code
+
+    async def _type(self, data: bytes) -> None:
+        """What is typed, to the terminal, as fast as it takes it; on the loop's thread, so
+        the terminal cannot be closed (and its number given to another file) mid-write. What
+        comes after its process has ended goes nowhere."""
+        loop = asyncio.get_running_loop()
+        view = memoryview(data)
+        while view and self._master is not None:
+            fd = self._master
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                self._writable = loop.create_future()
+                loop.add_writer(fd, _wake, self._writable)
+                try:
+                    await self._writable
+                finally:
+                    if self._master == fd:
+                        loop.remove_writer(fd)
+                    self._writable = None
+            except OSError:
+                return  # its process is gone
+
+    def _close_terminal(self) -> None:
+        fd, self._master = self._master, None
+        if fd is None:
+            return
+        if self._writable is not None:
+            asyncio.get_running_loop().remove_writer(fd)
+            _wake(self._writable)
+        os.close(fd)
 
     def end(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """What is typed, to the terminal (blocking when its input is full, as typing is)."""
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except OSError:
-            return  # its process is gone: what is typed goes nowhere
-        view = view[written:]
-
-
 def _packed(size: TerminalSize) -> bytes:
     """As ``TIOCSWINSZ`` takes it (rows, cols, pixel width, pixel height)."""
     return struct.pack("HHHH", max(1, size.rows), max(1, size.cols), 0, 0)
+
+
+def _wake(waiting: asyncio.Future[None]) -> None:
+    if not waiting.done():
+        waiting.set_result(None)

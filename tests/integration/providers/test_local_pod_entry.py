@@ -17,7 +17,8 @@ from process_exits import Exits
 from skiff.domain.pod_sessions import EntryRequest, TerminalSize
 from skiff.providers import bubblewrap
 from skiff.providers.base import EntryRefused, PodEntry, PodLaunch
-from skiff.providers.local_pods import LocalPodProvider, environment_lines
+from skiff.providers.local_pods import LocalPodProvider
+from skiff.providers.pod_entry import environment_lines
 from skiff.services.logs import WorkerLogs
 
 pytestmark = pytest.mark.skipif(
