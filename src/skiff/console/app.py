@@ -33,10 +33,19 @@ from skiff.console import (
     settings_pages,
     signin,
     template_pages,
+    terminal_pages,
     user_pages,
     volume_pages,
 )
-from skiff.console.base import HERE, Console, CsrfRejected, SignInNeeded, json_answer, wants_json
+from skiff.console.base import (
+    HERE,
+    Console,
+    CsrfRejected,
+    SignInNeeded,
+    content_security_policy,
+    json_answer,
+    wants_json,
+)
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.services.hub import Services
 
@@ -47,13 +56,10 @@ FORM_LIMIT = 32 * 1024 * 1024
 SIGN_IN_FORM_LIMIT = 64 * 1024
 
 #: Sent with every console answer: no framing (clickjacking), scripts and styles only from
-#: the console itself (no CDN, no inline script), no referrer outside the site.
+#: the console itself (no CDN, no inline script), no referrer outside the site. A page that
+#: sends its own policy (the terminal's, ``content_security_policy``) keeps it.
 SECURITY_HEADERS = [
-    (
-        b"content-security-policy",
-        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        b"frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-    ),
+    (b"content-security-policy", content_security_policy().encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
@@ -125,7 +131,9 @@ class SecurityHeaders:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                headers = list(message.get("headers", []))
+                own = {name.lower() for name, _ in headers}
+                message["headers"] = headers + [h for h in SECURITY_HEADERS if h[0] not in own]
             await send(message)
 
         await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
@@ -156,6 +164,7 @@ def routes(console: Console) -> list[BaseRoute]:
         *secret_pages.routes(console),
         *settings_pages.routes(console),
         *pod_pages.routes(console),
+        *terminal_pages.routes(console),
         *billing_pages.routes(console),
         *volume_pages.routes(console),
         *model_pages.routes(console),

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from skiff.console import csrf, render
@@ -50,7 +50,8 @@ class Console:
         self.pages = render.environment(HERE / "templates")
 
     # -- who is asking -------------------------------------------------------------------
-    async def visitor(self, request: Request) -> Visitor | None:
+    async def visitor(self, request: HTTPConnection) -> Visitor | None:
+        """The signed-in visitor of a request or a WebSocket (its session cookie), or None."""
         session = await self.sessions.read(request.cookies.get(COOKIE), self.services.clock.now())
         if session is None:
             return None
@@ -149,6 +150,22 @@ def _section(path: str) -> str:
         if path.startswith(prefix):
             return section
     return "endpoints"
+
+
+def content_security_policy(style_nonce: str | None = None) -> str:
+    """The console's Content-Security-Policy: scripts, styles, fetches and WebSockets from the
+    console alone ('self' covers ws: and wss: to the same host and port), no framing.
+
+    ``style_nonce``: also the ``<style>`` elements carrying that nonce, and style attributes,
+    which the terminal's xterm.js writes as it draws (its colours and cell sizes); scripts stay
+    'self' only, so injected markup still runs nothing."""
+    styles = "style-src 'self'"
+    if style_nonce is not None:
+        styles += f"; style-src-elem 'self' 'nonce-{style_nonce}'; style-src-attr 'unsafe-inline'"
+    return (
+        f"default-src 'self'; script-src 'self'; {styles}; img-src 'self' data:; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    )
 
 
 def json_answer(body: Any, status: int = 200) -> Response:

@@ -1,6 +1,7 @@
 """Pods: the list (status, GPUs, ports as links, uptime) with this host's GPUs and who holds
 each, create from an image or a template, a pod's page (its settings, start, stop, restart,
-reset, and its log, followed as it comes), and delete after typing the pod's name."""
+reset, its Connect menu (``pod_connect.py``), and its log, followed as it comes), and delete
+after typing the pod's name. Its terminal is ``terminal_pages.py``'s."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from starlette.routing import BaseRoute, Route
 from skiff.console import forms
 from skiff.console.base import Console, Visitor, json_answer
 from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
+from skiff.console.pod_connect import connect_of
 from skiff.console.resource_pages import DeletePage, ListPage
 from skiff.domain.pods import Pod, PodCreate, runtime_status
 from skiff.domain.users import User
@@ -92,6 +94,7 @@ def routes(console: Console) -> list[BaseRoute]:
             status,
             title=pod.spec.name,
             shown=view(pod),
+            connect=connect_of(services, pod),
             cost=services.billing.pod_cost_per_hour(pod),
             done=ACTIONS.get(request.query_params.get("done", "")),
             error=error,

@@ -1,6 +1,7 @@
 // skiff console: the little that needs a script. Every page works without it (forms post,
 // pages reload); with it, lists refresh by themselves, the request panel watches its job,
-// logs follow, and risky buttons say what they will do before they do it.
+// logs follow, risky buttons say what they will do before they do it, and copy buttons copy.
+// A pod's terminal has a script of its own (terminal.js).
 "use strict";
 
 function $(selector, root) { return (root || document).querySelector(selector); }
@@ -158,7 +159,27 @@ function follow(box) {
   });
 }
 
+// Copy buttons (hidden without a script): the text of the <code> just before them.
+function copyButton(button) {
+  const source = button.previousElementSibling;
+  button.hidden = false;
+  button.addEventListener("click", async () => {
+    try {
+      await navigator.clipboard.writeText(source.textContent); // HTTPS and localhost only
+    } catch (e) {
+      const range = document.createRange();
+      range.selectNodeContents(source);
+      getSelection().removeAllRanges();
+      getSelection().addRange(range);
+      document.execCommand("copy");
+    }
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = "Copy"; }, 2000);
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  $$("button[data-copy]").forEach(copyButton);
   $$("[data-live]").forEach(live);
   $$("form[data-request-panel]").forEach(requestPanel);
   $$("form[data-rolling-form]").forEach(rollingForm);
