@@ -148,3 +148,23 @@ def test_runpod_pod_connect_and_exec_python_work_unmodified(
     )
     assert ran.returncode == 0, ran
     assert f"ran in {pod['id']} (3, 11)" in ran.stdout, ran
+
+
+def test_after_a_sigkill_the_adopted_container_is_reached_again_on_its_own_port(
+    server: Server, alice: User, pod: dict[str, Any]
+) -> None:
+    own = pod["ssh"]["port"]
+    marked = ssh(alice.key, own, "root", "touch /root/from-before")
+    assert marked.returncode == 0, marked
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait()
+    server.start()
+
+    def back() -> subprocess.CompletedProcess[str] | None:
+        done = ssh(alice.key, own, "root", "test -f /root/from-before")
+        return done if done.returncode == 0 else None
+
+    # The same container (a fresh one would not have the file on its disk), on its old port.
+    server.wait_for(back, what="the adopted pod to be reached again")
+    assert alice.http.get(f"/v1/pods/{pod['id']}").json()["ssh"]["port"] == own
