@@ -81,6 +81,11 @@ class Launch:
     #: In the sandbox, host files shown read-only at these paths (a session's
     #: ``/etc/rp_environment``: ``bubblewrap.Sandbox.command``).
     files: Mapping[str, Path] = field(default_factory=dict)
+    #: In the sandbox, what of the host it must see besides what ``argv`` names; and whether
+    #: ``argv`` names files at all (a session's command line does not: it sees what its pod's
+    #: own command does, given as ``reach``).
+    reach: tuple[str, ...] = ()
+    argv_needed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -133,6 +133,34 @@ _NVIDIA_SHARED_NODES = (
     "/dev/nvidia-modeset",
 )
 
+#: What the C library's loader and resolver act on in the environment of any program they start
+#: (the variables glibc drops for a setuid program, and all of ``LD_``): a worker's or pod's
+#: ``env`` may set them for its own programs, never for the server's shim and bwrap, which run
+#: outside the sandbox. They are given to the sandbox with ``--setenv`` instead.
+LOADER_VARIABLES = (
+    "LD_",
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZDIR",
+)
+
+
+def outside_and_inside(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``env`` split in two: what the programs that make the sandbox may run with, and the
+    loader's variables (``LOADER_VARIABLES``), which only the command inside gets."""
+    inside = {k: v for k, v in env.items() if k.startswith(LOADER_VARIABLES)}
+    return {k: v for k, v in env.items() if k not in inside}, inside
+
+
 #: Run inside the namespace: SIGTERM back to its default, then become the worker.
 _RESTORE_TERM = (
     "import os,signal,sys\n"
@@ -369,6 +397,8 @@ class Sandbox:
         reach: Sequence[str] = (),
         home_also_at: str | None = None,
         files: Mapping[str, Path] | None = None,
+        setenv: Mapping[str, str] | None = None,
+        argv_needed: bool = True,
     ) -> list[str]:
         """``argv`` run inside the sandbox, ``home`` (and ``volume`` at ``mount``) writable,
         in ``cwd`` (the server's own when None). ``reach``: files the command will use that
@@ -376,8 +406,10 @@ class Sandbox:
         ``argv``'s are. ``home_also_at``: a second place the home is seen at (a pod's
         ``/root``, where the hosted platform's pods keep it), unless the command needs what
         the host keeps there (its Python). ``files``: host files shown
-        read-only at these paths (``_files_args``). The caller starts it with SIGTERM
-        ignored."""
+        read-only at these paths (``_files_args``). ``setenv``: variables set inside only
+        (``outside_and_inside``). ``argv_needed``: False when ``argv`` is a command line
+        rather than files (a session's), so that only ``reach`` says what of the host's
+        ``/tmp`` it sees. The caller starts it with SIGTERM ignored."""
         if self.bwrap is None:
             raise FileNotFoundError(
                 2, f"bubblewrap (bwrap) is not installed (Debian's {PACKAGE} package)"
@@ -395,7 +427,7 @@ class Sandbox:
         # Name resolution may go through a resolver's file under /run (systemd-resolved).
         args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]
         needed = [
-            *argv,
+            *(argv if argv_needed else []),
             *reach,
             sys.executable,
             sys.prefix,
@@ -449,6 +481,8 @@ class Sandbox:
             "--chdir",
             str(workdir),
         ]
+        for name, value in (setenv or {}).items():
+            args += ["--setenv", name, value]
         return [*args, "--", sys.executable, "-S", "-I", "-c", _RESTORE_TERM, *argv]
 
     def _shown(self, path: Path, reachable_tmp: list[Path]) -> bool:

@@ -99,15 +99,29 @@ def container_environment(container_attrs: Mapping[str, Any]) -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in env if "=" in entry)
 
 
+#: How long the preparation of a container for sessions may take.
+PREPARE_SECONDS = 20
+
+
 async def prepare(api: Any, container_id: str, env: Mapping[str, str]) -> None:
     """``PREPARE`` in the container, given ``env`` as ``/etc/rp_environment``'s lines; a
     failure (an image whose user cannot write ``/etc``) is only logged: sessions work
     without."""
     entry = await ExecEntry.start(api, container_id, ["/bin/sh", "-c", PREPARE], {}, None)
-    await entry.write(environment_lines(dict(env)).encode())
-    entry.close_input()
-    errors, _ = await asyncio.gather(_all(entry.read_errors), _all(entry.read_output))
-    code = await entry.wait()
+    try:
+        # Bounded: a container whose tools hang (its tenant's to break) must not hold the
+        # session's opening, nor this task, for ever.
+        async with asyncio.timeout(PREPARE_SECONDS):
+            await entry.write(environment_lines(dict(env)).encode())
+            entry.close_input()
+            errors, _ = await asyncio.gather(_all(entry.read_errors), _all(entry.read_output))
+            code = await entry.wait()
+    except TimeoutError:
+        entry.end()
+        log.info(
+            "preparing container %s for sessions took over %d s", container_id, PREPARE_SECONDS
+        )
+        return
     if code != 0:
         log.info("preparing container %s for sessions failed (%d): %r", container_id, code, errors)
 

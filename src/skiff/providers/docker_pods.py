@@ -298,11 +298,16 @@ class DockerPodProvider:
             if container.id not in self._prepared:
                 await prepare(api, container.id, container_environment(container.attrs))
                 self._prepared.add(container.id)
-            return await ExecEntry.start(
+            entry = await ExecEntry.start(
                 api, container.id, entry_argv(request), request.env, request.terminal
             )
         except (DockerException, OSError) as exc:  # the container stopped, the daemon went
             raise EntryRefused(f"pod {pod_id} cannot be entered: {_explain(exc)}") from exc
+        if self._running.get(pod_id) is not found:
+            # Stopped or restarted while the session started: it ends with that instance.
+            entry.end()
+            raise EntryRefused(f"pod {pod_id} is not running")
+        return entry
 
     def running(self) -> list[PodInstance]:
         return [instance for _, instance in self._running.values()]

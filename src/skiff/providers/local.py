@@ -74,10 +74,14 @@ def _shimmed(argv: list[str], shim: str = _SHIM) -> list[str]:
     return [*_shim_prefix(shim), *argv]
 
 
-def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[str]:
-    """The worker's command line: in the sandbox when it has one, else through bwrap only to
-    show its network volume at ``/runpod-volume``, else as it is (providers/bubblewrap.py)."""
+def _command(
+    launch: Launch, sandbox: Sandbox | None, cwd: Path | None
+) -> tuple[list[str], dict[str, str]]:
+    """The worker's command line and the environment it starts with: in the sandbox when it
+    has one (the loader's variables of its ``env`` set inside only), else through bwrap only
+    to show its network volume at ``/runpod-volume``, else as it is (providers/bubblewrap.py)."""
     if launch.sandboxed and sandbox is not None:
+        outside, inside = bubblewrap.outside_and_inside(launch.env)
         command = sandbox.command(
             launch.argv,
             # The endpoint's homes, as a sandboxed fork server's workers have them: a worker
@@ -90,10 +94,13 @@ def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[
             gpu_indices=[g.index for g in launch.gpus],
             home_also_at=launch.home_also_at,
             files=launch.files,
+            setenv=inside,
+            reach=launch.reach,
+            argv_needed=launch.argv_needed,
         )
-        return _shimmed(command, _SHIELDED_SHIM)
+        return _shimmed(command, _SHIELDED_SHIM), outside
     if launch.volume is None:
-        return _shimmed(launch.argv)
+        return _shimmed(launch.argv), launch.env
     bwrap = bubblewrap.executable()
     if bwrap is None:
         raise FileNotFoundError(
@@ -102,7 +109,7 @@ def _command(launch: Launch, sandbox: Sandbox | None, cwd: Path | None) -> list[
             "mounts the endpoint's network volume",
         )
     command = bubblewrap.mount_command(bwrap, launch.argv, launch.volume, mount=launch.volume_mount)
-    return _shimmed(command, _SHIELDED_SHIM)
+    return _shimmed(command, _SHIELDED_SHIM), launch.env
 
 
 #: What a sandboxed worker inherits of the server's environment (names, or their beginnings):
@@ -222,9 +229,10 @@ class LocalProvider:
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
         try:
+            argv, env = _command(launch, self._sandbox, self._cwd)
             proc = await self._forked(launch, write_fd) or await asyncio.create_subprocess_exec(
-                *_command(launch, self._sandbox, self._cwd),
-                env=launch.env,
+                *argv,
+                env=env,
                 cwd=launch.cwd or self._cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
@@ -370,7 +378,7 @@ class LocalProvider:
         home and volume, its process group its own."""
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
-        return _command(launch, self._sandbox, self._cwd), launch.env
+        return _command(launch, self._sandbox, self._cwd)
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

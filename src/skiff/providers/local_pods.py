@@ -139,7 +139,15 @@ def entry_launch(process: Launch, request: EntryRequest, environment: Path) -> L
         argv = [sys.executable, "-S", "-I", "-c", CONTROLLING_TERMINAL_SHIM, *argv]
     env = process.env | dict(request.env)
     return dataclasses.replace(
-        process, argv=argv, env=env, files={ENVIRONMENT_FILE: environment}, serves=None
+        process,
+        argv=argv,
+        env=env,
+        files={ENVIRONMENT_FILE: environment},
+        serves=None,
+        # What the pod's own command sees of the host, never more: the session's command line
+        # is the tenant's text, not a list of files to show it.
+        reach=(*process.argv, *process.reach),
+        argv_needed=False,
     )
 
 
@@ -154,6 +162,8 @@ class LocalPodProvider:
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
         #: Sessions in each pod (``enter``): ended with it.
         self._entries: dict[str, set[PodEntry]] = {}
+        #: Each pod's ``/etc/rp_environment`` for its sessions, removed with its instance.
+        self._environments: dict[str, Path] = {}
         #: Pods skiff stops or restarts -> set once their process's end has been handled (it
         #: comes once their output is drained, after ``LocalProvider.stop`` has returned): not
         #: an exit to report.
@@ -196,16 +206,21 @@ class LocalPodProvider:
         if found is None:
             raise EntryRefused(f"pod {pod_id} is not running")
         _, process = found
-        environment = self._environment_file(process)
+        environment = self._environments[pod_id] = self._environment_file(process)
         await asyncio.to_thread(_write_private, environment, environment_lines(process.env))
         home = process.home
-        if not (home / ".bashrc").exists():
-            # The runpod CLI's commands begin with ``source /root/.bashrc``.
-            await asyncio.to_thread(_write_private, home / ".bashrc", "")
+        # The runpod CLI's commands begin with ``source /root/.bashrc``. The home is the
+        # tenant's to write: made only where nothing (not even a symlink) is there.
+        await asyncio.to_thread(_make_empty, home / ".bashrc")
         argv, env = self._processes.entry_command(entry_launch(process, request, environment))
         entry = await ProcessEntry.start(
             argv, env=env, cwd=str(process.cwd or home), terminal=request.terminal
         )
+        if self._instances.get(pod_id) is not found:
+            # The pod stopped or exited while the session started: it ends with it.
+            entry.end()
+            await entry.wait()
+            raise EntryRefused(f"pod {pod_id} is not running")
         entries = self._entries.setdefault(pod_id, set())
         entries.add(entry)
         task = asyncio.create_task(entry.wait())
@@ -219,6 +234,11 @@ class LocalPodProvider:
     def _end_entries(self, pod_id: str) -> None:
         for entry in self._entries.pop(pod_id, set()):
             entry.end()
+        environment = self._environments.pop(pod_id, None)
+        if environment is not None:
+            # The pod's environment (its secrets among it) is kept no longer than its instance.
+            with contextlib.suppress(OSError):
+                environment.unlink()
 
     async def _end(self, pod_id: str, grace: float) -> None:
         """Stop the process and wait until its end is handled, so a start under the same id
@@ -252,8 +272,15 @@ class LocalPodProvider:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """``text`` into ``path``, readable by the server's user alone (a pod's environment holds
-    its secrets)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    """``text`` into ``path`` (a file of the server's own, never a link), readable by the
+    server's user alone (a pod's environment holds its secrets)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as file:
         file.write(text)
+
+
+def _make_empty(path: Path) -> None:
+    """An empty file at ``path``, where nothing is: whatever is there (a file, a link a
+    tenant planted to make the server write elsewhere) is left alone."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))

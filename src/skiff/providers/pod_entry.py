@@ -221,13 +221,16 @@ class ProcessEntry:
         os.close(fd)
 
     def end(self) -> None:
+        if self._proc.returncode is not None:
+            return  # reaped: its group's number may be another's by now
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._proc.pid, signal.SIGKILL)
 
 
 def _packed(size: TerminalSize) -> bytes:
     """As ``TIOCSWINSZ`` takes it (rows, cols, pixel width, pixel height)."""
-    return struct.pack("HHHH", max(1, size.rows), max(1, size.cols), 0, 0)
+    side = 0xFFFF  # two bytes each
+    return struct.pack("HHHH", min(max(1, size.rows), side), min(max(1, size.cols), side), 0, 0)
 
 
 def _wake(waiting: asyncio.Future[None]) -> None:

@@ -18,7 +18,7 @@ from skiff.domain.pod_sessions import EntryRequest, TerminalSize
 from skiff.providers import bubblewrap
 from skiff.providers.base import EntryRefused, PodEntry, PodLaunch
 from skiff.providers.local_pods import LocalPodProvider
-from skiff.providers.pod_entry import environment_lines
+from skiff.providers.pod_entry import ProcessEntry, environment_lines
 from skiff.services.logs import WorkerLogs
 
 pytestmark = pytest.mark.skipif(
@@ -139,3 +139,96 @@ async def test_a_stop_ends_the_pods_sessions_and_an_unknown_pod_is_refused(
 def test_the_environment_file_quotes_each_value_and_skips_names_a_shell_cannot_take() -> None:
     text = environment_lines({"B": "it's $HOME", "A": "1", "NOT-A-NAME": "x"})
     assert text == "export A=1\nexport B='it'\"'\"'s $HOME'\n"
+
+
+async def test_a_bashrc_link_planted_by_the_tenant_is_not_followed(
+    pod: tuple[LocalPodProvider, Path], tmp_path: Path
+) -> None:
+    provider, data = pod
+    home = data / "pods" / "pod-1"
+    victim = tmp_path / "victim.db"
+    victim.write_text("DATA")
+    (home / ".bashrc").symlink_to(victim)
+    entry = await provider.enter("pod-1", EntryRequest("true"))
+    assert await entry.wait() == 0
+    assert victim.read_text() == "DATA"  # not emptied through the link
+    (home / ".bashrc").unlink()
+    (home / ".bashrc").symlink_to(tmp_path / "made-by-server")
+    entry = await provider.enter("pod-1", EntryRequest("true"))
+    assert await entry.wait() == 0
+    assert not (tmp_path / "made-by-server").exists()  # not created through the link
+
+
+async def test_a_sessions_command_line_shows_no_more_of_the_hosts_tmp_than_the_pod_sees(
+    pod: tuple[LocalPodProvider, Path], tmp_path: Path
+) -> None:
+    provider, _ = pod
+    secret = tmp_path / "someone-else"
+    secret.mkdir()
+    script = secret / "run.sh"
+    script.write_text("#!/bin/sh\necho SEEN\n")
+    script.chmod(0o755)
+    # The command names a file in the host's /tmp: a pod's own command naming it would see
+    # it; the tenant's command line must not.
+    entry = await provider.enter("pod-1", EntryRequest(str(script)))
+    out, err, code = await ran(entry)
+    assert b"SEEN" not in out and code != 0, (out, err)
+
+
+async def test_the_loaders_variables_of_the_pods_env_reach_the_session_only(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    logs = WorkerLogs(data, folder="pod-logs")
+    sandbox = bubblewrap.Sandbox.for_server(data, volumes_dir=data / "volumes", database_file=None)
+    provider = LocalPodProvider(Exits(), logs=logs.sink, sandbox=sandbox)
+    home = data / "pods" / "pod-2"
+    home.mkdir(parents=True)
+    # A preload the server's own shim and bwrap would load outside the sandbox, if they were
+    # given it: the dynamic loader says so on their error output when the file is missing.
+    env = {
+        "PATH": os.environ["PATH"],
+        "LD_PRELOAD": "/nowhere/preload.so",
+        "LD_LIBRARY_PATH": "/opt/x",
+    }
+    await provider.start(
+        PodLaunch(
+            "pod-2", 1, "local/python", [], ["sleep", "600"], env, (), None, "/workspace", home
+        )
+    )
+    try:
+        entry = await provider.enter("pod-2", EntryRequest('echo "$LD_LIBRARY_PATH"'))
+        out, err, code = await ran(entry)
+        assert (out, code) == (b"/opt/x\n", 0), err
+        # Inside, the loader honours it for the session's programs (and warns: the file is
+        # missing), as the pod asked: the sandbox's first step and the shell, two warnings.
+        # The server's shim and bwrap, outside, would each add one.
+        assert err.count(b"preload.so") == 2, err
+        process = provider._instances["pod-2"][1]
+        argv, outside = provider._processes.entry_command(process)
+        assert "LD_PRELOAD" not in outside and "LD_LIBRARY_PATH" not in outside
+        at = argv.index("LD_PRELOAD")
+        assert argv[at - 1 : at + 2] == ["--setenv", "LD_PRELOAD", "/nowhere/preload.so"]
+    finally:
+        await provider.close()
+
+
+async def test_a_session_that_starts_while_its_pod_stops_ends_with_it(
+    pod: tuple[LocalPodProvider, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider, _ = pod
+    started: list[PodEntry] = []
+    start = ProcessEntry.start
+
+    async def stopped_meanwhile(*args: object, **kwargs: object) -> ProcessEntry:
+        entry = await start(*args, **kwargs)  # type: ignore[arg-type]
+        started.append(entry)
+        await provider.stop("pod-1", 1.0)  # between the session's start and its record
+        return entry
+
+    monkeypatch.setattr("skiff.providers.local_pods.ProcessEntry.start", stopped_meanwhile)
+    with pytest.raises(EntryRefused, match="not running"):
+        await provider.enter("pod-1", EntryRequest("sleep 600"))
+    # Ended (killed, or failing to start its sandbox without the pod's files): not left over.
+    assert await started[0].wait() != 0
