@@ -306,6 +306,17 @@ def create_app(
             # An earlier run's containers outlive it (a process would have died with it):
             # ended before this run answers, so none of them takes a job from it.
             await asyncio.to_thread(services.fleet.provider.end_leftovers)
+        ssh: SshServer | None = None
+        if settings.ssh_port is not None:
+            # Before the first campaign: every pod port is skiff's before a pod is given one.
+            ssh = SshServer(
+                services.pod_shells,
+                services.pod_runner.ssh_ports,
+                host=settings.host,
+                port=settings.ssh_port,
+                data_dir=settings.data_dir,
+            )
+            await ssh.start()
         # The first campaign runs before the server answers, so a lone replica serves with its
         # loops already running (and an earlier run's workers already swept).
         await leadership.step()
@@ -324,20 +335,6 @@ def create_app(
         # process: out of the collector's sight, its full collections no longer rescan all of
         # it, whose pauses stalled every request under load (docs/performance.md).
         sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
-        ssh: SshServer | None = None
-        if settings.ssh_port is not None:
-            ssh = SshServer(
-                services.pod_shells,
-                services.pod_runner.ssh_ports,
-                services.wakeups,
-                host=settings.host,
-                port=settings.ssh_port,
-                data_dir=settings.data_dir,
-            )
-            await ssh.start()
-        listening = asyncio.create_task(
-            ssh.run() if ssh is not None else asyncio.sleep(0), name="ssh-listeners"
-        )
         gc.collect()
         gc.freeze()
         ready = True
@@ -350,10 +347,7 @@ def create_app(
             board.cancel()
             reading.cancel()
             sweeping.cancel()
-            listening.cancel()
-            await asyncio.gather(
-                leading, board, reading, sweeping, listening, return_exceptions=True
-            )
+            await asyncio.gather(leading, board, reading, sweeping, return_exceptions=True)
             if ssh is not None:
                 await ssh.close()
             await services.pod_shells.end_all()

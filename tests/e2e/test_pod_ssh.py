@@ -8,6 +8,8 @@ into the pod's log; sessions end when the pod stops; ``runpod pod connect`` gets
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,11 +223,56 @@ def test_a_session_ends_when_its_pod_stops(server: Server, alice: User) -> None:
         eventually(lambda: "sleep 120" in alice.log(pod["id"]), "the session to open")
         stopped = alice.http.post(f"/v1/pods/{pod['id']}/stop")
         assert stopped.status_code == 200, stopped.text
-        session.wait(timeout=30)
+        _, errors = session.communicate(timeout=30)
         assert session.returncode != 0
+        assert "skiff: session ended: the pod stopped" in errors
     finally:
         session.kill()
         session.communicate()
+
+
+def test_every_pod_port_is_skiffs_own_before_it_is_handed_out(
+    server: Server, alice: User, alices_pod: dict[str, Any]
+) -> None:
+    # A local pod shares the host's network: were a pod port free until handed out, a pod
+    # could listen on it first and pose as another user's pod's SSH.
+    first, last = (int(p) for p in (server.extra_env["SKIFF_SSH_POD_PORTS"] or "").split("-"))
+    for port in range(first, last + 1):
+        with socket.socket() as s, pytest.raises(OSError):
+            s.bind(("127.0.0.1", port))
+    unused = next(p for p in range(first, last + 1) if p != alices_pod["ssh"]["port"])
+    done = ssh(alice.key, unused, "root", "true")
+    assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
+def test_a_key_taken_out_of_the_settings_opens_no_new_session_on_its_connection(
+    server: Server, alice: User, bob: User, alices_pod: dict[str, Any]
+) -> None:
+    import asyncssh
+
+    mine, bobs = (Path(f"{key}.pub").read_text() for key in (alice.key, bob.key))
+
+    def trusting(public: str) -> None:
+        assert alice.http.patch("/v1/user", json={"pubKey": public}).status_code == 200
+
+    async def one_connection() -> tuple[Any, Any]:
+        async with asyncssh.connect(
+            "127.0.0.1",
+            gateway(server),
+            username=alices_pod["id"],
+            client_keys=[str(alice.key)],
+            known_hosts=None,
+        ) as connection:
+            first = await connection.run("echo in", check=False)
+            await asyncio.to_thread(trusting, bobs)  # Alice now trusts another key only
+            try:
+                return first, await connection.run("echo in", check=False)
+            finally:
+                await asyncio.to_thread(trusting, mine)
+
+    first, second = asyncio.run(one_connection())
+    assert (first.exit_status, first.stdout) == (0, "in\n")
+    assert second.exit_status == 1 and "no longer opens this pod" in str(second.stderr)
 
 
 def test_runpod_pod_connect_gets_into_the_pod(

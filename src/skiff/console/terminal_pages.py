@@ -275,26 +275,5 @@ class Terminal:
         await refuse(self.websocket, 1011, "the terminal's input failed on the server")
 
     async def ended_how(self, code: int | None) -> str:
-        """How the session ended, for the browser: its process exited with ``code`` in a
-        running pod, or the pod stopped (or restarted, or went) around it."""
-        if self.session.ended_because is not None:
-            return self.session.ended_because
-        user = self.session.caller.user
-        try:
-            pod = await self.console.services.pods.get(user, self.session.pod_id)
-        except NotFound:
-            return "the pod was deleted"
-        except Exception:
-            # The store could not say: the exit code is what is known for sure.
-            log.warning("pod %s: its state after a session", self.session.pod_id, exc_info=True)
-            return f"exit code {code}"
-        status = runtime_status(pod)
-        if status == "running":
-            return f"exit code {code}" if code is not None else "its process did not exit"
-        if status in ("stopping", "stopped"):
-            return "the pod stopped"
-        if status in ("restarting", "starting"):
-            return "the pod restarted"
-        if status == "terminating":
-            return "the pod was deleted"
-        return f"the pod is {status}"
+        """How the session ended, for the browser (``PodShells.ending``)."""
+        return await self.shells.ending(self.session, code)

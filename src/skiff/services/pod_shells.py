@@ -10,6 +10,7 @@ ends it), or after ``idle_seconds`` without a byte either way (``sweep``, on the
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import time
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 
 #: How often idle sessions are looked for.
 SWEEP_SECONDS = 5.0
+#: Sessions one user may have open at once, across their pods (each holds a process and a
+#: few of the server's file descriptors).
+MAX_SESSIONS_PER_USER = 32
+#: How long a pod may take to let a session in (a container's ``docker exec``).
+ENTER_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +125,21 @@ class PodShells:
                 f"pod {pod_id} is {runtime_status(pod)}, not running on this server: a session "
                 "opens in a running pod"
             )
+        mine = sum(1 for s in self._open.values() if s.caller.user.id == caller.user.id)
+        if mine >= MAX_SESSIONS_PER_USER:
+            raise Conflict(
+                f"you have {mine} sessions open in your pods, the most one user may: "
+                "close one first"
+            )
         try:
-            entry = await self._runner.provider.enter(pod_id, request)
+            async with asyncio.timeout(ENTER_SECONDS):
+                entry = await self._runner.provider.enter(pod_id, request)
         except EntryRefused as refused:
             raise Conflict(str(refused)) from refused
+        except TimeoutError:
+            raise Conflict(
+                f"pod {pod_id} did not let a session in within {ENTER_SECONDS:.0f} s"
+            ) from None
         now = self._clock.now()
         session = Session(next(self._ids), pod_id, caller, entry, now, now)
         self._open[session.id] = session
@@ -155,6 +172,30 @@ class PodShells:
         await self._note(
             session.pod_id, f"session {session.id} of {who} closed after {lasted:.0f} s: {how}"
         )
+
+    async def ending(self, session: Session, code: int | None) -> str:
+        """How a session ended, in words for its user: why skiff ended it, else what became
+        of its pod around it, else its process's exit code."""
+        if session.ended_because is not None:
+            return session.ended_because
+        try:
+            pod = await self._store.get_pod(session.caller.user.id, session.pod_id)
+        except Exception:
+            # The store could not say: the exit code is what is known for sure.
+            log.warning("pod %s: its state after a session", session.pod_id, exc_info=True)
+            return f"exit code {code}"
+        if pod is None:
+            return "the pod was deleted"
+        status = runtime_status(pod)
+        if status == "running":
+            return f"exit code {code}" if code is not None else "its process did not exit"
+        if status in ("stopping", "stopped"):
+            return "the pod stopped"
+        if status in ("restarting", "starting"):
+            return "the pod restarted"
+        if status == "terminating":
+            return "the pod was deleted"
+        return f"the pod is {status}"
 
     def sessions(self, pod_id: str | None = None) -> list[Session]:
         return [s for s in self._open.values() if pod_id is None or s.pod_id == pod_id]

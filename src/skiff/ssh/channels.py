@@ -20,6 +20,7 @@ import asyncssh
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.errors import SkiffError
 from skiff.services.pod_shells import Caller, PodShells, Session
+from skiff.ssh.doors import Admitted, still_admitted
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,16 @@ ACCEPTED_ENV = ("LANG", "LC_")
 
 
 class PodChannel(asyncssh.SSHServerSession[bytes]):
-    def __init__(self, shells: PodShells, caller: Caller, pod_id: str, local: str) -> None:
-        """``local``: the address the client reached (``SSH_CONNECTION``'s second half)."""
+    def __init__(
+        self, shells: PodShells, caller: Caller, admitted: Admitted, client: str, local: str
+    ) -> None:
+        """``client``: the client's address; ``local``: the address it reached
+        (``SSH_CONNECTION``'s second half)."""
         self._shells = shells
         self._caller = caller
-        self._pod_id = pod_id
+        self._admitted = admitted
+        self._pod_id = admitted.pod_id
+        self._client = client
         self._local = local
         self._chan: asyncssh.SSHServerChannel[bytes] | None = None
         self._command: str | None = None
@@ -61,8 +67,10 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
     def pty_requested(
         self, term_type: str, term_size: tuple[int, int, int, int], term_modes: object
     ) -> bool:
-        self._term = term_type
-        self._terminal = TerminalSize(term_size[0] or 80, term_size[1] or 24)
+        if not self._admitted.may_have_terminal:
+            return False  # its key says no-pty (or restrict)
+        self._term = term_type[:64]
+        self._terminal = _size(term_size[0], term_size[1])
         return True
 
     def shell_requested(self) -> bool:
@@ -93,7 +101,7 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
         return True  # output goes on after the client's EOF
 
     def terminal_size_changed(self, width: int, height: int, pixwidth: int, pixheight: int) -> None:
-        self._terminal = TerminalSize(width or 80, height or 24)
+        self._terminal = _size(width, height)
         if self._session is not None:
             self._shells.resize(self._session, self._terminal)
 
@@ -129,6 +137,10 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
         chan = self._chan
         assert chan is not None
         try:
+            if not await still_admitted(self._shells, self._admitted, self._client):
+                chan.write_stderr(b"skiff: this key no longer opens this pod\r\n")
+                chan.exit(1)
+                return
             session = await self._shells.open(self._caller, self._pod_id, self._request())
         except SkiffError as refused:
             chan.write_stderr(f"skiff: {refused}\r\n".encode())
@@ -158,8 +170,11 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
             await self._shells.close(session, None if self._left else code)
         if self._left:
             return
-        if session.ended_because is not None:
-            chan.write_stderr(f"\r\nskiff: session ended: {session.ended_because}\r\n".encode())
+        if code is None or code >= 128 or session.ended_because is not None:
+            # Killed, or ended by skiff: say why (the pod stopped, idle too long).
+            how = await self._shells.ending(session, code)
+            if not how.startswith("exit code"):
+                chan.write_stderr(f"\r\nskiff: session ended: {how}\r\n".encode())
         chan.exit(code)
 
     async def _drain(self, session: Session, read: _Read, write: _Write) -> None:
@@ -183,3 +198,12 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
                 if self._chan is not None:
                     self._chan.resume_reading()
         entry.close_input()
+
+
+#: The largest terminal a client may ask for (a size is two bytes to the kernel).
+MAX_TERMINAL_SIDE = 4096
+
+
+def _size(cols: int, rows: int) -> TerminalSize:
+    """A client's terminal size, 80 by 24 where it says 0, at most ``MAX_TERMINAL_SIDE``."""
+    return TerminalSize(min(cols or 80, MAX_TERMINAL_SIDE), min(rows or 24, MAX_TERMINAL_SIDE))

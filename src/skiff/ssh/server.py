@@ -1,7 +1,7 @@
 """The SSH listeners: the server's SSH port (``SKIFF_SSH_PORT``, the user name names the pod)
-and each running pod's own port (``SKIFF_SSH_POD_PORTS``, handed out by the pod runner and
-reported in the pod's ``runtime.ports``), opened and closed as this replica's pods start and
-stop."""
+and every pod port (``SKIFF_SSH_POD_PORTS``), all opened at start; a connection to a pod port
+leads into the pod the port is handed to now (``SshPorts``, by the pod runner, reported in the
+pod's ``runtime.ports``), or nowhere."""
 
 from __future__ import annotations
 
@@ -14,15 +14,12 @@ import asyncssh
 
 from skiff.services.pod_shells import Caller, PodShells
 from skiff.services.ssh_ports import SshPorts
-from skiff.services.wakeups import Wake, Wakeups
 from skiff.ssh import host_key
 from skiff.ssh.channels import PodChannel
-from skiff.ssh.doors import PodDoor
+from skiff.ssh.doors import Logins, PodDoor
 
 log = logging.getLogger(__name__)
 
-#: How often the pods' own listeners are matched to the pods that run here.
-SYNC_SECONDS = 1.0
 #: A client that has not proved who it is by then is let go.
 LOGIN_TIMEOUT_SECONDS = 30.0
 #: Keepalives find a client that vanished without closing (a laptop's lid shut).
@@ -32,8 +29,10 @@ KEEPALIVE_SECONDS = 30.0
 class PodServer(PodDoor):
     """A connection: its authentication (``PodDoor``) and its session channels."""
 
-    def __init__(self, shells: PodShells, pod_id: str | None) -> None:
-        super().__init__(shells, pod_id)
+    def __init__(
+        self, shells: PodShells, ports: SshPorts | None, port: int, logins: Logins
+    ) -> None:
+        super().__init__(shells, ports, port, logins)
         self._local = ""
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
@@ -47,7 +46,7 @@ class PodServer(PodDoor):
         if admitted is None:
             return False
         caller = Caller(admitted.user, "ssh", self.peer, f"key {admitted.fingerprint}")
-        return PodChannel(self._shells, caller, admitted.pod_id, self._local)
+        return PodChannel(self._shells, caller, admitted, self.peer_address, self._local)
 
 
 class SshServer:
@@ -55,7 +54,6 @@ class SshServer:
         self,
         shells: PodShells,
         ports: SshPorts,
-        wakeups: Wakeups,
         *,
         host: str,
         port: int,
@@ -63,19 +61,16 @@ class SshServer:
     ) -> None:
         self._shells = shells
         self._ports = ports
-        self._wakeups = wakeups
         self._host = host
         self._port = port
         self._key = host_key.load_or_make(data_dir)
-        self._gateway: asyncssh.SSHAcceptor | None = None
-        #: Each pod's own listener, by port: (the pod, its listener).
-        self._own: dict[int, tuple[str, asyncssh.SSHAcceptor]] = {}
-        #: Ports that could not be listened on, and for which pod: said once, tried again.
-        self._refused: dict[int, str] = {}
+        self._acceptors: list[asyncssh.SSHAcceptor] = []
+        self._logins = Logins()
 
-    async def _listen(self, port: int, pod_id: str | None) -> asyncssh.SSHAcceptor:
+    async def _listen(self, port: int, pod_port: bool) -> asyncssh.SSHAcceptor:
+        ports = self._ports if pod_port else None
         return await asyncssh.create_server(
-            lambda: PodServer(self._shells, pod_id),
+            lambda: PodServer(self._shells, ports, port, self._logins),
             self._host,
             port,
             server_host_keys=[self._key],
@@ -88,48 +83,32 @@ class SshServer:
         )
 
     async def start(self) -> int:
-        """Listen on the server's SSH port; its number (the one chosen, for port 0)."""
-        self._gateway = await self._listen(self._port, None)
-        port = int(self._gateway.sockets[0].getsockname()[1])
+        """Listen on the server's SSH port and on every pod port (before any pod starts, so
+        each is skiff's own when it is handed out); the SSH port's number (the one chosen,
+        for port 0)."""
+        gateway = await self._listen(self._port, pod_port=False)
+        self._acceptors.append(gateway)
+        port = int(gateway.sockets[0].getsockname()[1])
         self._shells.gateway_port = port
-        log.info("SSH into pods on %s port %d (user name: the pod's id)", self._host, port)
+        listening = []
+        for pod_port in self._ports.wanted:
+            try:
+                self._acceptors.append(await self._listen(pod_port, pod_port=True))
+            except OSError as error:
+                log.warning("SSH: port %d is not handed to pods: %s", pod_port, error)
+                continue
+            listening.append(pod_port)
+        self._ports.only(listening)
+        log.info(
+            "SSH into pods on %s port %d (user name: the pod's id), and %d pod ports",
+            self._host,
+            port,
+            len(listening),
+        )
         return port
 
-    async def run(self) -> None:
-        """Open and close the pods' own listeners as pods start and stop here: at once when
-        the pod runner says a pod changed, and every ``SYNC_SECONDS`` anyway."""
-        while not self._wakeups.closing:
-            with self._wakeups.listen(Wake.PODS) as changed:
-                try:
-                    await self.sync()
-                except Exception:
-                    log.exception("the SSH listeners' sync failed")
-                await self._wakeups.wait(changed, SYNC_SECONDS)
-
-    async def sync(self) -> None:
-        wanted = self._ports.held()
-        for port, (pod_id, acceptor) in list(self._own.items()):
-            if wanted.get(port) != pod_id:
-                del self._own[port]
-                acceptor.close()
-        for port, pod_id in wanted.items():
-            if port in self._own:
-                continue
-            try:
-                self._own[port] = (pod_id, await self._listen(port, pod_id))
-            except OSError as error:
-                # Taken by another program: the pod is reached on the server's port only.
-                if self._refused.get(port) != pod_id:
-                    log.warning("pod %s: cannot listen on SSH port %d: %s", pod_id, port, error)
-                self._refused[port] = pod_id
-            else:
-                self._refused.pop(port, None)
-
     async def close(self) -> None:
-        acceptors = [a for _, a in self._own.values()]
-        if self._gateway is not None:
-            acceptors.append(self._gateway)
-        self._own.clear()
+        acceptors, self._acceptors = self._acceptors, []
         for acceptor in acceptors:
             acceptor.close()
         for acceptor in acceptors:

@@ -212,3 +212,28 @@ async def test_each_running_pod_holds_its_own_ssh_port_until_it_stops(running: R
     # No port left for a fourth: it runs, reached on the server's SSH port only.
     fourth = await started(running, with_port=False)
     assert fourth.placement.sshPort is None and running.runner.ssh_address(fourth) is None
+
+
+async def test_a_user_may_hold_only_so_many_sessions(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("skiff.services.pod_shells.MAX_SESSIONS_PER_USER", 2)
+    pod = await started(running)
+    held = [await running.shells.open(caller(), pod.id, EntryRequest("sleep 600")) for _ in "ab"]
+    with pytest.raises(Conflict, match="2 sessions open"):
+        await running.shells.open(caller(), pod.id, EntryRequest("true"))
+    await running.shells.close(held[0], None)
+    third = await running.shells.open(caller(), pod.id, EntryRequest("true"))
+    for session in (held[1], third):
+        await running.shells.close(session, None)
+
+
+async def test_a_session_says_how_it_ended(running: Running) -> None:
+    pod = await started(running)
+    session = await running.shells.open(caller(), pod.id, EntryRequest("exit 3"))
+    assert await running.shells.ending(session, await session.entry.wait()) == "exit code 3"
+    await running.shells.close(session, 3)
+    session = await running.shells.open(caller(), pod.id, EntryRequest("sleep 600"))
+    await running.pods.stop(ALICE, pod.id)
+    await running.runner.reconcile()
+    assert await running.shells.ending(session, await session.entry.wait()) == "the pod stopped"

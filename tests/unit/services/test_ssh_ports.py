@@ -30,3 +30,11 @@ def test_none_is_handed_out_when_the_range_is_spent_or_ssh_is_off() -> None:
     off = SshPorts(None)
     assert off.take("a") is None and off.held() == {}
     off.release("a")
+
+
+def test_only_the_ports_the_ssh_server_listens_on_are_handed_out() -> None:
+    ports = SshPorts(range(2200, 2204))
+    assert list(ports.wanted) == [2200, 2201, 2202, 2203]
+    ports.only([2201, 2203])  # 2200 and 2202 are another program's
+    assert [ports.take("a"), ports.take("b"), ports.take("c")] == [2201, 2203, None]
+    assert ports.take("d", prefer=2200) is None
