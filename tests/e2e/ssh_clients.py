@@ -90,6 +90,13 @@ class User:
     def log(self, pod_id: str) -> str:
         return str(self.http.get(f"/v1/pods/{pod_id}/logs").text)
 
+    def wait_for_line(self, pod_id: str, line: str) -> None:
+        """Until the pod's log holds ``line``; a failure shows the log as it was."""
+        try:
+            self.server.wait_for(lambda: line in self.log(pod_id), what=line)
+        except AssertionError as missing:
+            raise AssertionError(f"{missing}\npod {pod_id}'s log:\n{self.log(pod_id)}") from None
+
 
 def ssh_options(key: Path, port: int) -> list[str]:
     return [

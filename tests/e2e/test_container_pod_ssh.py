@@ -107,7 +107,7 @@ def test_a_file_copied_in_is_read_by_the_pods_own_process_and_another_key_is_ref
     )
     assert copied.returncode == 0, copied
     line = "seen: incoming-docker.txt into the container"
-    server.wait_for(lambda: line in alice.log(pod["id"]), what=line)
+    alice.wait_for_line(pod["id"], line)
     stranger = keypair(tmp_path, "stranger")
     refused = ssh(stranger, pod["ssh"]["port"], "root", "true")
     assert refused.returncode == 255 and "Permission denied" in refused.stderr

@@ -170,7 +170,7 @@ def test_files_copied_in_with_scp_sftp_and_rsync_are_read_by_the_pods_own_proces
         "seen: incoming-rsync.txt by rsync",
         "seen: incoming-sftp.txt by scp",
     ):
-        server.wait_for(lambda line=line: line in alice.log(pod_id), what=line)  # type: ignore[misc]
+        alice.wait_for_line(pod_id, line)
     # And back out again.
     fetched = subprocess.run(
         ["scp", *scp_opts, f"{target}:incoming-rsync.txt", str(tmp_path / "back.txt")],
