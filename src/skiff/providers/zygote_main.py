@@ -25,12 +25,14 @@ the host (its processor probe is most of ``import runpod``'s time). Every other 
 worker's handler included, is imported by the worker as a freshly started one would.
 """
 
+import contextlib
 import json
 import os
 import select
 import signal
 import socket
 import sys
+import threading
 from typing import Any
 
 # Host facts only, read at import and the same for every worker (see the docstring).
@@ -52,8 +54,28 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
 
 
 def _preload() -> None:
-    import runpod  # type: ignore[import-untyped]  # noqa: F401 - its dependencies stay imported
+    """The SDK imported on idle CPU only. A zygote is started ahead of need, often while the
+    server and the endpoint's first workers are busy on the same cores: its import (a second
+    or two of CPU) must not slow them. The thread doing it is ``SCHED_IDLE`` (a thread's own
+    policy on Linux), and so is the processor probe it runs in a child; the zygote's main
+    thread, which forks the workers, keeps the normal policy, which an unprivileged process
+    could not get back once it had left it."""
+    failed: list[BaseException] = []
 
+    def load() -> None:
+        # Not Linux, or not allowed: imported at the normal priority.
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+        try:
+            import runpod  # type: ignore[import-untyped]  # noqa: F401 - its dependencies stay
+        except BaseException as exc:
+            failed.append(exc)
+
+    loading = threading.Thread(target=load, name="skiff-zygote-preload")
+    loading.start()
+    loading.join()
+    if failed:
+        raise failed[0]
     for name in [m for m in sys.modules if m == "runpod" or m.startswith("runpod.")]:
         if name not in _KEPT:
             del sys.modules[name]

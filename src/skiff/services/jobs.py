@@ -107,16 +107,18 @@ class Jobs:
         stands in for the first read (a ``/runsync`` reads its job once, when it is done)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while True:
-            with self._wakeups.listen(Wake.job(job_id)) as event:
-                if submitted is not None:
-                    job, submitted = submitted, None
-                else:
-                    job = await self.get(endpoint, job_id)
-                remaining = deadline - loop.time()
-                if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
-                    return job
-                await self._wakeups.wait(event, remaining)
+        with self._events.awaiting(job_id) as final:
+            while True:
+                with self._wakeups.listen(Wake.job(job_id)) as event:
+                    if submitted is not None:
+                        job, submitted = submitted, None
+                    else:
+                        # Made final on this replica: as the store returned it then, no read.
+                        job = final() or await self.get(endpoint, job_id)
+                    remaining = deadline - loop.time()
+                    if job.status in FINAL_STATES or remaining <= 0 or self._wakeups.closing:
+                        return job
+                    await self._wakeups.wait(event, remaining)
 
     async def follow_stream(self, endpoint: Endpoint, job_id: str) -> AsyncIterator[StreamRead]:
         """Every new batch of chunks as it arrives, ending with the job's final state."""

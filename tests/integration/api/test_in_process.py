@@ -128,11 +128,11 @@ async def test_management_resources_round_trip(in_process: InProcess) -> None:
     assert gone.status_code == 404 and "message" in gone.json()
 
 
-async def test_runsync_reads_its_job_once_when_it_is_done(
+async def test_runsync_answers_from_its_submission_and_its_job_done_without_a_read(
     in_process: InProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its own submission says it is queued: the first read would only say so again (one read
-    fewer per /runsync, docs/performance.md)."""
+    """Its own submission says it is queued, and the job-done's write on this replica gives the
+    final job: neither needs a read (docs/performance.md)."""
     endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
     store = in_process.services.store
     reads: list[str] = []
@@ -161,4 +161,5 @@ async def test_runsync_reads_its_job_once_when_it_is_done(
     )
     await working
     assert answer.json()["status"] == "COMPLETED", answer.text
-    assert reads == [answer.json()["id"]]
+    assert answer.json()["output"] == "done"
+    assert reads == []

@@ -35,6 +35,7 @@ print("REPORT " + json.dumps({
     "token": os.environ.get("WORKER_TOKEN"),
     "first_secret": os.environ.get("FIRST_TENANT_SECRET"),
     "main": __name__,
+    "policy": os.sched_getscheduler(0),
 }), flush=True)
 """
 
@@ -130,6 +131,9 @@ async def test_the_first_worker_starts_plainly_and_the_next_is_forked_as_a_fresh
     assert report["token"] == "t2", "the worker's own environment, not the zygote's"
     assert report["first_secret"] is None, "the zygote carries no tenant's variables"
     assert report["main"] == "__main__"
+    # The zygote imported the SDK on idle CPU only (a thread of its own): its workers run at
+    # the normal policy, as a plainly started one does.
+    assert report["policy"] == os.SCHED_OTHER == harness.report(first)["policy"]
 
 
 async def test_the_sdk_is_imported_again_under_the_workers_own_environment(

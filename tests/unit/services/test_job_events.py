@@ -70,3 +70,15 @@ def test_the_webhook_sender_wakes_for_a_final_job_with_a_webhook(
     cast(Any, sender).wake = lambda: calls.append(None)
     sender.job_finished(final_job(webhook=webhook))
     assert len(calls) == woken
+
+
+def test_a_job_made_final_here_is_kept_for_its_waiters_only_while_they_wait() -> None:
+    events = JobEvents(Wakeups())
+    job = final_job()
+    events.finished(job)  # nobody waits: nothing is kept
+    with events.awaiting("j1") as first, events.awaiting("j1") as second:
+        assert first() is None and second() is None
+        events.finished(job)
+        assert first() is job and second() is job
+    with events.awaiting("j1") as again:
+        assert again() is None  # kept no longer than its waiters
