@@ -4,7 +4,8 @@ the owner's key gets in (on the server's SSH port, the pod's id as the user name
 pod's own port, any name); a command's output, error output and exit code come back apart; a
 terminal session runs a shell; files copied in are read by the pod's own process; a wrong key
 and another user's key are refused; the sandbox holds inside a session; every session goes
-into the pod's log; sessions end when the pod stops; ``runpod pod connect`` gets in."""
+into the pod's log; sessions end when the pod stops and once their key is taken out of the
+settings; ``runpod pod connect`` gets in."""
 
 from __future__ import annotations
 
@@ -273,6 +274,34 @@ def test_a_key_taken_out_of_the_settings_opens_no_new_session_on_its_connection(
     first, second = asyncio.run(one_connection())
     assert (first.exit_status, first.stdout) == (0, "in\n")
     assert second.exit_status == 1 and "no longer opens this pod" in str(second.stderr)
+
+
+def test_an_open_session_ends_once_its_key_is_taken_out_of_the_settings(
+    server: Server, alice: User, bob: User, alices_pod: dict[str, Any]
+) -> None:
+    mine, bobs = (Path(f"{key}.pub").read_text() for key in (alice.key, bob.key))
+    session = subprocess.Popen(
+        [
+            "ssh",
+            *ssh_options(alice.key, gateway(server)),
+            f"{alices_pod['id']}@127.0.0.1",
+            "sleep 300",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: "sleep 300" in alice.log(alices_pod["id"]), "the session to open")
+        assert alice.http.patch("/v1/user", json={"pubKey": bobs}).status_code == 200
+        # The next sweep (every 5 s) finds the key gone.
+        _, errors = session.communicate(timeout=30)
+        assert session.returncode != 0
+        assert "no longer lets alice in" in errors
+    finally:
+        assert alice.http.patch("/v1/user", json={"pubKey": mine}).status_code == 200
+        session.kill()
+        session.communicate()
 
 
 def test_runpod_pod_connect_gets_into_the_pod(

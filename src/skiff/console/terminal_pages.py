@@ -133,8 +133,19 @@ def routes(console: Console) -> list[BaseRoute]:
             credential="console sign-in",
         )
         request = EntryRequest(command=None, terminal=size, env=TERMINAL_ENV)
+
+        async def still_signed_in() -> bool:
+            # The same cookie read again: an expired sign-in, a revoked key, a disabled user
+            # or a key that lost write access end the session (``PodShells.sweep``).
+            now = await console.visitor(websocket)
+            return (
+                now is not None
+                and now.user.id == visitor.user.id
+                and now.caller.permissions.missing(Access.READ_WRITE, None) is None
+            )
+
         try:
-            return await shells.open(caller, pod.id, request)
+            return await shells.open(caller, pod.id, request, still_signed_in)
         except NotFound as missing:
             raise Refused(protocol.NOT_FOUND, missing.message) from None
         except Conflict as conflict:

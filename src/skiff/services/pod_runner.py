@@ -183,7 +183,7 @@ class PodRunner:
             self.leading = False
 
     async def _adopted(self, instance: PodInstance) -> int:
-        pod = await self._find(instance.pod_id)
+        pod = await self._store.find_pod(instance.pod_id)
         if pod is None:
             return 0
         placement = pod.placement.model_copy(
@@ -435,7 +435,7 @@ class PodRunner:
         started = self._started_at.pop(pod_id, None)
         if started is not None and self._clock.now() - started > MAX_BACKOFF_SECONDS:
             self._backoff.pop(pod_id, None)  # it ran a good while: not a crash loop
-        pod = await self._find(pod_id)
+        pod = await self._store.find_pod(pod_id)
         if pod is not None:
             await self._failed(pod, f"the pod's process exited with code {code}")
         await self._usage_ended(UsageKind.POD, pod_id)
@@ -454,12 +454,6 @@ class PodRunner:
             placement = PodPlacement(problem=problem)
             await self._store.set_pod_placement(pod.id, placement, pod.lastStartedAt)
 
-    async def _find(self, pod_id: str) -> Pod | None:
-        for pod in await self._store.list_pods(None):
-            if pod.id == pod_id:
-                return pod
-        return None
-
     def _running_ids(self) -> set[str]:
         return {i.pod_id for i in self.provider.running()}
 
@@ -469,7 +463,7 @@ class PodRunner:
         for task in list(self._starting.values()):
             task.cancel()
         for instance in self.provider.running():
-            await self._stop(instance.pod_id, await self._find(instance.pod_id))
+            await self._stop(instance.pod_id, await self._store.find_pod(instance.pod_id))
 
     async def shutdown(self) -> None:
         for task in list(self._starting.values()):

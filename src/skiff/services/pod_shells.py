@@ -5,7 +5,9 @@ SSH (``skiff/ssh``) or the console's terminal (``console/terminal_pages.py``). O
 owner gets in: over SSH with one of the public keys of their settings, in the console with a
 session allowed to write pods. Each opening and closing goes into the pod's log with who and
 from where; a session ends when its process does, when the pod stops or restarts (its provider
-ends it), or after ``idle_seconds`` without a byte either way (``sweep``, on the injected clock).
+ends it), after ``idle_seconds`` without a byte either way, or once the way it came in would
+no longer let its caller in (the key taken out of their settings or revoked, the console
+sign-in expired, the user disabled): ``sweep``, every ``SWEEP_SECONDS``, on the injected clock.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from skiff.clock import Clock
@@ -29,7 +32,7 @@ from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
 
-#: How often idle sessions are looked for.
+#: How often idle sessions, and those whose caller may no longer get in, are looked for.
 SWEEP_SECONDS = 5.0
 #: Sessions one user may have open at once, across their pods (each holds a process and a
 #: few of the server's file descriptors).
@@ -62,6 +65,11 @@ class Door:
     keys: str
 
 
+#: Whether what let a session's caller in would still let them in now (their key, their
+#: console sign-in): asked at every sweep while the session is open.
+StillAllowed = Callable[[], Awaitable[bool]]
+
+
 @dataclass(eq=False)
 class Session:
     """An open session: its process, and when a byte last went either way."""
@@ -72,6 +80,7 @@ class Session:
     entry: PodEntry
     opened_at: float
     last_active: float
+    still_allowed: StillAllowed | None = None
     #: Why it was ended by skiff rather than by its process or client (idle), for its closing.
     ended_because: str | None = None
 
@@ -101,7 +110,7 @@ class PodShells:
     async def door(self, pod_id: str) -> Door | None:
         """The pod ``pod_id`` with its owner and their keys, when it runs on this replica and
         its owner may get in (not disabled); None otherwise, whoever asks."""
-        pod = next((p for p in await self._store.list_pods(None) if p.id == pod_id), None)
+        pod = await self._store.find_pod(pod_id)
         if pod is None or not self._runs_here(pod):
             return None
         owner = await self._store.get_user(pod.userId)
@@ -114,9 +123,16 @@ class PodShells:
             i.pod_id == pod.id for i in self._runner.provider.running()
         )
 
-    async def open(self, caller: Caller, pod_id: str, request: EntryRequest) -> Session:
+    async def open(
+        self,
+        caller: Caller,
+        pod_id: str,
+        request: EntryRequest,
+        still_allowed: StillAllowed | None = None,
+    ) -> Session:
         """A session in the caller's own pod: ``NotFound`` for another's or none, ``Conflict``
-        for one that does not run (here)."""
+        for one that does not run (here). ``still_allowed``: asked at each sweep; the session
+        ends once it says no."""
         pod = await self._store.get_pod(caller.user.id, pod_id)
         if pod is None:
             raise NotFound(f"pod {pod_id} not found")
@@ -141,7 +157,7 @@ class PodShells:
                 f"pod {pod_id} did not let a session in within {ENTER_SECONDS:.0f} s"
             ) from None
         now = self._clock.now()
-        session = Session(next(self._ids), pod_id, caller, entry, now, now)
+        session = Session(next(self._ids), pod_id, caller, entry, now, now, still_allowed)
         self._open[session.id] = session
         what = "a shell" if request.command is None else f"the command {request.command!r}"
         terminal = " on a terminal" if request.terminal is not None else ""
@@ -201,16 +217,32 @@ class PodShells:
         return [s for s in self._open.values() if pod_id is None or s.pod_id == pod_id]
 
     async def sweep(self) -> None:
-        """End the sessions idle for ``idle_seconds``."""
-        if self.idle_seconds <= 0:
-            return
+        """End the sessions idle for ``idle_seconds``, and those whose caller may no longer
+        get in the way they did."""
         now = self._clock.now()
         for session in list(self._open.values()):
-            if now - session.last_active >= self.idle_seconds:
+            if self.idle_seconds > 0 and now - session.last_active >= self.idle_seconds:
                 session.ended_because = (
                     f"idle for {self.idle_seconds:.0f} s (SKIFF_SSH_IDLE_SECONDS)"
                 )
                 session.entry.end()
+            elif not await self._still_allowed(session):
+                session.ended_because = (
+                    f"its {session.caller.credential or 'access'} no longer lets "
+                    f"{session.caller.user.name} in"
+                )
+                session.entry.end()
+
+    @staticmethod
+    async def _still_allowed(session: Session) -> bool:
+        if session.still_allowed is None or session.ended_because is not None:
+            return True
+        try:
+            return await session.still_allowed()
+        except Exception:
+            # Not known now (the store did not answer): asked again at the next sweep.
+            log.warning("pod %s: session %d's access", session.pod_id, session.id, exc_info=True)
+            return True
 
     async def run(self) -> None:
         await self._wakeups.repeat(self.sweep, SWEEP_SECONDS, "the idle session sweep", log)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -141,7 +142,12 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
                 chan.write_stderr(b"skiff: this key no longer opens this pod\r\n")
                 chan.exit(1)
                 return
-            session = await self._shells.open(self._caller, self._pod_id, self._request())
+            session = await self._shells.open(
+                self._caller,
+                self._pod_id,
+                self._request(),
+                functools.partial(still_admitted, self._shells, self._admitted, self._client),
+            )
         except SkiffError as refused:
             chan.write_stderr(f"skiff: {refused}\r\n".encode())
             chan.exit(1)

@@ -204,6 +204,10 @@ class Store(Protocol):
         """None for an unknown id, and for another owner's."""
         ...
 
+    async def find_pod(self, pod_id: str) -> Pod | None:
+        """The pod, whoever owns it (the server's own look-ups: the pod runner, SSH's door)."""
+        ...
+
     async def update_pod_settings(self, pod: Pod) -> Pod | None:
         """Write the pod's name, settings, desired status, version and status change time
         (never its placement, which is the runner's); None when the owner has no such pod."""

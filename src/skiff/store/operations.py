@@ -503,6 +503,10 @@ class SqlStore:
         row = await self._row("get_pod", user_id=user_id, id=pod_id)
         return pod_from_row(row) if row else None
 
+    async def find_pod(self, pod_id: str) -> Pod | None:
+        row = await self._row("find_pod", id=pod_id)
+        return pod_from_row(row) if row else None
+
     async def update_pod_settings(self, pod: Pod) -> Pod | None:
         params = pod_settings_params(pod)
         row = await self._write_one(lambda c: c.fetchrow("update_pod_settings", **params))

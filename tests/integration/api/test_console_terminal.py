@@ -310,6 +310,27 @@ async def test_another_users_pod_is_not_found(served: Served) -> None:
     assert "opened by admin" not in await log_text(served, pod_id)
 
 
+async def test_a_disabled_users_open_terminal_ends_at_the_next_sweep(served: Served) -> None:
+    admin = await Console(served.services).caller_of_key(ADMIN_KEY)
+    assert admin is not None
+    bob = await served.services.accounts.create_user(admin.user, "bob")
+    pod_id = await running_pod(served, bob.key)
+    async with httpx.AsyncClient(base_url=served.url) as client:
+        await sign_in(client, bob.key)
+        async with terminal(served, pod_id, client=client) as ws:
+            await ws.send(b'echo re""ady\r')
+            await output_until(ws, b"ready\r\n", bytearray())
+            await served.services.pod_shells.sweep()  # still signed in: nothing ends
+            assert len(served.services.pod_shells.sessions(pod_id)) == 1
+            await served.services.accounts.set_disabled(admin.user, bob.user.id, True)
+            await served.services.pod_shells.sweep()
+            texts, code, reason = await last_frames(ws)
+    ended = "its console sign-in no longer lets bob in"
+    assert [t["ended"] for t in texts] == [ended]
+    assert (code, reason) == (1000, ended)
+    await logged(served, pod_id, rf"session 1 of bob closed after \d+ s: {ended}")
+
+
 async def test_a_stopped_pod_is_refused_saying_so(served: Served) -> None:
     pod_id = await running_pod(served)
     await served.admin.post(

@@ -1,8 +1,9 @@
 """Sessions in pods (services/pod_shells.py) on a real SQLite store, with real pods run as
 processes by the local pod provider and time on a manual clock: only the owner opens one, in
 a pod that runs; each opening and closing goes into the pod's log; an idle session is ended
-after the setting's time and a busy one is not; a stopped pod ends its sessions; the runner
-hands each running pod its own SSH port and takes it back."""
+after the setting's time and a busy one is not; one whose caller may no longer get in is ended
+at the next sweep; a stopped pod ends its sessions; the runner hands each running pod its own
+SSH port and takes it back."""
 
 from __future__ import annotations
 
@@ -182,6 +183,34 @@ async def test_an_idle_session_is_ended_after_the_settings_time_and_a_busy_one_i
     assert "idle for 60 s" in await log_text(running, pod.id)
     busy.entry.end()
     await busy.entry.wait()
+
+
+async def test_a_session_whose_caller_may_no_longer_get_in_ends_at_the_next_sweep(
+    running: Running,
+) -> None:
+    pod = await started(running)
+    allowed = {"now": True}
+    checks: list[str] = []
+
+    async def still_allowed() -> bool:
+        checks.append("asked")
+        if allowed["now"] is None:
+            raise OSError("the store did not answer")
+        return bool(allowed["now"])
+
+    session = await running.shells.open(caller(), pod.id, EntryRequest("sleep 600"), still_allowed)
+    await running.shells.sweep()
+    assert session.ended_because is None
+    allowed["now"] = None  # not known: asked again next time, the session goes on
+    await running.shells.sweep()
+    assert session.ended_because is None
+    allowed["now"] = False
+    await running.shells.sweep()
+    assert session.ended_because == "its key SHA256:abc no longer lets alice in"
+    assert await session.entry.wait() == 137
+    await running.shells.close(session, 137)
+    assert len(checks) == 3
+    assert "key SHA256:abc no longer lets alice in" in await log_text(running, pod.id)
 
 
 async def test_stopping_a_pod_ends_its_sessions(running: Running) -> None:

@@ -60,6 +60,14 @@ async def test_another_users_pod_is_absent_unchanged_and_not_deleted(store: Stor
     assert await store.get_pod(OWNER, "pod-1") == made
 
 
+async def test_find_pod_reads_any_owners_pod_by_its_id_alone(store: Store) -> None:
+    made = await store.create_pod(pod())
+    assert await store.find_pod("pod-1") == made
+    assert await store.find_pod("no-such-pod") is None
+    await store.delete_pod(OWNER, "pod-1")
+    assert await store.find_pod("pod-1") is None
+
+
 async def test_pods_list_oldest_first_and_everyones_for_the_runner(store: Store) -> None:
     later = await store.create_pod(pod("pod-b", created=T0 + 5))
     first = await store.create_pod(pod("pod-a", created=T0))

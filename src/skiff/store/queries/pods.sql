@@ -17,6 +17,9 @@ SELECT * FROM pods ORDER BY created_at, id;
 -- name: get_pod
 SELECT * FROM pods WHERE user_id = :user_id AND id = :id;
 
+-- name: find_pod
+SELECT * FROM pods WHERE id = :id;
+
 -- name: update_pod_settings
 UPDATE pods SET name = :name, spec = :spec, desired_status = :desired_status,
                 version = :version, restarts = :restarts,
