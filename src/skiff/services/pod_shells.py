@@ -29,6 +29,7 @@ from skiff.services.logs import PodLogs
 from skiff.services.pod_runner import PodRunner
 from skiff.services.wakeups import Wakeups
 from skiff.store.base import Store
+from skiff.store.outages import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ SWEEP_SECONDS = 5.0
 MAX_SESSIONS_PER_USER = 32
 #: How long a pod may take to let a session in (a container's ``docker exec``).
 ENTER_SECONDS = 60.0
+#: How long one session's access check at a sweep may take before it counts as not known.
+CHECK_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class Session:
     entry: PodEntry
     opened_at: float
     last_active: float
-    still_allowed: StillAllowed | None = None
+    still_allowed: StillAllowed
     #: Why it was ended by skiff rather than by its process or client (idle), for its closing.
     ended_because: str | None = None
 
@@ -118,6 +121,15 @@ class PodShells:
             return None
         return Door(pod, owner, await self._store.get_pub_key(owner.id) or "")
 
+    async def keys_of(self, user_id: str) -> str | None:
+        """The public keys of the user's settings, or None when the user is gone or disabled:
+        what an open SSH session is checked against (the pod's own state is not theirs: a
+        pod that stops ends its sessions itself, saying so)."""
+        user = await self._store.get_user(user_id)
+        if user is None or user.disabled_at is not None:
+            return None
+        return await self._store.get_pub_key(user.id) or ""
+
     def _runs_here(self, pod: Pod) -> bool:
         return runtime_status(pod) == "running" and any(
             i.pod_id == pod.id for i in self._runner.provider.running()
@@ -128,7 +140,7 @@ class PodShells:
         caller: Caller,
         pod_id: str,
         request: EntryRequest,
-        still_allowed: StillAllowed | None = None,
+        still_allowed: StillAllowed,
     ) -> Session:
         """A session in the caller's own pod: ``NotFound`` for another's or none, ``Conflict``
         for one that does not run (here). ``still_allowed``: asked at each sweep; the session
@@ -217,32 +229,49 @@ class PodShells:
         return [s for s in self._open.values() if pod_id is None or s.pod_id == pod_id]
 
     async def sweep(self) -> None:
-        """End the sessions idle for ``idle_seconds``, and those whose caller may no longer
-        get in the way they did."""
+        """End the sessions idle for ``idle_seconds``, then those whose caller may no longer
+        get in the way they did. The idle pass waits on nothing; the access checks run side
+        by side, each for at most ``CHECK_SECONDS``, so no check (a store that hangs) holds up
+        the others or the next sweep."""
         now = self._clock.now()
-        for session in list(self._open.values()):
+        live = [s for s in self._open.values() if s.ended_because is None]
+        for session in live:
             if self.idle_seconds > 0 and now - session.last_active >= self.idle_seconds:
-                session.ended_because = (
-                    f"idle for {self.idle_seconds:.0f} s (SKIFF_SSH_IDLE_SECONDS)"
-                )
-                session.entry.end()
-            elif not await self._still_allowed(session):
-                session.ended_because = (
-                    f"its {session.caller.credential or 'access'} no longer lets "
-                    f"{session.caller.user.name} in"
-                )
-                session.entry.end()
+                self._end(session, f"idle for {self.idle_seconds:.0f} s (SKIFF_SSH_IDLE_SECONDS)")
+        checked = [s for s in live if s.ended_because is None]
+        verdicts = await asyncio.gather(*(self._verdict(s) for s in checked))
+        for session, why in zip(checked, verdicts, strict=True):
+            # (Not one that closed while it was checked: how it ended is told already.)
+            if why and self._open.get(session.id) is session:
+                self._end(session, why)
+        unknown = verdicts.count(None)
+        if unknown:
+            log.warning("%d open session(s) could not be checked; asked again next sweep", unknown)
+
+    def _end(self, session: Session, why: str) -> None:
+        if session.ended_because is None:
+            session.ended_because = why
+            session.entry.end()
 
     @staticmethod
-    async def _still_allowed(session: Session) -> bool:
-        if session.still_allowed is None or session.ended_because is not None:
-            return True
+    async def _verdict(session: Session) -> str | None:
+        """Why the session must end now ("" when its caller may still get in), or None when the
+        store could not say in time: it goes on until a sweep that can. Anything else that
+        goes wrong is no proof the caller may get in: the session ends."""
         try:
-            return await session.still_allowed()
-        except Exception:
-            # Not known now (the store did not answer): asked again at the next sweep.
-            log.warning("pod %s: session %d's access", session.pod_id, session.id, exc_info=True)
-            return True
+            async with asyncio.timeout(CHECK_SECONDS):
+                allowed = await session.still_allowed()
+        except Exception as exc:
+            if unavailable(exc):
+                return None
+            log.exception("pod %s: session %d's access check failed", session.pod_id, session.id)
+            return "its access could not be checked (the server's log says why)"
+        if allowed:
+            return ""
+        return (
+            f"its {session.caller.credential or 'access'} no longer lets "
+            f"{session.caller.user.name} in"
+        )
 
     async def run(self) -> None:
         await self._wakeups.repeat(self.sweep, SWEEP_SECONDS, "the idle session sweep", log)

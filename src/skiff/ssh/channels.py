@@ -21,7 +21,7 @@ import asyncssh
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.errors import SkiffError
 from skiff.services.pod_shells import Caller, PodShells, Session
-from skiff.ssh.doors import Admitted, still_admitted
+from skiff.ssh.doors import Admitted, still_admitted, still_holds
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,13 @@ class PodChannel(asyncssh.SSHServerSession[bytes]):
                 self._caller,
                 self._pod_id,
                 self._request(),
-                functools.partial(still_admitted, self._shells, self._admitted, self._client),
+                functools.partial(
+                    still_holds,
+                    self._shells,
+                    self._admitted,
+                    self._client,
+                    self._terminal is not None,
+                ),
             )
         except SkiffError as refused:
             chan.write_stderr(f"skiff: {refused}\r\n".encode())

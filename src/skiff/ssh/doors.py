@@ -18,11 +18,13 @@ A connection may try ``MAX_AUTH_TRIES`` keys, as OpenSSH's ``MaxAuthTries``, and
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import asyncssh
+from cachetools import LRUCache
 
 from skiff.domain.users import User
 from skiff.services.pod_shells import PodShells
@@ -51,15 +53,37 @@ class Admitted:
 
     @property
     def may_have_terminal(self) -> bool:
-        if "no-pty" in self.options:
-            return False
-        return "restrict" not in self.options or "pty" in self.options
+        return allows_terminal(self.options)
+
+
+def allows_terminal(options: Mapping[str, object]) -> bool:
+    """Whether a key with these ``authorized_keys`` options may have a terminal."""
+    if "no-pty" in options:
+        return False
+    return "restrict" not in options or "pty" in options
+
+
+#: ``key_options``' answers by (a digest of the keys' text, the key, the client): every open
+#: session is checked again at each sweep, and a user's keys may hold ``from=`` lists that are
+#: costly to match; the same question gets the same answer.
+_OPTIONS: LRUCache[tuple[bytes, bytes, str], Mapping[str, object] | None] = LRUCache(1024)
 
 
 def key_options(authorized: str, key: asyncssh.SSHKey, client: str) -> Mapping[str, object] | None:
     """The options of ``key``'s line among ``authorized`` (one key a line, OpenSSH's format;
     lines that are no key are passed over) when it opens from ``client`` (an address); None
     when it does not (not there, a ``from=`` that excludes the address, a forced command)."""
+    asked = (hashlib.sha256(authorized.encode()).digest(), key.public_data, client)
+    try:
+        return _OPTIONS[asked]
+    except KeyError:
+        pass
+    options = _options_of(authorized, key, client)
+    _OPTIONS[asked] = options
+    return options
+
+
+def _options_of(authorized: str, key: asyncssh.SSHKey, client: str) -> Mapping[str, object] | None:
     for line in authorized.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -160,6 +184,16 @@ class PodDoor(asyncssh.SSHServer):
             return False
         self._candidate = Admitted(door.owner, door.pod.id, key, options)
         return True
+
+
+async def still_holds(shells: PodShells, admitted: Admitted, client: str, terminal: bool) -> bool:
+    """Whether an open session's key still lets its user in (asked at each sweep): the key is
+    still in their settings, opens from ``client`` and, for a session on a ``terminal``, still
+    allows one; the user is not disabled. The pod's state is not asked: a pod that stops ends
+    its sessions itself, and says so."""
+    keys = await shells.keys_of(admitted.user.id)
+    options = None if keys is None else key_options(keys, admitted.key, client)
+    return options is not None and (not terminal or allows_terminal(options))
 
 
 async def still_admitted(shells: PodShells, admitted: Admitted, client: str) -> bool:

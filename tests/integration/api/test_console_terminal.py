@@ -310,7 +310,10 @@ async def test_another_users_pod_is_not_found(served: Served) -> None:
     assert "opened by admin" not in await log_text(served, pod_id)
 
 
-async def test_a_disabled_users_open_terminal_ends_at_the_next_sweep(served: Served) -> None:
+@pytest.mark.parametrize("how", ["the user disabled", "the key revoked"])
+async def test_an_open_terminal_ends_at_the_next_sweep_once_its_sign_in_fails(
+    served: Served, how: str
+) -> None:
     admin = await Console(served.services).caller_of_key(ADMIN_KEY)
     assert admin is not None
     bob = await served.services.accounts.create_user(admin.user, "bob")
@@ -322,7 +325,10 @@ async def test_a_disabled_users_open_terminal_ends_at_the_next_sweep(served: Ser
             await output_until(ws, b"ready\r\n", bytearray())
             await served.services.pod_shells.sweep()  # still signed in: nothing ends
             assert len(served.services.pod_shells.sessions(pod_id)) == 1
-            await served.services.accounts.set_disabled(admin.user, bob.user.id, True)
+            if how == "the user disabled":
+                await served.services.accounts.set_disabled(admin.user, bob.user.id, True)
+            else:
+                await served.services.accounts.revoke_key(bob.user, bob.record.id)
             await served.services.pod_shells.sweep()
             texts, code, reason = await last_frames(ws)
     ended = "its console sign-in no longer lets bob in"
