@@ -946,7 +946,10 @@ class SqlStore:
         on past it, so the job after it starts."""
         # The last row the worker is past.
         passed: int | None = None
-        for row in await c.fetch("lineup_of_worker", worker_id=worker_id):
+        rows = await c.fetch("lineup_of_worker", worker_id=worker_id)
+        if not rows:
+            return False  # no line-up: nothing to start, nothing to drop
+        for row in rows:
             job_id = row["job_id"]
             started = await c.fetchrow(
                 "start_lined_up_job", id=job_id, worker_id=worker_id, now=now
