@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,17 @@ def test_a_load_balanced_flash_endpoint_answers_execute_over_http(server: Server
         named = server.http.post(f"/lb/{endpoint_id}/execute", content=escaped).json()
         assert named["success"] is False and "BadRequest" in named["error"]
     assert server.http.get("/ping", headers=host).json() == {"status": "healthy"}
+    # Straight at the worker's port on the loopback, as another tenant's code could, it runs
+    # nothing: only what skiff's proxy sends carries the endpoint's key.
+    with sqlite3.connect(server.data_dir / "skiff.db") as db:
+        [(address,)] = db.execute(
+            "SELECT address FROM workers WHERE endpoint_id = ? AND address IS NOT NULL",
+            (endpoint_id,),
+        ).fetchall()
+    straight = httpx.post(f"http://{address}/execute", json=request, timeout=30)
+    assert straight.status_code == 403, straight.text
+    assert "skiff's proxy" in straight.json()["error"]
+    forged = httpx.post(
+        f"http://{address}/execute", json=request, headers={"X-Skiff-Lb-Key": "guess"}, timeout=30
+    )
+    assert forged.status_code == 403

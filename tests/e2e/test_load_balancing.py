@@ -142,27 +142,36 @@ def test_the_worker_gets_the_request_as_the_caller_sent_it(lb_server: Server) ->
     )
 
 
-def test_skiff_adds_no_headers_of_its_own(lb_server: Server) -> None:
+def test_skiff_adds_no_headers_of_its_own_but_the_endpoints_key(lb_server: Server) -> None:
     endpoint = lb_endpoint(lb_server)
-    raw = _raw_request(lb_server, f"GET /lb/{endpoint['id']}/echo/x HTTP/1.1")
+    raw = _raw_request(
+        lb_server, f"GET /lb/{endpoint['id']}/echo/x HTTP/1.1", "X-Skiff-Lb-Key: forged"
+    )
 
-    names = {name.lower() for name, _ in raw["headers"]}
-    assert names == {
+    names = [name.lower() for name, _ in raw["headers"]]
+    assert sorted(names) == [
         "host",
         "x-forwarded-for",
-        "x-forwarded-proto",
         "x-forwarded-host",
         "x-forwarded-prefix",
-    }, raw["headers"]
+        "x-forwarded-proto",
+        "x-skiff-lb-key",
+    ], raw["headers"]
+    # The caller's own copy is dropped: the worker sees the key skiff gave it, and can refuse
+    # a request that reaches its port any other way (another tenant's, on this host).
+    sent = dict((name.lower(), value) for name, value in raw["headers"])["x-skiff-lb-key"]
+    assert raw["lb_key"] and sent == raw["lb_key"] != "forged"
 
 
-def _raw_request(server: Server, request_line: str) -> dict[str, Any]:
-    """A request with nothing but a host and the key (no client's defaults); its JSON answer."""
+def _raw_request(server: Server, request_line: str, *more: str) -> dict[str, Any]:
+    """A request with nothing but a host, the key and ``more`` header lines (no client's
+    defaults); its JSON answer."""
     url = httpx.URL(server.url)
     key = str(server.http.headers["authorization"])
+    extra = "".join(f"{line}\r\n" for line in more)
     with socket.create_connection((url.host, url.port), timeout=30) as conn:
         conn.sendall(
-            f"{request_line}\r\nHost: {url.host}\r\nAuthorization: {key}\r\n"
+            f"{request_line}\r\nHost: {url.host}\r\nAuthorization: {key}\r\n{extra}"
             "Connection: close\r\n\r\n".encode()
         )
         answer = b""

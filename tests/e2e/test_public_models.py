@@ -174,6 +174,41 @@ def test_only_an_administrator_publishes_or_withdraws(
     assert not_theirs.status_code == 400 and not_theirs.json()["field"] == "endpointId"
 
 
+def test_an_endpoint_running_the_flash_worker_is_not_served_to_other_users(
+    server: Server, enabled: dict[str, str]
+) -> None:
+    """The Flash worker runs the code each call sends, with its owner's secrets and volume."""
+    admin = server.http
+
+    def endpoint_of(template: dict[str, Any]) -> str:
+        made = admin.post("/v1/templates", json=template)
+        assert made.status_code == 200, made.text
+        body = {"templateId": made.json()["id"], "workersMax": 0}
+        return str(admin.post("/v1/endpoints", json=body).json()["id"])
+
+    flash_template = {"name": "flashy", "imageName": "runpod/flash-cpu:py3.12-latest"}
+    flash = endpoint_of(flash_template)
+    refused = admin.post("/v1/models", json={"modelId": "flashy", "endpointId": flash})
+    assert refused.status_code == 400, refused.text
+    assert "Flash worker" in refused.json()["message"]
+
+    # Published while it ran something else, then switched to the Flash worker: refused to
+    # every caller but its owner from then on.
+    plain = endpoint_of({"name": "plain", "imageName": "x", "dockerStartCmd": ["true"]})
+    published = admin.post("/v1/models", json={"modelId": "switchy", "endpointId": plain})
+    assert published.status_code == 201, published.text
+    try:
+        flash_id = admin.get(f"/v1/endpoints/{flash}").json()["templateId"]
+        switched = admin.patch(f"/v1/endpoints/{plain}", json={"templateId": flash_id})
+        assert switched.status_code == 200, switched.text
+        call = as_user(server, enabled["bob"]).post("/v2/switchy/run", json={"input": {}})
+        assert call.status_code == 403, call.text
+        assert "Flash worker" in call.json()["error"]
+        assert admin.post(f"/v2/{plain}/run", json={"input": {}}).status_code == 200
+    finally:
+        admin.delete("/v1/models/switchy")
+
+
 def test_disabling_withdraws_the_model_and_its_endpoint(
     server: Server, enabled: dict[str, str]
 ) -> None:

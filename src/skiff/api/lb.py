@@ -156,6 +156,7 @@ class _Proxy:
             host=host,
             # The endpoint as the caller named it.
             prefix=scope.get("skiff.lb_prefix", f"{PREFIX}/{scope['path_params']['endpoint_id']}"),
+            lb_key=await self._services.auth.lb_key(endpoint.id),
         )
         metrics = self._services.metrics
         try:

@@ -7,10 +7,20 @@ from __future__ import annotations
 
 import enum
 
+from skiff.domain.templates import Template
+
 #: The repositories of the queue-based Flash images (GPU and CPU).
 QUEUE_IMAGES = frozenset({"runpod/flash", "runpod/flash-cpu"})
 #: The load-balanced ones.
 LB_IMAGES = frozenset({"runpod/flash-lb", "runpod/flash-lb-cpu"})
+
+
+#: Why an endpoint that runs the Flash worker is served to its owner only: that worker runs
+#: the code each call sends, with the endpoint's secrets, volume and worker token.
+FLASH_NOT_PUBLIC = (
+    "an endpoint that runs the Flash worker runs the code its callers send, with its owner's "
+    "secrets and volume: it is not published, and only its owner calls it"
+)
 
 
 class FlashImage(enum.Enum):
@@ -29,6 +39,14 @@ def repository(image_name: str) -> str:
         if name.startswith(prefix):
             name = name[len(prefix) :]
     return name.lower()
+
+
+def flash_worker_of(template: Template) -> FlashImage | None:
+    """Which Flash worker runs ``template``'s workers, or None: a Flash image with no command
+    of the user's own (a command of theirs wins, whatever the image)."""
+    if template.dockerEntrypoint or template.dockerStartCmd:
+        return None
+    return flash_image(template.imageName)
 
 
 def flash_image(image_name: str) -> FlashImage | None:

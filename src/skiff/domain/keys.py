@@ -49,6 +49,19 @@ def worker_token(secret: bytes, endpoint_id: str) -> str:
     return f"{WORKER_TOKEN_PREFIX}{endpoint_id}_{digest}"
 
 
+#: The header skiff's load-balancing proxy sends every request with (``lb_key``), and the
+#: variable a load-balancing worker finds the same value in.
+LB_KEY_HEADER = "x-skiff-lb-key"
+LB_KEY_VARIABLE = "SKIFF_LB_KEY"
+
+
+def lb_key(secret: bytes, endpoint_id: str) -> str:
+    """What tells a load-balancing worker that a request came through skiff's proxy: a
+    process worker listens on the host's loopback, where another tenant's code can reach it
+    too. Derived per endpoint, as ``worker_token`` is, and never the same as it."""
+    return hmac.new(secret, b"lb-proxy:" + endpoint_id.encode(), hashlib.sha256).hexdigest()
+
+
 def check_worker_token(secret: bytes, endpoint_id: str, token: str) -> bool:
     # As bytes: compare_digest refuses str with characters beyond ASCII (a TypeError, so a
     # 500), and a header may carry any byte.

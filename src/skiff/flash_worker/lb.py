@@ -6,11 +6,18 @@ load balancer's health check, on ``PORT_HEALTH`` as well when it differs from ``
 
 It serves with aiohttp, which the runpod SDK brings, and runs calls one at a time through the
 same handler as the queue-based worker (``handler.py``).
+
+``/execute`` runs the code it is sent, so it answers only skiff's proxy: a process worker listens
+on the host's loopback, where another tenant's code can reach it too. skiff gives the worker
+``SKIFF_LB_KEY`` and sends every request it proxies with that value in ``X-Skiff-Lb-Key``
+(``skiff.domain.keys.lb_key``); a request without it is refused (403). Run outside skiff (no
+``SKIFF_LB_KEY``), it answers anyone, as the image does on the hosted platform.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 from typing import Any
@@ -22,9 +29,29 @@ from .handler import handle
 #: The largest request body taken (a request carries the function's source, its local modules
 #: and its pickled arguments).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: As ``skiff.domain.keys`` names them (the worker does not import the server's modules).
+LB_KEY_VARIABLE = "SKIFF_LB_KEY"
+LB_KEY_HEADER = "X-Skiff-Lb-Key"
+
+
+def _from_skiffs_proxy(request: web.Request) -> bool:
+    expected = os.environ.get(LB_KEY_VARIABLE)
+    if not expected:
+        return True
+    sent = request.headers.get(LB_KEY_HEADER, "")
+    return hmac.compare_digest(expected.encode(), sent.encode("utf-8", "replace"))
 
 
 async def execute(request: web.Request) -> web.Response:
+    if not _from_skiffs_proxy(request):
+        return web.json_response(
+            {
+                "success": False,
+                "error": "Forbidden: this worker runs only what skiff's proxy sends it "
+                "(call the endpoint through skiff)",
+            },
+            status=403,
+        )
     try:
         body: Any = json.loads(await request.read())
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError

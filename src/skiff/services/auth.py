@@ -42,6 +42,8 @@ class Auth:
         self._worker_secret: bytes | None = None
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
+        #: endpoint id -> its ``lb_key``.
+        self._lb_keys: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
 
     async def caller(self, key: str) -> Caller:
         """Who calls with an API key, and what the key may do (``api/credentials.py`` reads
@@ -97,6 +99,13 @@ class Auth:
 
     async def worker_token(self, endpoint_id: str) -> str:
         return keys.worker_token(await self.worker_secret(), endpoint_id)
+
+    async def lb_key(self, endpoint_id: str) -> str:
+        """``keys.lb_key`` of the endpoint, computed once (the proxy asks on every request)."""
+        key = self._lb_keys.get(endpoint_id)
+        if key is None:
+            key = self._lb_keys[endpoint_id] = keys.lb_key(await self.worker_secret(), endpoint_id)
+        return key
 
     async def check_worker(self, endpoint_id: str, token: str) -> None:
         # Every worker request carries its token: remember the ones already checked rather

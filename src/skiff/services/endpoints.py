@@ -17,9 +17,10 @@ from skiff.domain.endpoints import (
     rolls_workers,
     spec_from_create,
 )
+from skiff.domain.flash import FLASH_NOT_PUBLIC, flash_worker_of
 from skiff.domain.users import User
 from skiff.domain.workers import WorkerReport
-from skiff.errors import Invalid, NotFound
+from skiff.errors import Forbidden, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
 from skiff.services.public_models import PublicModels
@@ -141,6 +142,11 @@ class Endpoints:
             raise NotFound(f"endpoint {endpoint_id} not found")
         if published.userId == user.id:
             return published
+        # Checked at each call, not only at publishing: the endpoint's template, or its image,
+        # may have changed since.
+        template = await self._store.get_template(published.userId, published.spec.templateId)
+        if template is not None and flash_worker_of(template) is not None:
+            raise Forbidden(f"model {endpoint_id}: {FLASH_NOT_PUBLIC}")
         return published.model_copy(update={"caller": user.id})
 
     async def recent_copy(self, endpoint_id: str) -> Endpoint:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from skiff.domain.flash import FlashImage, flash_image
+from skiff.domain.flash import FlashImage, flash_worker_of
 from skiff.domain.templates import Template
 
 #: The Flash worker as a process: the server's own interpreter, which has the runpod SDK and
@@ -33,9 +33,7 @@ def as_run(
     """``template`` as its worker runs it: itself, unless it names a Flash image and no
     command. ``homes``: the directory of the endpoint's workers' homes, which its process
     workers share (in their sandbox): the Flash worker keeps its dependencies there."""
-    if template.dockerEntrypoint or template.dockerStartCmd:
-        return template  # a command of the user's own wins, whatever the image
-    kind = flash_image(template.imageName)
+    kind = flash_worker_of(template)
     if kind is None:
         return template
     balanced = kind is FlashImage.LB

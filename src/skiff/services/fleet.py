@@ -26,6 +26,7 @@ from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
 from skiff.domain.exit_causes import exit_cause
 from skiff.domain.gpus import Gpu
+from skiff.domain.keys import LB_KEY_VARIABLE
 from skiff.domain.placement import (
     Blocker,
     BlockerCause,
@@ -212,6 +213,10 @@ class Fleet:
             "RUNPOD_SKIP_GPU_CHECK": "true",
             "HOME": str(self.home(endpoint.id, worker_id).resolve()),
         }
+        if endpoint.spec.type is EndpointType.LB:
+            # Requests through skiff's proxy carry it (``keys.lb_key``): the worker can tell
+            # them from another tenant's, which may reach its port on this host's loopback.
+            protocol[LB_KEY_VARIABLE] = await self._auth.lb_key(ep)
         if endpoint.spec.computeType is ComputeType.CPU:
             protocol["CUDA_VISIBLE_DEVICES"] = ""
         else:

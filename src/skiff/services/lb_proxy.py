@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from skiff.domain.endpoints import Endpoint
+from skiff.domain.keys import LB_KEY_HEADER
 from skiff.errors import BadGateway, TooManyRequests
 from skiff.services.balancer import Balancer, Lease
 from skiff.services.lb_client import Connection, Head, NotConnected, Pool, UpstreamError
@@ -63,7 +64,7 @@ HOP_BY_HOP = frozenset(
 )
 #: Not passed to the worker either: the host is the worker's own, and the caller's API key is
 #: for skiff (the worker's code never sees it).
-NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization"}
+NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization", LB_KEY_HEADER}
 #: Not passed back: skiff's server writes its own ``date`` and ``server``, as a proxy does.
 NOT_RETURNED = frozenset(name.encode("latin-1") for name in HOP_BY_HOP | {"date", "server"})
 
@@ -86,6 +87,8 @@ class Forwarding:
     scheme: str
     host: str | None
     prefix: str
+    #: The endpoint's ``keys.lb_key``, sent as ``LB_KEY_HEADER`` (a caller's own is dropped).
+    lb_key: str | None = None
 
 
 class EndpointBusy(TooManyRequests):
@@ -323,4 +326,6 @@ def _forwarded_headers(request: Forwarding) -> list[tuple[str, str]]:
     for name, value in extra.items():
         if value and name not in present:
             headers.append((name, value))
+    if request.lb_key is not None:
+        headers.append((LB_KEY_HEADER, request.lb_key))
     return headers

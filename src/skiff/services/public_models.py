@@ -7,6 +7,7 @@ from cachetools import TTLCache
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import EndpointType
+from skiff.domain.flash import FLASH_NOT_PUBLIC, flash_worker_of
 from skiff.domain.public_models import PublicModel, PublishInput
 from skiff.domain.users import User
 from skiff.errors import Conflict, Forbidden, Invalid, NotFound
@@ -56,6 +57,9 @@ class PublicModels:
                 "/v2/{modelId}/run and the rest)",
                 field="endpointId",
             )
+        template = await self._store.get_template(user.id, endpoint.spec.templateId)
+        if template is not None and flash_worker_of(template) is not None:
+            raise Invalid(f"endpointId: {FLASH_NOT_PUBLIC}", field="endpointId")
         if await self._store.get_endpoint(data.modelId) is not None:
             raise Conflict(f"modelId {data.modelId} is an endpoint's id: choose another")
         model = PublicModel(

@@ -60,6 +60,8 @@ async def echo(request: Request) -> dict[str, object]:
         "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in request.headers.raw],
         "body_length": len(body),
         "body_sha": hashlib.sha256(body).hexdigest(),
+        # What tells skiff's proxy apart (its requests carry it in X-Skiff-Lb-Key).
+        "lb_key": os.environ.get("SKIFF_LB_KEY"),
     }
 
 
