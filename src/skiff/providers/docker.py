@@ -76,6 +76,11 @@ SERVER_LABEL = "dev.skiff.server"
 NO_NEW_PRIVILEGES = "no-new-privileges:true"
 #: The name a container reaches its host by (Docker's ``host-gateway``).
 HOST_GATEWAY = "host.docker.internal"
+#: The bridge network every container skiff starts is on: one where containers cannot reach
+#: each other (``enable_icc`` off), so one tenant's container cannot call another's ports. On
+#: Docker's default bridge every container reaches every other.
+NETWORK = "skiff-tenants"
+NETWORK_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
 #: Hosts that mean "this machine" to the server but the container itself inside it.
 _LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "::", ""}
 _DRAIN_SECONDS = 2.0
@@ -300,11 +305,40 @@ def ensure_image(
         raise WorkerStartError(pull_failure(image, _explain(exc))) from exc
 
 
+def ensure_network(client: Any) -> str:
+    """``NETWORK``, made where it is not there yet (by this server or another sharing the
+    daemon: one that made it first wins, and its network is used). One that exists with
+    containers reaching each other is refused: it would not keep tenants apart."""
+    try:
+        found = client.networks.list(names=[NETWORK])
+        network = next((n for n in found if n.name == NETWORK), None)
+        if network is None:
+            try:
+                network = client.networks.create(
+                    NETWORK, driver="bridge", options=NETWORK_OPTIONS, labels={MARKER: "1"}
+                )
+            except APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                network = client.networks.get(NETWORK)
+        options = (network.attrs or {}).get("Options") or {}
+    except DockerException as exc:
+        raise WorkerStartError(f"the network {NETWORK} could not be made: {_explain(exc)}") from exc
+    for name, value in NETWORK_OPTIONS.items():
+        if options.get(name) != value:
+            raise WorkerStartError(
+                f"the Docker network {NETWORK} lets containers reach each other ({name} is not "
+                f"{value}): remove it (docker network rm {NETWORK}) and skiff makes it anew"
+            )
+    return NETWORK
+
+
 def create_container(
     client: Any, options: dict[str, Any], image: str, disk_gb: int | None, sink: LogSink | None
 ) -> Any:
-    """``containers.create(**options)``, with ``disk_gb`` as a ``size`` storage option where
-    the storage driver has one (else without it, and ``sink`` is told so)."""
+    """``containers.create(**options)`` on ``NETWORK``, with ``disk_gb`` as a ``size`` storage
+    option where the storage driver has one (else without it, and ``sink`` is told so)."""
+    options = options | {"network": ensure_network(client)}
     if disk_gb:
         try:
             return client.containers.create(**options, storage_opt={"size": f"{disk_gb}G"})

@@ -13,7 +13,7 @@ import pytest
 
 from docker_image import docker_client, ensure_test_image
 from skiff.providers.base import ContainerSpec, Launch, WorkerStartError
-from skiff.providers.docker import DockerProvider
+from skiff.providers.docker import NETWORK, DockerProvider
 
 
 class Sink:
@@ -241,3 +241,44 @@ async def test_container_disk_is_a_size_limit_where_the_driver_has_one_and_said_
         assert b"containerDiskInGb is not applied" in harness.sinks["w-disk"].data
     await harness.provider.stop("w-disk", grace=1)
     await asyncio.wait_for(harness.exited.wait(), 60)
+
+
+async def test_one_tenants_container_cannot_reach_anothers(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    """On Docker's default bridge every container reaches every other: another tenant's code
+    could call a load-balancing worker's or a pod's ports straight. skiff's network does not
+    let them."""
+    harness = Harness(client)
+    try:
+        serve = "python3 -m http.server 8080"
+        await harness.provider.start(launch(tmp_path, "w-serves", image, ["/bin/sh", "-c", serve]))
+        [serving] = client.containers.list(filters={"label": "dev.skiff.worker-id=w-serves"})
+        serving.reload()
+        networks = serving.attrs["NetworkSettings"]["Networks"]
+        assert list(networks) == [NETWORK]
+        address = networks[NETWORK]["IPAddress"]
+
+        def probe(tries: int) -> str:
+            return (
+                "import socket, sys, time\n"
+                f"for _ in range({tries}):\n"
+                "    try:\n"
+                f"        socket.create_connection(('{address}', 8080), timeout=3).close()\n"
+                "        print('reached'); sys.exit(0)\n"
+                "    except OSError as exc:\n"
+                "        err = exc; time.sleep(0.1)\n"
+                "print('not reached:', err)\n"
+            )
+
+        # It reaches itself at that address once its server listens ...
+        itself = serving.exec_run(["python3", "-c", probe(100)])
+        assert itself.output.strip() == b"reached", itself.output
+        # ... and another container does not.
+        await harness.provider.start(
+            launch(tmp_path, "w-probes", image, ["python3", "-c", probe(1)])
+        )
+        await asyncio.wait_for(harness.exited.wait(), 60)
+        assert b"not reached" in harness.sinks["w-probes"].data, harness.sinks["w-probes"].data
+    finally:
+        await harness.provider.stop_all(1)
