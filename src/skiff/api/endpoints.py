@@ -13,6 +13,7 @@ from skiff.api.log_lines import (
     LogsOut,
     Since,
     Tail,
+    key_still_reads,
     log_line,
     ndjson_stream,
     parse_since,
@@ -260,7 +261,12 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         if not follow:
             lines = await services.logs.lines(query, local_only=local_only, credentials=auth)
             return json_response({"lines": [log_line(line) for line in lines]})
-        followed = await services.logs.follow(query, local_only=local_only, credentials=auth)
+        followed = await services.logs.follow(
+            query,
+            local_only=local_only,
+            credentials=auth,
+            still_allowed=key_still_reads(services.auth, auth, endpoint_id),
+        )
         return ndjson_stream(followed)
 
     return endpoints

@@ -12,9 +12,13 @@ from fastapi import Query
 from pydantic import BaseModel, Field
 from starlette.responses import StreamingResponse
 
+from skiff.api.credentials import api_key
+from skiff.domain.keys import hash_key
 from skiff.domain.logs import LogLine, iso, parse_time
+from skiff.domain.permissions import Access
 from skiff.errors import Invalid
-from skiff.services.logs import Batches, Relayed
+from skiff.services.auth import Auth
+from skiff.services.logs import Batches, Relayed, StillAllowed
 
 
 class LogLineOut(BaseModel):
@@ -84,3 +88,16 @@ def ndjson_stream(followed: Batches | Relayed) -> StreamingResponse:
         media_type="application/x-ndjson",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def key_still_reads(auth: Auth, authorization: str | None, endpoint_id: str | None) -> StillAllowed:
+    """Whether the API key a followed log was opened with may still read it, read from the
+    store each time it is asked (not the key cache): a key revoked, or its user disabled, ends
+    the follow within seconds (``services/logs.py`` ``followed``)."""
+    digest = hash_key(api_key(authorization))
+
+    async def reads() -> bool:
+        caller = await auth.caller_of_digest(digest)
+        return caller is not None and caller.permissions.missing(Access.READ, endpoint_id) is None
+
+    return reads

@@ -3,7 +3,7 @@ PATCH or POST .../update, delete) and actions (start, stop, restart, reset), and
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
@@ -12,6 +12,7 @@ from skiff.api.log_lines import (
     LogsOut,
     Since,
     Tail,
+    key_still_reads,
     log_line,
     ndjson_stream,
     parse_since,
@@ -283,6 +284,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @pods.get("/{pod_id}/logs", response_model=LogsOut, responses={**BAD, **NOT_FOUND, **FOLLOWED})
     @needs(READ)
     async def pod_logs(
+        request: Request,
         pod_id: str,
         user: UserDep,
         since: Since = None,
@@ -304,7 +306,8 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         if not follow:
             lines = await services.pod_logs.lines(pod_id, since_ts, tail)
             return json_response({"lines": [log_line(line) for line in lines]})
-        batches = await services.pod_logs.follow(user.id, pod_id, since_ts, tail)
+        reads = key_still_reads(services.auth, request.headers.get("authorization"), None)
+        batches = await services.pod_logs.follow(user.id, pod_id, since_ts, tail, reads)
         return ndjson_stream(batches)
 
     return pods

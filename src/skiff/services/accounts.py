@@ -62,12 +62,14 @@ class Accounts:
         return await self._store.list_user_api_keys(user.id)
 
     async def revoke_key(self, user: User, key_id: str) -> None:
-        """Revoked at once in the database; every server refuses it within the key cache time."""
+        """Revoked at once in the database and on this server; every other server refuses it
+        within the key cache time."""
         if not await self._store.revoke_user_api_key(user.id, key_id, self._clock.now()):
             mine = {k.id: k for k in await self._store.list_user_api_keys(user.id)}
             if key_id in mine:
                 raise Conflict(f"API key {key_id} is revoked already")
             raise NotFound(f"no API key {key_id}")
+        self._auth.forget(key_id=key_id)
 
     # -- users (the administrator's) -------------------------------------------------------
     @staticmethod
@@ -101,6 +103,7 @@ class Accounts:
         when = self._clock.now() if disabled else None
         if not await self._store.set_user_disabled(user_id, when):
             raise NotFound(f"no user {user_id}")
+        self._auth.forget(user_id=user_id)
         user = await self._store.get_user(user_id)
         assert user is not None  # just updated
         return user

@@ -72,6 +72,13 @@ class Auth:
             self._cache[digest] = caller
             return caller
 
+    def forget(self, *, key_id: str | None = None, user_id: str | None = None) -> None:
+        """Drop what the cache holds of a key just revoked or a user just disabled, so that
+        this server refuses them at once (the others within the cache time)."""
+        for digest, caller in list(self._cache.items()):
+            if caller is not None and (caller.key_id == key_id or caller.user.id == user_id):
+                self._cache.pop(digest, None)
+
     async def caller_of_digest(self, digest: str) -> Caller | None:
         """The caller of a key by its hash, if the key is known and not revoked and its user
         not disabled, read now (the console's sessions hold the hash, and a revoked key or a

@@ -178,11 +178,18 @@ class EndpointLogs:
         return found
 
     async def follow(
-        self, query: LogQuery, *, local_only: bool, credentials: str | None
+        self,
+        query: LogQuery,
+        *,
+        local_only: bool,
+        credentials: str | None,
+        still_allowed: StillAllowed | None = None,
     ) -> Relayed | Batches:
         """The last ``tail`` lines, then new ones as they are written, until the caller stops
-        reading, the endpoint is deleted or the server shuts down. From the leader when that
-        is another replica; raises NotFound for a worker without a log here."""
+        reading, the endpoint is deleted, ``still_allowed`` says the caller may no longer read
+        it or the server shuts down. From the leader when that is another replica (which asks
+        the same of the caller's credentials); raises NotFound for a worker without a log
+        here."""
         if not local_only:
             leader = await self._peers.leader_url()
             if leader is not None:
@@ -191,15 +198,20 @@ class EndpointLogs:
         if worker is not None and not self.files.has_log(endpoint_id, worker):
             raise _no_log(endpoint_id, worker)
         follower = await asyncio.to_thread(self.files.follow, endpoint_id, worker)
-        return self._batches(follower, endpoint_id, query.since, query.tail)
+        return self._batches(follower, endpoint_id, query.since, query.tail, still_allowed)
 
     async def _batches(
-        self, follower: LogFollower, endpoint_id: str, since: float | None, tail: int
+        self,
+        follower: LogFollower,
+        endpoint_id: str,
+        since: float | None,
+        tail: int,
+        still_allowed: StillAllowed | None,
     ) -> Batches:
         async def gone() -> bool:
             return await self._store.get_endpoint(endpoint_id) is None
 
-        async for batch in followed(follower, self._wakeups, since, tail, gone):
+        async for batch in followed(follower, self._wakeups, since, tail, gone, still_allowed):
             yield batch
 
 
@@ -221,15 +233,23 @@ class PodLogs:
         line."""
         await asyncio.to_thread(self.files.note, pod_id, pod_id, text, ts)
 
-    async def follow(self, user_id: str, pod_id: str, since: float | None, tail: int) -> Batches:
+    async def follow(
+        self,
+        user_id: str,
+        pod_id: str,
+        since: float | None,
+        tail: int,
+        still_allowed: StillAllowed | None = None,
+    ) -> Batches:
         """The last ``tail`` lines, then new ones, until the caller stops reading, the pod is
-        deleted or the server shuts down."""
+        deleted, ``still_allowed`` says the caller may no longer read it or the server shuts
+        down."""
 
         async def gone() -> bool:
             return await self._store.get_pod(user_id, pod_id) is None
 
         follower = await asyncio.to_thread(self.files.follow, pod_id, pod_id)
-        return followed(follower, self._wakeups, since, tail, gone)
+        return followed(follower, self._wakeups, since, tail, gone, still_allowed)
 
 
 async def followed(
@@ -238,9 +258,12 @@ async def followed(
     since: float | None,
     tail: int,
     gone: Callable[[], Awaitable[bool]],
+    still_allowed: StillAllowed | None = None,
 ) -> Batches:
     """A follow's batches: the backlog at once, then what is written, until the server shuts
-    down or ``gone`` says what the log belongs to is deleted (after its last lines)."""
+    down, ``gone`` says what the log belongs to is deleted (after its last lines) or
+    ``still_allowed`` says its reader may no longer read it (nothing more is sent), both asked
+    every ``FOLLOW_EXISTS_EVERY`` polls (2 seconds)."""
     # Closed by the caller when the client disconnects; the files close either way.
     with contextlib.closing(follower):
         # Always a batch at once, if an empty one, so a client sees the stream is open.
@@ -250,8 +273,11 @@ async def followed(
         while not wakeups.closing:
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
             polls += 1
+            asking = polls % FOLLOW_EXISTS_EVERY == 0
+            if asking and still_allowed is not None and not await still_allowed():
+                break  # a key revoked, a user disabled: not a line more
             # Read once more after it is gone: its last lines.
-            ended = polls % FOLLOW_EXISTS_EVERY == 0 and await gone()
+            ended = asking and await gone()
             lines = await asyncio.to_thread(follower.poll)
             if since is not None:
                 lines = [x for x in lines if x.time is not None and x.time >= since]
@@ -260,6 +286,11 @@ async def followed(
                 last_sent = time.monotonic()
             if ended:
                 break
+
+
+#: Whether the caller who opened a follow may still read it (their key not revoked, their
+#: user not disabled): the API's check of the request's credentials.
+StillAllowed = Callable[[], Awaitable[bool]]
 
 
 def _time(line: LogLine) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from skiff.api.log_lines import key_still_reads
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
@@ -77,6 +78,45 @@ async def test_a_revoked_key_works_until_its_cached_user_expires(
     clock.advance(0.001)
     with pytest.raises(Unauthorized, match="invalid or revoked"):
         await auth.authenticate(header)
+
+
+async def test_a_key_revoked_or_a_user_disabled_here_is_refused_here_at_once(
+    services: Services, clock: ManualClock
+) -> None:
+    """Only other servers wait for their cache to expire."""
+    accounts, auth = services.accounts, services.auth
+    admin = await auth.ensure_user("root", is_admin=True)
+    alice = await accounts.create_user(admin, "alice")
+    second = await auth.issue_key("alice", is_admin=False, label="second")
+    bob = await accounts.create_user(admin, "bob")
+    for key in (alice.key, second.key, bob.key):
+        await auth.authenticate(key)  # cached
+    await accounts.revoke_key(alice.user, alice.record.id)
+    with pytest.raises(Unauthorized, match="invalid or revoked"):
+        await auth.authenticate(alice.key)
+    assert (await auth.authenticate(second.key)).name == "alice"  # her other key still works
+    await accounts.set_disabled(admin, alice.user.id, True)
+    with pytest.raises(Unauthorized):
+        await auth.authenticate(second.key)
+    assert (await auth.authenticate(bob.key)).name == "bob"
+
+
+async def test_a_followed_logs_key_is_asked_of_the_store_not_the_cache(
+    services: Services, store: SQLiteStore, clock: ManualClock
+) -> None:
+    """A follow outlives the key cache: its check reads the key afresh each time, so a key
+    revoked on any server, or its user disabled, ends it."""
+    auth = services.auth
+    first = await auth.issue_key("alice", is_admin=False, label="first")
+    second = await auth.issue_key("alice", is_admin=False, label="second")
+    reads_first = key_still_reads(auth, f"Bearer {first.key}", "ep1")
+    reads_second = key_still_reads(auth, f"Bearer {second.key}", "ep1")
+    assert await reads_first() and await reads_second()
+    assert await store.revoke_api_key(first.record.id, clock.now())  # as another server would
+    assert not await reads_first()  # no cache time to wait for
+    assert await reads_second()
+    await store.set_user_disabled(first.user.id, clock.now())
+    assert not await reads_second()
 
 
 async def test_an_unknown_key_stays_refused_from_the_cache_until_it_expires(

@@ -138,6 +138,35 @@ async def test_a_local_follow_sends_the_backlog_new_lines_and_ends_with_its_endp
     assert [x.line for batch in rest for x in batch] == ["c6"]
 
 
+async def test_a_follow_ends_at_once_when_its_reader_may_no_longer_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logs_module, "FOLLOW_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(logs_module, "FOLLOW_EXISTS_EVERY", 1)  # asked at every poll
+    allowed = {"now": True}
+
+    async def still_allowed() -> bool:
+        return allowed["now"]
+
+    logs = endpoint_logs(tmp_path, FakePeers())
+    followed = await logs.follow(
+        LogQuery("ep1", None, T0 + 1, 1),
+        local_only=False,
+        credentials=None,
+        still_allowed=still_allowed,
+    )
+    assert not isinstance(followed, Relayed)
+    batches = aiter(followed)
+    assert [x.line for x in await anext(batches)] == ["a4"]
+    write(tmp_path / "logs" / "ep1" / "a.log", (T0 + 5, "a5"))
+    assert [x.line for x in await anext(batches)] == ["a5"]
+    # The key is revoked: what is written after is not sent, and the follow ends.
+    allowed["now"] = False
+    write(tmp_path / "logs" / "ep1" / "a.log", (T0 + 6, "a secret printed after"))
+    rest = [batch async for batch in batches]
+    assert all(x.line != "a secret printed after" for batch in rest for x in batch)
+
+
 async def test_a_quiet_follow_sends_empty_batches_and_opens_with_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
