@@ -156,7 +156,8 @@ class _Proxy:
             host=host,
             # The endpoint as the caller named it.
             prefix=scope.get("skiff.lb_prefix", f"{PREFIX}/{scope['path_params']['endpoint_id']}"),
-            lb_key=await self._services.auth.lb_key(endpoint.id),
+            lb_key=self._services.auth.known_lb_key(endpoint.id)
+            or await self._services.auth.lb_key(endpoint.id),
         )
         metrics = self._services.metrics
         try:

@@ -42,8 +42,9 @@ class Auth:
         self._worker_secret: bytes | None = None
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
-        #: endpoint id -> its ``lb_key``.
-        self._lb_keys: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
+        #: endpoint id -> its ``lb_key``: a plain dict, read on every proxied request; emptied
+        #: when it holds ``_CHECKED_TOKENS_MAX`` (deleted endpoints' keys go then).
+        self._lb_keys: dict[str, str] = {}
 
     async def caller(self, key: str) -> Caller:
         """Who calls with an API key, and what the key may do (``api/credentials.py`` reads
@@ -107,10 +108,16 @@ class Auth:
     async def worker_token(self, endpoint_id: str) -> str:
         return keys.worker_token(await self.worker_secret(), endpoint_id)
 
+    def known_lb_key(self, endpoint_id: str) -> str | None:
+        """``lb_key`` without a wait, once it was asked for once (the proxy's every request)."""
+        return self._lb_keys.get(endpoint_id)
+
     async def lb_key(self, endpoint_id: str) -> str:
-        """``keys.lb_key`` of the endpoint, computed once (the proxy asks on every request)."""
+        """``keys.lb_key`` of the endpoint, computed once."""
         key = self._lb_keys.get(endpoint_id)
         if key is None:
+            if len(self._lb_keys) >= _CHECKED_TOKENS_MAX:
+                self._lb_keys.clear()
             key = self._lb_keys[endpoint_id] = keys.lb_key(await self.worker_secret(), endpoint_id)
         return key
 

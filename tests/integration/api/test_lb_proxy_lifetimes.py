@@ -120,6 +120,9 @@ class _Auth:
     async def caller(self, _key: str) -> permissions.Caller:
         return permissions.Caller(User("u1", "u1", False, 0.0), permissions.ALL, "k1")
 
+    def known_lb_key(self, endpoint_id: str) -> str | None:
+        return None
+
     async def lb_key(self, endpoint_id: str) -> str:
         return f"key-of-{endpoint_id}"
 
