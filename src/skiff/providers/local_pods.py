@@ -84,12 +84,13 @@ def command_problem(spec: PodSpec, inherited: dict[str, str]) -> str | None:
         )
     has_volume = spec.volumeInGb > 0 or spec.networkVolumeId is not None
     mount = spec.volumeMountPath.rstrip("/")
-    if has_volume and program.startswith(f"{mount}/"):
+    # Normalised first: "/workspace/../etc/x" is not in the volume.
+    if has_volume and os.path.normpath(program).startswith(f"{mount}/"):
         return None  # in its volume: the pod (or an earlier one) puts it there
-    if not os.path.isfile(program):
-        return f"{program!r} does not exist on this host"
-    if not os.access(program, os.X_OK):
-        return f"{program!r} is not executable"
+    if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        # One answer whether the path is missing or only not executable: a file the sandbox
+        # hides (the data directory, /etc/shadow) must not be told apart from none.
+        return f"{program!r} is not an executable file on this host"
     return None
 
 
