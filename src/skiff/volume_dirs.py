@@ -10,9 +10,11 @@ the service runs it in a thread.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
@@ -21,9 +23,22 @@ from skiff.datadir import make_private_dirs
 _BLOCK = 512
 
 
+#: Walks (``measure``) under way at once, per ``VolumeDirs``: a volume of millions of files
+#: takes minutes, and the walks run in the event loop's shared threads, which everyone's log
+#: reads, pod starts and Docker calls need too.
+MEASURING_AT_ONCE = 2
+
+
 class VolumeDirs:
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._measuring = asyncio.Semaphore(MEASURING_AT_ONCE)
+
+    async def measure(self, volume_id: str) -> int:
+        """``used_bytes`` in a thread, ``MEASURING_AT_ONCE`` at most: more wait their turn
+        here rather than take the threads others need."""
+        async with self._measuring:
+            return await asyncio.to_thread(self.used_bytes, volume_id)
 
     def path(self, volume_id: str) -> Path:
         # Ids are made by skiff (ids.short_id): never a path of their own.
@@ -51,26 +66,63 @@ class VolumeDirs:
 
     def used_bytes(self, volume_id: str) -> int:
         """The disk space the volume's files take: allocated blocks, a file with several hard
-        links counted once, symbolic links not followed, whatever cannot be read skipped."""
+        links counted once, symbolic links not followed, whatever cannot be read skipped.
+
+        It walks by directory handles, each opened from its parent's with ``O_NOFOLLOW``: a
+        pod that swaps a directory of its volume for a symbolic link while the walk is under
+        way (to have the server measure the data directory, or walk the whole disk) ends that
+        branch instead of leading the walk out. Other file systems mounted inside are not
+        entered."""
+        try:
+            top = os.open(self.path(volume_id), _DIRECTORY)
+        except OSError:
+            return 0
+        device = os.fstat(top).st_dev
         total = 0
         seen: set[tuple[int, int]] = set()
-        pending = [str(self.path(volume_id))]
-        while pending:
+        # Depth first, one open directory per level: a wide tree holds few handles.
+        walking: list[tuple[int, Iterator[os.DirEntry[str]]]] = []
+        _enter(top, walking)
+        while walking:
+            fd, entries = walking[-1]
+            entry = next(entries, None)
+            if entry is None:
+                walking.pop()
+                _leave(fd, entries)
+                continue
             try:
-                entries = os.scandir(pending.pop())
+                info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            with entries:
-                for entry in entries:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(info.st_mode):
-                        pending.append(entry.path)
-                    elif info.st_nlink > 1:
-                        if (info.st_dev, info.st_ino) in seen:
-                            continue
-                        seen.add((info.st_dev, info.st_ino))
-                    total += info.st_blocks * _BLOCK
+            if info.st_dev != device:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    child = os.open(entry.name, _DIRECTORY, dir_fd=fd)
+                except OSError:
+                    continue  # swapped for a link meanwhile, or gone: not followed
+                _enter(child, walking)
+            elif info.st_nlink > 1:
+                if (info.st_dev, info.st_ino) in seen:
+                    continue
+                seen.add((info.st_dev, info.st_ino))
+            total += info.st_blocks * _BLOCK
         return total
+
+
+#: How the walk opens a directory: never through a symbolic link.
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _enter(fd: int, walking: list[tuple[int, Iterator[os.DirEntry[str]]]]) -> None:
+    try:
+        walking.append((fd, os.scandir(fd)))
+    except OSError:
+        os.close(fd)
+
+
+def _leave(fd: int, entries: Iterator[os.DirEntry[str]]) -> None:
+    close = getattr(entries, "close", None)
+    if close is not None:
+        close()
+    os.close(fd)

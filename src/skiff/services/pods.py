@@ -256,7 +256,7 @@ class Pods:
         """Refused (400, ``volumeInGb``) when the disk has not that much free, what the pod's
         volume holds already counted as its own."""
         free = await asyncio.to_thread(self._dirs.free_bytes)
-        used = await asyncio.to_thread(self._dirs.used_bytes, pod_id) if pod_id else 0
+        used = await self._dirs.measure(pod_id) if pod_id else 0
         refusal = room_refusal(size_gb, free, used, field="volumeInGb")
         if refusal is not None:
             raise Invalid(refusal, field="volumeInGb")

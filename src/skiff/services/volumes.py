@@ -82,7 +82,7 @@ class Volumes:
         current = await self._volume(user, volume_id)
         size = current.size if data.size is None else data.size
         refusal = shrink_refusal(current.size, size)
-        used = await asyncio.to_thread(self._dirs.used_bytes, volume_id)
+        used = await self._dirs.measure(volume_id)
         if refusal is None and size > current.size:
             # What it holds already is on the disk: only the rest must be free.
             free = await asyncio.to_thread(self._dirs.free_bytes)
@@ -139,4 +139,4 @@ class Volumes:
         return volume
 
     async def _report(self, volume: NetworkVolume) -> VolumeReport:
-        return VolumeReport(volume, await asyncio.to_thread(self._dirs.used_bytes, volume.id))
+        return VolumeReport(volume, await self._dirs.measure(volume.id))
