@@ -6,6 +6,8 @@ Everything here is blocking file I/O: callers on the event loop run it in a thre
 
 from __future__ import annotations
 
+import heapq
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,6 +21,9 @@ _BLOCK = 64 * 1024
 #: The most one poll reads of one worker's log; the rest comes with the next poll, so a burst
 #: never has to fit in memory at once.
 _POLL_BYTES = 4 * 1024 * 1024
+
+#: The most line text one read (``collect``) returns: the newest lines that fit.
+MAX_READ_CHARS = 16 * 1024 * 1024
 
 #: (st_dev, st_ino): which file a path named when it was opened, across renames.
 _Ident = tuple[int, int]
@@ -93,10 +98,72 @@ def collect(
     tail: int | None,
     marks: dict[str, _Mark],
 ) -> list[LogLine]:
-    # The last N lines overall are among the last N of each worker: read no more than that.
-    per_worker = [_read_worker(directory, name, since, tail, marks.get(name)) for name in names]
-    merged = order(per_worker)
-    return merged[-tail:] if tail is not None else merged
+    """The last ``tail`` lines (all, with None) of these workers' logs, merged by time as
+    ``order`` does, and no more than ``MAX_READ_CHARS`` of text: the newest that fit. One
+    worker's files are open at a time, read from their end, and only the lines that may still
+    be among the newest are held, however many workers there are and however long their
+    lines (a tenant's worker can fill its log with 64 KiB lines)."""
+    kept: list[tuple[_Key, int, LogLine]] = []  # a min-heap: the oldest kept line on top
+    chars = 0
+    for index, name in enumerate(names):
+        for key, line in _newest_first(directory, name, index, since, marks.get(name)):
+            full = (tail is not None and len(kept) >= tail) or chars >= MAX_READ_CHARS
+            if full and (not kept or key < kept[0][0]):
+                break  # older than everything kept: so is the rest of this worker's log
+            size = len(line.line)
+            heapq.heappush(kept, (key, size, line))
+            chars += size
+            while (tail is not None and len(kept) > tail) or (
+                chars > MAX_READ_CHARS and len(kept) > 1
+            ):
+                chars -= heapq.heappop(kept)[1]
+    kept.sort(key=lambda item: item[0])
+    return [line for _key, _size, line in kept]
+
+
+#: (time, or the time of the stamped line before it in its log; the worker's index; its place
+#: in that log, counted back from the end): ``order``'s key, read backwards.
+_Key = tuple[float, int, int]
+
+
+def _newest_first(
+    directory: Path, worker_id: str, index: int, since: float | None, mark: _Mark | None
+) -> Iterator[tuple[_Key, LogLine]]:
+    """A worker's lines from its newest back, each with its key. An unstamped line (written
+    before lines were stamped) sorts with the stamped line before it, so it waits until that
+    one is read."""
+    files = _open_files(directory, worker_id)
+    try:
+        if mark is not None and not any(_ident(f) == mark.ident for f in files):
+            mark = None  # the file the follower started in was rotated away: no limit then
+        started = mark is None
+        back = 0
+        unstamped: list[LogLine] = []
+        for f in files:
+            end = os.fstat(f.fileno()).st_size
+            if mark is not None and not started:
+                if _ident(f) != mark.ident:
+                    continue  # written after the follower's start: it reads those itself
+                started = True
+                end = min(end, mark.pos)
+            for raw in _lines_backwards(f, end):
+                ts, text = parse(raw)
+                if ts is None:
+                    if since is None:  # no time to compare with a since: left out then
+                        unstamped.append(LogLine(worker_id, None, text))
+                    continue
+                if since is not None and ts < since:
+                    return  # reading backwards, the rest is older still
+                for line in (*unstamped, LogLine(worker_id, ts, text)):
+                    back -= 1
+                    yield (ts, index, back), line
+                unstamped.clear()
+        for line in unstamped:
+            back -= 1
+            yield (-math.inf, index, back), line
+    finally:
+        for f in files:
+            f.close()
 
 
 def _open_files(directory: Path, worker_id: str) -> list[BinaryIO]:
@@ -126,38 +193,6 @@ def _open_files(directory: Path, worker_id: str) -> list[BinaryIO]:
         seen.add(ident)
         files.append(f)
     return files
-
-
-def _read_worker(
-    directory: Path, worker_id: str, since: float | None, tail: int | None, mark: _Mark | None
-) -> list[LogLine]:
-    files = _open_files(directory, worker_id)
-    try:
-        if mark is not None and not any(_ident(f) == mark.ident for f in files):
-            mark = None  # the file the follower started in was rotated away: no limit then
-        lines: list[LogLine] = []
-        started = mark is None
-        for f in files:
-            end = os.fstat(f.fileno()).st_size
-            if mark is not None and not started:
-                if _ident(f) != mark.ident:
-                    continue  # written after the follower's start: it reads those itself
-                started = True
-                end = min(end, mark.pos)
-            for raw in _lines_backwards(f, end):
-                if tail is not None and len(lines) >= tail:
-                    return lines[::-1]
-                ts, text = parse(raw)
-                if since is not None:
-                    if ts is None:
-                        continue  # no time to compare: from before lines were stamped
-                    if ts < since:
-                        return lines[::-1]  # reading backwards, the rest is older still
-                lines.append(LogLine(worker_id, ts, text))
-        return lines[::-1]
-    finally:
-        for f in files:
-            f.close()
 
 
 @dataclass(slots=True)

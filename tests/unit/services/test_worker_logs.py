@@ -4,8 +4,12 @@ following them as they grow."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from skiff.domain.logs import parse_time, rotated, stamp
+from skiff.services import log_reader
 from skiff.services.log_writer import LogFile
 from skiff.services.logs import WorkerLogs
 
@@ -48,6 +52,30 @@ def test_worker_since_and_tail_filter(tmp_path: Path) -> None:
         "a6",
     ]
     assert logs.last_lines("ep1", "b", 1) == ["b5"]
+
+
+def test_a_read_holds_the_newest_lines_that_fit_however_many_workers_and_long_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant's workers can fill their logs with the longest lines: one read returns at most
+    ``MAX_READ_CHARS`` of text, the newest, and never holds much more than that."""
+    monkeypatch.setattr(log_reader, "MAX_READ_CHARS", 10_000)
+    folder = tmp_path / "logs" / "ep1"
+    for w in range(20):
+        write(
+            folder / f"w{w}.log", *((T0 + i * 20 + w, f"{w}:{i}:" + "x" * 4000) for i in range(10))
+        )
+    held: list[int] = []
+    push = log_reader.heapq.heappush
+
+    def counted(heap: list[Any], item: Any) -> None:
+        push(heap, item)
+        held.append(sum(entry[1] for entry in heap))
+
+    monkeypatch.setattr(log_reader.heapq, "heappush", counted)
+    lines = WorkerLogs(tmp_path).read("ep1", tail=1000)
+    assert [x.line.split(":")[:2] for x in lines] == [["18", "9"], ["19", "9"]]
+    assert max(held) <= 10_000 + 4010  # the budget, and the one line that pushes it over
 
 
 def test_unknown_or_unsafe_names_read_nothing(tmp_path: Path) -> None:
