@@ -11,7 +11,9 @@ The client is skiff's own (``services/lb_client.py``: httptools' parser in an as
 protocol, a pool of kept-alive connections per worker), not a general one: a proxy pays its
 client's cost on every request (docs/performance.md, B8). It adds none of its own headers (no
 ``User-Agent``, ``Accept`` or ``Accept-Encoding`` the caller did not send): the worker sees the
-caller's request, with its own ``Host`` and the ``X-Forwarded-*`` headers.
+caller's request, with its own ``Host``, the ``X-Forwarded-*`` headers and the endpoint's
+``X-Skiff-Lb-Key`` (``domain/keys.py``), by which it can tell skiff's proxy from another
+tenant's code that reached its port on the host's loopback.
 
 A connection the worker refused (nothing of the request sent) goes to another worker: that
 is safe for any method. Once any of the request may have reached the worker, nothing is
