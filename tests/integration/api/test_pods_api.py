@@ -251,7 +251,7 @@ async def test_bad_input_is_refused_naming_the_field(
     [
         ({"dockerStartCmd": []}, "dockerStartCmd", "has neither"),
         ({"dockerStartCmd": ["no-such-program-here", "x"]}, "dockerStartCmd", "not a program"),
-        ({"dockerEntrypoint": ["/no/such/program"]}, "dockerEntrypoint", "does not exist"),
+        ({"dockerEntrypoint": ["/no/such/program"]}, "dockerEntrypoint", "not an executable file"),
         ({"dockerStartCmd": ["./run.sh"]}, "dockerStartCmd", "relative path"),
         # Looked up on the PATH the pod runs with: its own, when it sets one.
         ({"dockerStartCmd": ["sh"], "env": {"PATH": "/nowhere"}}, "dockerStartCmd", "/nowhere"),
@@ -275,7 +275,7 @@ async def test_a_process_pod_whose_program_is_not_executable_is_refused(
     answer = await in_process.http.post(
         "/v1/pods", json=server_pod(free_port(), dockerStartCmd=[str(notes)])
     )
-    assert "not executable" in refusal(answer, 400, "dockerStartCmd")
+    assert "not an executable file" in refusal(answer, 400, "dockerStartCmd")
 
 
 async def test_a_process_pod_may_run_a_program_of_its_volume_and_is_not_updated_to_a_missing_one(
