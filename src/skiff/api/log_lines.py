@@ -18,6 +18,7 @@ from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.permissions import Access
 from skiff.errors import Invalid
 from skiff.services.auth import Auth
+from skiff.services.log_reader import MAX_READ_CHARS
 from skiff.services.logs import Batches, Relayed, StillAllowed
 
 
@@ -42,7 +43,15 @@ Since = Annotated[
         "or epoch seconds"
     ),
 ]
-Tail = Annotated[int, Query(ge=1, le=10000, description="At most this many last lines")]
+Tail = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=10000,
+        description="At most this many last lines, and at most "
+        f"{MAX_READ_CHARS // (1024 * 1024)} MiB of their text: the newest lines that fit",
+    ),
+]
 
 #: The logs routes' answer, as OpenAPI says it: JSON, or with ``follow`` a stream of lines.
 FOLLOWED: dict[int | str, dict[str, Any]] = {

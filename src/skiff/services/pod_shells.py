@@ -116,19 +116,22 @@ class PodShells:
         pod = await self._store.find_pod(pod_id)
         if pod is None or not self._runs_here(pod):
             return None
-        owner = await self._store.get_user(pod.userId)
-        if owner is None or owner.disabled_at is not None:
-            return None
-        return Door(pod, owner, await self._store.get_pub_key(owner.id) or "")
+        found = await self._user_with_keys(pod.userId)
+        return None if found is None else Door(pod, *found)
 
     async def keys_of(self, user_id: str) -> str | None:
         """The public keys of the user's settings, or None when the user is gone or disabled:
         what an open SSH session is checked against (the pod's own state is not theirs: a
         pod that stops ends its sessions itself, saying so)."""
+        found = await self._user_with_keys(user_id)
+        return None if found is None else found[1]
+
+    async def _user_with_keys(self, user_id: str) -> tuple[User, str] | None:
+        """The user and the public keys of their settings, unless they are gone or disabled."""
         user = await self._store.get_user(user_id)
         if user is None or user.disabled_at is not None:
             return None
-        return await self._store.get_pub_key(user.id) or ""
+        return user, await self._store.get_pub_key(user.id) or ""
 
     def _runs_here(self, pod: Pod) -> bool:
         return runtime_status(pod) == "running" and any(

@@ -191,9 +191,7 @@ async def still_holds(shells: PodShells, admitted: Admitted, client: str, termin
     still in their settings, opens from ``client`` and, for a session on a ``terminal``, still
     allows one; the user is not disabled. The pod's state is not asked: a pod that stops ends
     its sessions itself, and says so."""
-    keys = await shells.keys_of(admitted.user.id)
-    options = None if keys is None else key_options(keys, admitted.key, client)
-    return options is not None and (not terminal or allows_terminal(options))
+    return _opens(await shells.keys_of(admitted.user.id), admitted, client, terminal)
 
 
 async def still_admitted(shells: PodShells, admitted: Admitted, client: str) -> bool:
@@ -204,5 +202,12 @@ async def still_admitted(shells: PodShells, admitted: Admitted, client: str) -> 
     return (
         door is not None
         and door.owner.id == admitted.user.id
-        and key_options(door.keys, admitted.key, client) is not None
+        and _opens(door.keys, admitted, client, terminal=False)
     )
+
+
+def _opens(keys: str | None, admitted: Admitted, client: str, terminal: bool) -> bool:
+    """Whether ``keys`` (None: the user may not get in at all) still hold the admitted key,
+    from ``client``, allowing a terminal where one is asked for."""
+    options = None if keys is None else key_options(keys, admitted.key, client)
+    return options is not None and (not terminal or allows_terminal(options))
