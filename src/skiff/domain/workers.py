@@ -60,6 +60,12 @@ class Worker:
         return self.state is not WorkerState.STOPPING and not self.recycle
 
     @property
+    def claims_jobs(self) -> bool:
+        """Whether a claim of its would be let through: it takes work and is no standby
+        (``worker_refuses_claims`` in ``store/queries/jobs.sql``)."""
+        return self.takes_work and self.state is not WorkerState.STANDBY
+
+    @property
     def is_live(self) -> bool:
         return self.state in (WorkerState.INITIALIZING, WorkerState.IDLE, WorkerState.RUNNING)
 

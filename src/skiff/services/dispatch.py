@@ -20,7 +20,7 @@ from skiff.services.job_events import JobEvents
 from skiff.services.lineup import Lineup, Queue
 from skiff.services.metrics import Metrics
 from skiff.services.result_holds import ResultHolds
-from skiff.services.wakeups import Wake, Wakeups
+from skiff.services.wakeups import Claim, Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
 
@@ -122,11 +122,17 @@ class Dispatch:
         deadline = loop.time() + wait
         woken = False
         key = Wake.endpoint(endpoint.id)
+        #: Notifications this take answers for (``wakeups.Claim``), carried from turn to turn.
+        owed = 0
         while True:
+            # None: no answer yet, wait and look again.
+            jobs: list[Job] | None = None
+            # A worker whose claims are refused (a standby) answers for nothing.
             with (
-                self._wakeups.listen(key) as event,
+                self._wakeups.claiming(key, limit if worker.claims_jobs else 0) as claim,
                 self.result_holds.polling(worker.id, limit),
             ):
+                claim.owed = owed
                 if woken:
                     # Told to stop while it waited (perhaps by another replica): it must not
                     # take a job it cannot finish. The claim itself refuses a stopping worker;
@@ -134,31 +140,62 @@ class Dispatch:
                     current = await self._workers.get(worker.id)
                     if current is None or not current.takes_work:
                         self.result_holds.release(worker.id)
-                        # It may have been woken for a job (``Jobs.submit`` wakes one take
-                        # per job): another waiting take gets that wake-up.
-                        self._wakeups.notify_some(key, 1)
-                        return []
-                    worker = current
-                if not await still_connected():
-                    if woken:
-                        self._wakeups.notify_some(key, 1)  # as above
-                    return []
-                now = self._clock.now()
-                # One fewer than asked while job-done answers are held (result_holds.py).
-                room = self.result_holds.room(worker.id, limit)
-                jobs = await self._store.claim_jobs(
-                    endpoint.id, worker.id, room, now, now + self._lease_seconds
-                )
-                if jobs:
-                    self._workers.jobs_taken(worker)
-                    if line_up:
-                        jobs += await self._line_up(endpoint, worker)
-                    return jobs
-                remaining = deadline - loop.time()
-                if remaining <= 0 or self._wakeups.closing:
-                    return []
-                await self._wakeups.wait(event, remaining)
-                woken = True
+                        jobs = []
+                    else:
+                        worker = current
+                    claim.room = limit if worker.claims_jobs else 0
+                if jobs is None and not await still_connected():
+                    jobs = []
+                if jobs is None:
+                    claimed = await self._claim(endpoint, worker, limit, claim, line_up)
+                    # None: it may no longer claim; it leaves, and what it owes goes on.
+                    jobs = [] if claimed is None else claimed
+                    remaining = deadline - loop.time()
+                    if (
+                        claimed is not None
+                        and not jobs
+                        and remaining > 0
+                        and not self._wakeups.closing
+                    ):
+                        await self._wakeups.wait(claim, remaining)
+                        woken = True
+                        jobs = None
+                owed = claim.owed
+            if jobs is not None:
+                if owed:
+                    # What it answered for and did not take (it leaves, or took its fill),
+                    # another waiting take gets now that this one no longer listens.
+                    self._wakeups.notify_some(key, owed)
+                return jobs
+
+    async def _claim(
+        self, endpoint: Endpoint, worker: Worker, limit: int, claim: Claim, line_up: bool
+    ) -> list[Job] | None:
+        """The take's claim; None when the worker's claims are refused now (told to stop or
+        held back since it was read). What ``claim`` answered for until now the claim sees, as
+        it is made after each of those jobs was queued: when it took less than it had room
+        for, nothing more was there to take, and when it took its fill, as many as it took
+        are accounted for."""
+        now = self._clock.now()
+        # One fewer than asked while job-done answers are held (result_holds.py).
+        room = self.result_holds.room(worker.id, limit)
+        claim.looking = False
+        covered = claim.owed
+        jobs = await self._store.claim_jobs(
+            endpoint.id, worker.id, room, now, now + self._lease_seconds
+        )
+        if not jobs and covered:
+            # Empty: the queue was, or the claim was refused. Only the second leaves jobs
+            # that this take answered for and nobody else was woken for.
+            current = await self._workers.get(worker.id)
+            if current is None or not current.claims_jobs:
+                return None
+        claim.owed -= covered if len(jobs) < room else min(covered, len(jobs))
+        if jobs:
+            self._workers.jobs_taken(worker)
+            if line_up:
+                jobs += await self._line_up(endpoint, worker)
+        return jobs
 
     async def _line_up(self, endpoint: Endpoint, worker: Worker) -> list[Job]:
         """More jobs for a worker that holds nothing and has room for one: the SDK's loop

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Final, NewType
+from typing import Final, NewType, TypeVar
 
 #: What a wait sleeps on. Its string is the wire form replicas publish to each other, so the
 #: forms below must not change while replicas of two versions may share a database.
 WakeKey = NewType("WakeKey", str)
+_E = TypeVar("_E", bound=asyncio.Event)
 
 
 class Wake:
@@ -44,6 +45,27 @@ class Wake:
     def stop(worker_id: str) -> WakeKey:
         """A job-stop signal waits for the worker, or the worker is being stopped."""
         return WakeKey(f"stop:{worker_id}")
+
+
+class Claim(asyncio.Event):
+    """A listener that takes what it is woken for, up to ``room`` items: a worker's job-take.
+    Until its claim is made (``looking``) it will see whatever is notified, and so will it
+    once woken: ``Wakeups.notify_some`` leaves a notification to such a one rather than wake
+    another listener, whose claim would find the job gone (an empty claim, a wasted turn).
+    What it answers for is counted in ``owed``; whatever of that its claim did not take, it
+    passes on as it leaves (``services/dispatch.py``)."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room = room
+        #: Its claim is not made yet: it will see all that is queued before it is.
+        self.looking = True
+        #: Notifications it answers for: those it was woken by, and those left to it.
+        self.owed = 0
+
+    def will_look(self) -> bool:
+        """Whether it is still to look, or woken to look again, with room for one more."""
+        return (self.looking or self.is_set()) and self.owed < self.room
 
 
 def _alone(_key: str) -> None:
@@ -88,10 +110,16 @@ class Wakeups:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.close)
 
-    @contextlib.contextmanager
-    def listen(self, key: WakeKey) -> Iterator[asyncio.Event]:
+    def listen(self, key: WakeKey) -> contextlib.AbstractContextManager[asyncio.Event]:
         """Subscribe *before* checking the condition, so a notify in between is not lost."""
-        event = asyncio.Event()
+        return self._subscribed(key, asyncio.Event())
+
+    def claiming(self, key: WakeKey, room: int) -> contextlib.AbstractContextManager[Claim]:
+        """``listen`` for a listener that claims up to ``room`` of what it is woken for."""
+        return self._subscribed(key, Claim(room))
+
+    @contextlib.contextmanager
+    def _subscribed(self, key: WakeKey, event: _E) -> Iterator[_E]:
         if self.closing:
             event.set()
         events = self._events.setdefault(key, [])
@@ -110,15 +138,26 @@ class Wakeups:
     def notify_some(self, key: WakeKey, count: int) -> None:
         """Wake ``count`` of this replica's waiters on ``key`` (those listening longest), not
         all of them: a job that one take claims would cost every other waiting take an empty
-        claim (a write) and a wasted turn. A waiter woken so that does not take what it was
-        woken for passes the wake-up on (``services/dispatch.py``). Other replicas hear the
-        key as from ``notify``."""
-        for event in self._events.get(key, ()):
+        claim (a write) and a wasted turn. A ``Claim`` that is going to look anyway is left
+        the notification first, as far as its room goes. One that does not take what it
+        answers for passes it on (``services/dispatch.py``). Other replicas hear the key as
+        from ``notify``."""
+        events = self._events.get(key, ())
+        for event in events:
+            if count <= 0:
+                break
+            if isinstance(event, Claim) and event.will_look():
+                taken = min(count, event.room - event.owed)
+                event.owed += taken
+                count -= taken
+        for event in events:
             if count <= 0:
                 break
             if not event.is_set():
                 event.set()
                 count -= 1
+                if isinstance(event, Claim):
+                    event.owed += 1
         self._publish(key)
 
     def deliver(self, key: str) -> None:

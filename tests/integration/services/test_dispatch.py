@@ -15,7 +15,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobRequest, JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result, read_stream_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.services.dispatch import Dispatch
+from skiff.services.dispatch import Dispatch, StillConnected
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
 from skiff.services.metrics import Metrics
@@ -115,17 +115,21 @@ async def test_a_late_result_for_a_cancelled_job_is_ignored(rig: Rig) -> None:
     assert job.status is JobStatus.CANCELLED and job.output_json is None
 
 
-async def test_a_stopping_worker_takes_no_job(rig: Rig) -> None:
+async def _add_local_worker(rig: Rig, worker_id: str, state: WorkerState) -> None:
     await rig.workers.add(
         Worker(
-            id="w1",
+            id=worker_id,
             endpoint_id="ep1",
             kind=WorkerKind.LOCAL,
-            state=WorkerState.STOPPING,
+            state=state,
             version=1,
             started_at=rig.clock.now(),
         )
     )
+
+
+async def test_a_stopping_worker_takes_no_job(rig: Rig) -> None:
+    await _add_local_worker(rig, "w1", WorkerState.STOPPING)
     job_id = await rig.submit()
     assert await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected) == []
     assert await rig.status(job_id) is JobStatus.IN_QUEUE
@@ -191,7 +195,8 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
     assert await asyncio.wait_for(poll, 2.0) == []
 
 
-async def test_one_job_wakes_one_waiting_take_and_the_next_job_the_next(rig: Rig) -> None:
+def _count_claims(rig: Rig) -> list[int]:
+    """How many jobs each claim of the store brought, in order."""
     claims: list[int] = []
     claim = rig.store.claim_jobs
 
@@ -201,6 +206,23 @@ async def test_one_job_wakes_one_waiting_take_and_the_next_job_the_next(rig: Rig
         return taken
 
     rig.store.claim_jobs = counted  # type: ignore[method-assign]
+    return claims
+
+
+async def _two_takes_waiting(
+    rig: Rig, limit: int, first_connected: StillConnected
+) -> tuple[asyncio.Task[list[Job]], asyncio.Task[list[Job]]]:
+    """Takes of ``w1`` then ``w2`` for up to ``limit`` jobs each, both waiting, ``w1``'s the
+    longer (the first that a job wakes)."""
+    first = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", limit, 5.0, first_connected))
+    await eventually_async(lambda: rig.wakeups.listening == 1, "the first take waiting")
+    second = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w2", limit, 5.0, connected))
+    await eventually_async(lambda: rig.wakeups.listening == 2, "the second take waiting")
+    return first, second
+
+
+async def test_one_job_wakes_one_waiting_take_and_the_next_job_the_next(rig: Rig) -> None:
+    claims = _count_claims(rig)
     polls = [
         asyncio.create_task(rig.dispatch.take(rig.endpoint, f"w{i}", 1, 5.0, connected))
         for i in range(3)
@@ -229,16 +251,95 @@ async def test_a_take_woken_after_its_worker_left_passes_the_job_to_another(rig:
     async def left() -> bool:
         return not gone.is_set()
 
-    first = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, left))
-    await eventually_async(lambda: rig.wakeups.listening == 1, "the first take waiting")
-    second = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w2", 1, 5.0, connected))
-    await eventually_async(lambda: rig.wakeups.listening == 2, "the second take waiting")
+    first, second = await _two_takes_waiting(rig, 1, left)
 
     gone.set()  # the first take's worker went away while it waited
     job_id = await rig.submit()
 
     assert await asyncio.wait_for(first, 2.0) == []
     assert [j.id for j in await asyncio.wait_for(second, 2.0)] == [job_id]
+
+
+class Gate:
+    """A take's ``still_connected`` that can be held shut: a take asking it is woken and yet
+    to claim for as long as the test wants, and then answers ``connected``."""
+
+    def __init__(self) -> None:
+        self.shut = False
+        self.held = asyncio.Event()
+        self.opened = asyncio.Event()
+        self.connected = True
+
+    async def __call__(self) -> bool:
+        if self.shut:
+            self.held.set()
+            await self.opened.wait()
+        return self.connected
+
+
+async def test_jobs_queued_while_a_woken_take_is_yet_to_claim_wake_no_other_take(
+    rig: Rig,
+) -> None:
+    """The woken take's claim comes after them and sees them: waking another take for each
+    would cost it an empty claim."""
+    claims = _count_claims(rig)
+    gate = Gate()
+    first, second = await _two_takes_waiting(rig, 5, gate)
+
+    gate.shut = True
+    jobs = [await rig.submit()]
+    await asyncio.wait_for(gate.held.wait(), 2.0)  # woken, not yet claimed
+    jobs += [await rig.submit(), await rig.submit()]
+    gate.opened.set()
+
+    assert [j.id for j in await asyncio.wait_for(first, 2.0)] == jobs
+    assert claims == [0, 0, 3]
+    assert not second.done() and rig.wakeups.listening == 1
+    second.cancel()
+
+
+async def test_a_take_that_leaves_before_its_claim_passes_on_what_it_answered_for(
+    rig: Rig,
+) -> None:
+    gate = Gate()
+    first, second = await _two_takes_waiting(rig, 5, gate)
+
+    gate.shut = True
+    jobs = [await rig.submit()]
+    await asyncio.wait_for(gate.held.wait(), 2.0)
+    jobs += [await rig.submit(), await rig.submit()]
+    gate.connected = False  # its worker went away before it claimed
+    gate.opened.set()
+
+    assert await asyncio.wait_for(first, 2.0) == []
+    assert [j.id for j in await asyncio.wait_for(second, 2.0)] == jobs
+
+
+async def test_a_take_with_no_more_room_leaves_the_next_job_to_another(rig: Rig) -> None:
+    claims = _count_claims(rig)
+    gate = Gate()
+    first, second = await _two_takes_waiting(rig, 1, gate)
+
+    gate.shut = True
+    one = await rig.submit()
+    await asyncio.wait_for(gate.held.wait(), 2.0)
+    two = await rig.submit()  # the first take has room for one only: the second is woken
+    # ... and claims at once, the oldest job first.
+    assert [j.id for j in await asyncio.wait_for(second, 2.0)] == [one]
+    gate.opened.set()
+    assert [j.id for j in await asyncio.wait_for(first, 2.0)] == [two]
+    assert claims == [0, 0, 1, 1]
+
+
+async def test_a_standby_take_answers_for_no_job_and_passes_on_its_wake_up(rig: Rig) -> None:
+    """A standby's claims are refused: a job left to it would wait for nobody."""
+    await _add_local_worker(rig, "w1", WorkerState.STANDBY)
+    standby, other = await _two_takes_waiting(rig, 5, connected)
+
+    job_id = await rig.submit()  # wakes the standby's take, listening longest
+
+    assert [j.id for j in await asyncio.wait_for(other, 2.0)] == [job_id]
+    assert await asyncio.wait_for(standby, 2.0) == []
 
 
 async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Rig) -> None:

@@ -59,6 +59,37 @@ async def test_notify_some_wakes_that_many_of_those_listening_longest() -> None:
     assert wakeups.listening == 0
 
 
+async def test_a_claim_still_to_look_answers_for_notifications_up_to_its_room() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen(A) as plain, wakeups.claiming(A, 2) as claim:
+        wakeups.notify_some(A, 1)
+        wakeups.notify_some(A, 1)
+        # Its claim is not made yet and will see both: nobody else is woken.
+        assert claim.owed == 2 and not plain.is_set()
+        wakeups.notify_some(A, 1)  # no room left in it
+        assert plain.is_set()
+
+
+async def test_a_claim_whose_claim_is_made_answers_for_nothing_until_woken() -> None:
+    wakeups = Wakeups()
+    with wakeups.claiming(A, 5) as first, wakeups.claiming(A, 5) as second:
+        first.looking = second.looking = False
+        wakeups.notify_some(A, 1)
+        assert first.is_set() and first.owed == 1 and not second.is_set()
+        # Woken, it will look again: the next one is left to it as well.
+        wakeups.notify_some(A, 1)
+        assert first.owed == 2 and not second.is_set()
+
+
+async def test_a_claim_with_no_room_is_woken_but_answers_for_nothing_more() -> None:
+    wakeups = Wakeups()
+    with wakeups.claiming(A, 0) as standby, wakeups.listen(A) as plain:
+        wakeups.notify_some(A, 1)
+        assert standby.is_set() and standby.owed == 1 and not plain.is_set()
+        wakeups.notify_some(A, 1)
+        assert plain.is_set() and standby.owed == 1
+
+
 async def test_notify_some_is_told_to_other_replicas_like_notify() -> None:
     published: list[str] = []
     wakeups = Wakeups(publish=published.append)
