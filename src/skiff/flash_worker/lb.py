@@ -5,7 +5,11 @@ sends as its job's input, answered with the ``FunctionResponse`` at once. ``GET 
 load balancer's health check, on ``PORT_HEALTH`` as well when it differs from ``PORT``.
 
 It serves with aiohttp, which the runpod SDK brings, and runs calls one at a time through the
-same handler as the queue-based worker (``handler.py``).
+same handler as the queue-based worker (``handler.py``), on a thread of their own with an event
+loop of its own: a call that blocks (a synchronous function, a dependency's install) holds that
+thread, while the server's loop goes on answering ``/ping``, which skiff's health check asks
+(a worker that stops answering it is ended). The hosted image runs a synchronous function on a
+thread as well (FastAPI's thread pool).
 
 ``/execute`` runs the code it is sent, so it answers only skiff's proxy: a process worker listens
 on the host's loopback, where another tenant's code can reach it too. skiff gives the worker
@@ -20,6 +24,7 @@ import asyncio
 import hmac
 import json
 import os
+import threading
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +37,27 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 #: As ``skiff.domain.keys`` names them (the worker does not import the server's modules).
 LB_KEY_VARIABLE = "SKIFF_LB_KEY"
 LB_KEY_HEADER = "X-Skiff-Lb-Key"
+
+
+class _CallThread:
+    """The thread calls run on, with its event loop: one per process, made at the first call."""
+
+    _made: _CallThread | None = None
+    _making = threading.Lock()
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="flash-calls", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> _CallThread:
+        with cls._making:
+            if cls._made is None:
+                cls._made = cls()
+            return cls._made
+
+    async def handle(self, job: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(handle(job), self._loop))
 
 
 def _from_skiffs_proxy(request: web.Request) -> bool:
@@ -58,7 +84,8 @@ async def execute(request: web.Request) -> web.Response:
         return web.json_response(
             {"success": False, "error": f"BadRequest: the body is not JSON: {exc}"}, status=400
         )
-    return web.json_response(await handle({"id": request.path, "input": body}))
+    answer = await _CallThread.get().handle({"id": request.path, "input": body})
+    return web.json_response(answer)
 
 
 async def ping(_request: web.Request) -> web.Response:

@@ -4,11 +4,15 @@ anyone. ``/ping`` always answers."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from eventually import eventually_async
 from flash_programs import function_request
 from skiff.domain import keys
 from skiff.flash_worker import lb
@@ -44,6 +48,38 @@ async def test_alone_it_answers_anyone(
     monkeypatch.delenv(lb.LB_KEY_VARIABLE, raising=False)
     answer = await client.post("/execute", json=REQUEST)
     assert answer.status == 200 and (await answer.json())["success"] is True
+
+
+async def test_a_call_that_blocks_leaves_ping_answering(
+    client: TestClient,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """skiff ends a load-balancing worker that stops answering its health check: a
+    synchronous function (or a dependency's install) must not hold the server's loop."""
+    monkeypatch.delenv(lb.LB_KEY_VARIABLE, raising=False)
+    started, go = tmp_path / "started", tmp_path / "go"
+    code = (
+        "import pathlib, time\n"
+        "def wait():\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        f"    while not pathlib.Path({str(go)!r}).exists():\n"
+        "        time.sleep(0.01)\n"
+        "    return 'done'\n"
+    )
+    # Should the call hold the loop after all, this ends it, and the test fails, not hangs.
+    breaker = threading.Timer(30, go.touch)
+    breaker.start()
+    try:
+        call = asyncio.create_task(client.post("/execute", json=function_request("wait", code)))
+        await eventually_async(started.exists, "the call to start")
+        assert (await client.get("/ping")).status == 200
+        assert not call.done()
+        go.touch()
+        answer = await asyncio.wait_for(call, 30)
+        assert (await answer.json())["json_result"] == "done"
+    finally:
+        breaker.cancel()
 
 
 def test_its_names_are_the_servers() -> None:
