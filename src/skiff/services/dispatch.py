@@ -127,40 +127,48 @@ class Dispatch:
         while True:
             # None: no answer yet, wait and look again.
             jobs: list[Job] | None = None
-            # A worker whose claims are refused (a standby) answers for nothing.
-            with (
-                self._wakeups.claiming(key, limit if worker.claims_jobs else 0) as claim,
-                self.result_holds.polling(worker.id, limit),
-            ):
-                claim.owed = owed
-                if woken:
-                    # Told to stop while it waited (perhaps by another replica): it must not
-                    # take a job it cannot finish. The claim itself refuses a stopping worker;
-                    # this only ends the poll sooner.
-                    current = await self._workers.get(worker.id)
-                    if current is None or not current.takes_work:
-                        self.result_holds.release(worker.id)
+            claim: Claim | None = None
+            try:
+                # A worker whose claims are refused (a standby) answers for nothing.
+                with (
+                    self._wakeups.claiming(key, limit if worker.claims_jobs else 0) as claim,
+                    self.result_holds.polling(worker.id, limit),
+                ):
+                    claim.owed = owed
+                    if woken:
+                        # Told to stop while it waited (perhaps by another replica): it must not
+                        # take a job it cannot finish. The claim itself refuses a stopping worker;
+                        # this only ends the poll sooner.
+                        current = await self._workers.get(worker.id)
+                        if current is None or not current.takes_work:
+                            self.result_holds.release(worker.id)
+                            jobs = []
+                        else:
+                            worker = current
+                        claim.room = limit if worker.claims_jobs else 0
+                    if jobs is None and not await still_connected():
                         jobs = []
-                    else:
-                        worker = current
-                    claim.room = limit if worker.claims_jobs else 0
-                if jobs is None and not await still_connected():
-                    jobs = []
-                if jobs is None:
-                    claimed = await self._claim(endpoint, worker, limit, claim, line_up)
-                    # None: it may no longer claim; it leaves, and what it owes goes on.
-                    jobs = [] if claimed is None else claimed
-                    remaining = deadline - loop.time()
-                    if (
-                        claimed is not None
-                        and not jobs
-                        and remaining > 0
-                        and not self._wakeups.closing
-                    ):
-                        await self._wakeups.wait(claim, remaining)
-                        woken = True
-                        jobs = None
-                owed = claim.owed
+                    if jobs is None:
+                        claimed = await self._claim(endpoint, worker, limit, claim, line_up)
+                        # None: it may no longer claim; it leaves, and what it owes goes on.
+                        jobs = [] if claimed is None else claimed
+                        remaining = deadline - loop.time()
+                        if (
+                            claimed is not None
+                            and not jobs
+                            and remaining > 0
+                            and not self._wakeups.closing
+                        ):
+                            await self._wakeups.wait(claim, remaining)
+                            woken = True
+                            jobs = None
+                    owed = claim.owed
+            except BaseException:
+                # Failed (the store) or cancelled with jobs it answered for: they go on to
+                # another take, as this one no longer listens.
+                if claim is not None and claim.owed:
+                    self._wakeups.notify_some(key, claim.owed)
+                raise
             if jobs is not None:
                 if owed:
                     # What it answered for and did not take (it leaves, or took its fill),

@@ -139,9 +139,9 @@ class Wakeups:
         """Wake ``count`` of this replica's waiters on ``key`` (those listening longest), not
         all of them: a job that one take claims would cost every other waiting take an empty
         claim (a write) and a wasted turn. A ``Claim`` that is going to look anyway is left
-        the notification first, as far as its room goes. One that does not take what it
-        answers for passes it on (``services/dispatch.py``). Other replicas hear the key as
-        from ``notify``."""
+        the notification first, as far as its room goes; one with no room is not woken (it
+        hears ``notify``). One that does not take what it answers for passes it on
+        (``services/dispatch.py``). Other replicas hear the key as from ``notify``."""
         events = self._events.get(key, ())
         for event in events:
             if count <= 0:
@@ -153,11 +153,15 @@ class Wakeups:
         for event in events:
             if count <= 0:
                 break
-            if not event.is_set():
-                event.set()
-                count -= 1
-                if isinstance(event, Claim):
-                    event.owed += 1
+            if isinstance(event, Claim):
+                if event.room <= 0 or event.is_set():
+                    # One with no room (a standby's) would only hand it on, to another such.
+                    continue
+                event.owed += 1
+            elif event.is_set():
+                continue
+            event.set()
+            count -= 1
         self._publish(key)
 
     def deliver(self, key: str) -> None:

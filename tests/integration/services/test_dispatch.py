@@ -331,15 +331,71 @@ async def test_a_take_with_no_more_room_leaves_the_next_job_to_another(rig: Rig)
     assert claims == [0, 0, 1, 1]
 
 
-async def test_a_standby_take_answers_for_no_job_and_passes_on_its_wake_up(rig: Rig) -> None:
+async def test_a_standby_take_is_not_woken_for_a_job_and_another_take_is(rig: Rig) -> None:
     """A standby's claims are refused: a job left to it would wait for nobody."""
     await _add_local_worker(rig, "w1", WorkerState.STANDBY)
     standby, other = await _two_takes_waiting(rig, 5, connected)
 
-    job_id = await rig.submit()  # wakes the standby's take, listening longest
+    job_id = await rig.submit()
 
     assert [j.id for j in await asyncio.wait_for(other, 2.0)] == [job_id]
-    assert await asyncio.wait_for(standby, 2.0) == []
+    assert not standby.done() and rig.wakeups.listening == 1
+    standby.cancel()
+
+
+async def test_standby_takes_do_not_hand_a_job_between_them(rig: Rig) -> None:
+    await _add_local_worker(rig, "w1", WorkerState.STANDBY)
+    await _add_local_worker(rig, "w2", WorkerState.STANDBY)
+    claims = _count_claims(rig)
+    takes = await _two_takes_waiting(rig, 5, connected)
+
+    await rig.submit()
+
+    assert rig.wakeups.listening == 2  # neither is woken
+    assert claims == [0, 0]
+    for take in takes:
+        take.cancel()
+
+
+async def _a_take_waiting_and_one_looking(
+    rig: Rig,
+) -> tuple[asyncio.Task[list[Job]], asyncio.Task[list[Job]], Gate]:
+    """``w1``'s take waits; ``w2``'s has just arrived and is held before its claim."""
+    waiting = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, connected))
+    await eventually_async(lambda: rig.wakeups.listening == 1, "the first take waiting")
+    gate = Gate()
+    gate.shut = True
+    looking = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w2", 1, 5.0, gate))
+    await asyncio.wait_for(gate.held.wait(), 2.0)
+    return waiting, looking, gate
+
+
+async def test_a_take_whose_claim_fails_passes_on_the_job_it_answered_for(rig: Rig) -> None:
+    waiting, looking, gate = await _a_take_waiting_and_one_looking(rig)
+    job_id = await rig.submit()  # left to the take about to claim
+    claim = rig.store.claim_jobs
+
+    async def failing(endpoint_id: str, worker_id: str, *args: float) -> list[Job]:
+        if worker_id == "w2":
+            raise RuntimeError("the database went away")
+        return await claim(endpoint_id, worker_id, *args)  # type: ignore[arg-type]
+
+    rig.store.claim_jobs = failing  # type: ignore[method-assign]
+    gate.opened.set()
+    with pytest.raises(RuntimeError):
+        await looking
+    assert [j.id for j in await asyncio.wait_for(waiting, 2.0)] == [job_id]
+
+
+async def test_a_take_cancelled_before_its_claim_passes_on_the_job_it_answered_for(
+    rig: Rig,
+) -> None:
+    waiting, looking, _gate = await _a_take_waiting_and_one_looking(rig)
+    job_id = await rig.submit()
+    looking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await looking
+    assert [j.id for j in await asyncio.wait_for(waiting, 2.0)] == [job_id]
 
 
 async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Rig) -> None:
