@@ -83,6 +83,20 @@ def test_refresh_worker_recycles_the_worker_after_its_job(server: Server) -> Non
     assert first["workerId"] != second["workerId"]
 
 
+def test_an_ended_workers_home_goes_with_it_and_its_log_stays(server: Server) -> None:
+    """A home is a worker's container disk: kept, those of workers started over and over
+    would fill the server's disk."""
+    endpoint = server.create_endpoint("home_worker.py", workersMax=1, idleTimeout=30)
+    eid = endpoint["id"]
+    done = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
+    assert done["status"] == "COMPLETED"
+    home = Path(done["output"]["home"])
+    server.wait_for(lambda: not home.exists(), timeout=30, what="the ended worker's home to go")
+    assert home.parent.parent.is_dir()  # the endpoint's homes, shared by its next workers
+    logs = server.http.get(f"/v1/endpoints/{eid}/logs", params={"worker": done["workerId"]})
+    assert logs.status_code == 200 and logs.json()["lines"]
+
+
 def _group_members(pgid: int) -> list[int]:
     members = []
     for entry in Path("/proc").iterdir():

@@ -606,6 +606,7 @@ class Fleet:
         if failed_start:
             reason = "the worker did not call in by its start-up deadline"
         await self._dispatch.worker_lost(worker, reason)
+        await self._remove_home(worker)
         if expected:
             return
         unfit = self._of(worker_id).unfit
@@ -802,7 +803,18 @@ class Fleet:
         ]
         for worker in stale:
             await self._dispatch.worker_lost(worker, "the worker's process is gone")
+            await self._remove_home(worker)
         return stale
+
+    async def _remove_home(self, worker: Worker) -> None:
+        """An ended worker's home is its container disk, and goes with it as a container's
+        writable layer goes with the container: the next worker starts with a fresh one. Kept
+        until the endpoint went, the homes of workers started and ended over and over (a
+        tenant's, on purpose or not) would fill the disk the database is on. Its log stays.
+        ``rmtree`` does not follow a link the worker may have put in its place."""
+        await asyncio.to_thread(
+            shutil.rmtree, self.homes(worker.endpoint_id) / worker.id, ignore_errors=True
+        )
 
     async def reap_orphans(self) -> None:
         """Stop this replica's processes whose record says they should not run: the endpoint
