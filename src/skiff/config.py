@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)
+    #: The logs of an endpoint's ended workers kept on this host, newest first, up to this
+    #: many bytes together (the newest ended worker's is always kept); older ones are removed.
+    log_ended_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     #: A connection must send a whole request head (request line and headers) within this
     #: long of opening, or of starting its next request; else it is closed.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)

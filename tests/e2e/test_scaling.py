@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness import Server
+from harness import Server, running
 
 
 def _workers(server: Server, endpoint_id: str) -> list[dict[str, Any]]:
@@ -95,6 +95,24 @@ def test_an_ended_workers_home_goes_with_it_and_its_log_stays(server: Server) ->
     assert home.parent.parent.is_dir()  # the endpoint's homes, shared by its next workers
     logs = server.http.get(f"/v1/endpoints/{eid}/logs", params={"worker": done["workerId"]})
     assert logs.status_code == 200 and logs.json()["lines"]
+
+
+def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> None:
+    """Workers that start and end over and over leave logs within the endpoint's budget:
+    here one byte, so only the newest ended worker's log stays."""
+    with running(tmp_path / "data", env={"SKIFF_LOG_ENDED_MAX_BYTES": "1"}) as server:
+        endpoint = server.create_endpoint("refresh_worker.py", workersMax=1, idleTimeout=30)
+        eid = endpoint["id"]
+        first = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
+        second = server.http.post(f"/v2/{eid}/runsync", json={"input": {}}).json()
+        assert first["workerId"] != second["workerId"]
+        folder = tmp_path / "data" / "logs" / eid
+        server.wait_for(
+            lambda: not (folder / f"{first['workerId']}.log").exists(),
+            timeout=30,
+            what="the older ended worker's log to go",
+        )
+        assert (folder / f"{second['workerId']}.log").exists()
 
 
 def _group_members(pgid: int) -> list[int]:

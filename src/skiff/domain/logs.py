@@ -88,6 +88,16 @@ def worker_names(names: Iterable[str]) -> list[str]:
     return sorted(n[:-4] for n in names if n.endswith(".log") and safe_name(n[:-4]))
 
 
+def worker_of_file(name: str) -> str | None:
+    """The worker whose log (``WORKER.log``) or rotated log (``WORKER.log.N``) is the file
+    ``name``; None for any other file."""
+    stem, dot, suffix = name.rpartition(".")
+    if dot and suffix.isdigit() and stem.endswith(".log"):
+        name = stem
+    worker = name[:-4]
+    return worker if name.endswith(".log") and safe_name(worker) else None
+
+
 def rotated(path: Path, n: int) -> Path:
     """The ``n``-th rotated file of ``path`` (1 = the newest)."""
     return path.with_name(f"{path.name}.{n}")

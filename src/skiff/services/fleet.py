@@ -593,6 +593,14 @@ class Fleet:
         worker = await self._workers.get(worker_id)
         if worker is None:
             return
+        try:
+            await self._exited(worker, code)
+        finally:
+            # Last: a failure recorded above quotes the worker's last lines from its log.
+            await self._remove_ended(worker)
+
+    async def _exited(self, worker: Worker, code: int) -> None:
+        worker_id = worker.id
         own = self._of(worker_id)
         # Ended for missing the start-up deadline: its failure is already recorded.
         failed_start, ended = own.failed_start, own.ending
@@ -606,7 +614,6 @@ class Fleet:
         if failed_start:
             reason = "the worker did not call in by its start-up deadline"
         await self._dispatch.worker_lost(worker, reason)
-        await self._remove_home(worker)
         if expected:
             return
         unfit = self._of(worker_id).unfit
@@ -803,17 +810,24 @@ class Fleet:
         ]
         for worker in stale:
             await self._dispatch.worker_lost(worker, "the worker's process is gone")
-            await self._remove_home(worker)
+            await self._remove_ended(worker)
         return stale
 
-    async def _remove_home(self, worker: Worker) -> None:
+    async def _remove_ended(self, worker: Worker) -> None:
         """An ended worker's home is its container disk, and goes with it as a container's
         writable layer goes with the container: the next worker starts with a fresh one. Kept
         until the endpoint went, the homes of workers started and ended over and over (a
-        tenant's, on purpose or not) would fill the disk the database is on. Its log stays.
+        tenant's, on purpose or not) would fill the disk the database is on. Its log stays,
+        with those of the endpoint's other ended workers up to ``log_ended_max_bytes``.
         ``rmtree`` does not follow a link the worker may have put in its place."""
         await asyncio.to_thread(
             shutil.rmtree, self.homes(worker.endpoint_id) / worker.id, ignore_errors=True
+        )
+        await asyncio.to_thread(
+            self._logs.prune_ended,
+            worker.endpoint_id,
+            set(self.provider.running()),
+            self._settings.log_ended_max_bytes,
         )
 
     async def reap_orphans(self) -> None:

@@ -19,12 +19,19 @@ import math
 import os
 import shutil
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
-from skiff.domain.logs import LogLine, LogQuery, log_name, safe_name, worker_names
+from skiff.domain.logs import (
+    LogLine,
+    LogQuery,
+    log_name,
+    safe_name,
+    worker_names,
+    worker_of_file,
+)
 from skiff.errors import NotFound
 from skiff.services.log_reader import LogFollower, collect
 from skiff.services.log_writer import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, LogFile
@@ -81,6 +88,42 @@ class WorkerLogs:
     def remove(self, endpoint_id: str) -> None:
         """Every log of the endpoint, rotated files included (it was deleted)."""
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
+
+    def prune_ended(self, endpoint_id: str, live: Collection[str], keep_bytes: int) -> list[str]:
+        """Remove the logs of the endpoint's ended workers (those not ``live``) past the newest
+        ``keep_bytes`` of them, counting each worker's rotated files with it; the newest ended
+        worker's log is kept whatever its size. Each worker's log is capped, but workers that
+        start and end over and over (a crash loop, ``refresh_worker``, a tenant on purpose)
+        would otherwise fill the disk. The ids of the workers whose logs went."""
+        sizes: dict[str, int] = {}
+        newest: dict[str, float] = {}
+        files: dict[str, list[str]] = {}
+        try:
+            entries = list(os.scandir(self.log_dir(endpoint_id)))
+        except OSError:
+            return []
+        for entry in entries:
+            worker = worker_of_file(entry.name)
+            if worker is None or worker in live:
+                continue
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            sizes[worker] = sizes.get(worker, 0) + stat.st_size
+            newest[worker] = max(newest.get(worker, 0.0), stat.st_mtime)
+            files.setdefault(worker, []).append(entry.path)
+        removed: list[str] = []
+        kept = 0
+        for i, worker in enumerate(sorted(sizes, key=newest.__getitem__, reverse=True)):
+            kept += sizes[worker]
+            if i == 0 or kept <= keep_bytes:
+                continue
+            for path in files[worker]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            removed.append(worker)
+        return removed
 
     def workers(self, endpoint_id: str) -> list[str]:
         """Ids of the workers of the endpoint that have a log, sorted."""

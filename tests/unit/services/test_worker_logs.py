@@ -3,6 +3,7 @@ following them as they grow."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,47 @@ def test_times_are_read_as_iso_8601_or_epoch_seconds() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was accepted")
+
+
+def _ended_log(folder: Path, worker: str, size: int, mtime: float, rotations: int = 0) -> None:
+    """A worker's log of ``size`` bytes in all (split over its rotated files), last written
+    at ``mtime``."""
+    paths = [folder / f"{worker}.log"] + [
+        rotated(folder / f"{worker}.log", n) for n in range(1, rotations + 1)
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        path.write_bytes(b"x" * (size // len(paths)))
+        os.utime(path, (mtime, mtime))
+
+
+def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "ep1"
+    _ended_log(folder, "old", 400, T0, rotations=2)
+    _ended_log(folder, "mid", 400, T0 + 10)
+    _ended_log(folder, "new", 400, T0 + 20)
+    _ended_log(folder, "live", 5000, T0 - 100)  # still running: never counted, never removed
+    (folder / "notes.txt").write_text("not a log")
+
+    removed = WorkerLogs(tmp_path).prune_ended("ep1", {"live"}, keep_bytes=800)
+
+    assert removed == ["old"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "live.log",
+        "mid.log",
+        "new.log",
+        "notes.txt",
+    ]
+
+
+def test_the_newest_ended_workers_log_is_kept_whatever_its_size(tmp_path: Path) -> None:
+    folder = tmp_path / "logs" / "ep1"
+    _ended_log(folder, "older", 10, T0)
+    _ended_log(folder, "newest", 10_000, T0 + 1, rotations=1)
+
+    assert WorkerLogs(tmp_path).prune_ended("ep1", set(), keep_bytes=0) == ["older"]
+    assert sorted(p.name for p in folder.iterdir()) == ["newest.log", "newest.log.1"]
+
+
+def test_pruning_an_endpoint_without_logs_removes_nothing(tmp_path: Path) -> None:
+    assert WorkerLogs(tmp_path).prune_ended("ep1", set(), keep_bytes=0) == []
