@@ -21,6 +21,7 @@ on the host's loopback, where another tenant's code can reach it too. skiff give
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import json
 import os
@@ -39,25 +40,13 @@ LB_KEY_VARIABLE = "SKIFF_LB_KEY"
 LB_KEY_HEADER = "X-Skiff-Lb-Key"
 
 
-class _CallThread:
-    """The thread calls run on, with its event loop: one per process, made at the first call."""
-
-    _made: _CallThread | None = None
-    _making = threading.Lock()
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="flash-calls", daemon=True).start()
-
-    @classmethod
-    def get(cls) -> _CallThread:
-        with cls._making:
-            if cls._made is None:
-                cls._made = cls()
-            return cls._made
-
-    async def handle(self, job: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(handle(job), self._loop))
+@functools.cache
+def _call_loop() -> asyncio.AbstractEventLoop:
+    """The event loop calls run on, on a thread of its own: made at the first call (only the
+    server's loop asks, so once)."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="flash-calls", daemon=True).start()
+    return loop
 
 
 def _from_skiffs_proxy(request: web.Request) -> bool:
@@ -84,8 +73,9 @@ async def execute(request: web.Request) -> web.Response:
         return web.json_response(
             {"success": False, "error": f"BadRequest: the body is not JSON: {exc}"}, status=400
         )
-    answer = await _CallThread.get().handle({"id": request.path, "input": body})
-    return web.json_response(answer)
+    job = {"id": request.path, "input": body}
+    answer = asyncio.run_coroutine_threadsafe(handle(job), _call_loop())
+    return web.json_response(await asyncio.wrap_future(answer))
 
 
 async def ping(_request: web.Request) -> web.Response:

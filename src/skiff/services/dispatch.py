@@ -37,6 +37,12 @@ def _never_endable(worker: Worker) -> bool:
     return False
 
 
+def _room_of(worker: Worker, limit: int) -> int:
+    """How many notifications a take of ``worker`` for ``limit`` jobs may answer for: none
+    for a worker whose claims are refused (a standby)."""
+    return limit if worker.claims_jobs else 0
+
+
 #: A worker that is being stopped still polls; answer it slowly so it does not spin.
 _STOPPING_WAIT_SECONDS = 1.0
 
@@ -125,56 +131,33 @@ class Dispatch:
         #: Notifications this take answers for (``wakeups.Claim``), carried from turn to turn.
         owed = 0
         while True:
-            # None: no answer yet, wait and look again.
-            jobs: list[Job] | None = None
-            claim: Claim | None = None
-            try:
-                # A worker whose claims are refused (a standby) answers for nothing.
-                with (
-                    self._wakeups.claiming(key, limit if worker.claims_jobs else 0) as claim,
-                    self.result_holds.polling(worker.id, limit),
-                ):
-                    claim.owed = owed
-                    if woken:
-                        # Told to stop while it waited (perhaps by another replica): it must not
-                        # take a job it cannot finish. The claim itself refuses a stopping worker;
-                        # this only ends the poll sooner.
-                        current = await self._workers.get(worker.id)
-                        if current is None or not current.takes_work:
-                            self.result_holds.release(worker.id)
-                            jobs = []
-                        else:
-                            worker = current
-                        claim.room = limit if worker.claims_jobs else 0
-                    if jobs is None and not await still_connected():
-                        jobs = []
-                    if jobs is None:
-                        claimed = await self._claim(endpoint, worker, limit, claim, line_up)
-                        # None: it may no longer claim; it leaves, and what it owes goes on.
-                        jobs = [] if claimed is None else claimed
-                        remaining = deadline - loop.time()
-                        if (
-                            claimed is not None
-                            and not jobs
-                            and remaining > 0
-                            and not self._wakeups.closing
-                        ):
-                            await self._wakeups.wait(claim, remaining)
-                            woken = True
-                            jobs = None
-                    owed = claim.owed
-            except BaseException:
-                # Failed (the store) or cancelled with jobs it answered for: they go on to
-                # another take, as this one no longer listens.
-                if claim is not None and claim.owed:
-                    self._wakeups.notify_some(key, claim.owed)
-                raise
-            if jobs is not None:
-                if owed:
-                    # What it answered for and did not take (it leaves, or took its fill),
-                    # another waiting take gets now that this one no longer listens.
-                    self._wakeups.notify_some(key, owed)
-                return jobs
+            # What it answers for and does not take goes on to another take as it stops
+            # listening (``Wakeups.claiming``), or with it to its next turn.
+            with (
+                self._wakeups.claiming(key, _room_of(worker, limit), owed) as claim,
+                self.result_holds.polling(worker.id, limit),
+            ):
+                if woken:
+                    # Told to stop while it waited (perhaps by another replica): it must not
+                    # take a job it cannot finish. The claim itself refuses a stopping worker;
+                    # this only ends the poll sooner.
+                    current = await self._workers.get(worker.id)
+                    if current is None or not current.takes_work:
+                        self.result_holds.release(worker.id)
+                        return []
+                    worker = current
+                    claim.room = _room_of(worker, limit)
+                if not await still_connected():
+                    return []
+                jobs = await self._claim(endpoint, worker, limit, claim, line_up)
+                if jobs is None:
+                    return []  # it may no longer claim
+                remaining = deadline - loop.time()
+                if jobs or remaining <= 0 or self._wakeups.closing:
+                    return jobs
+                await self._wakeups.wait(claim, remaining)
+                woken = True
+                owed, claim.owed = claim.owed, 0
 
     async def _claim(
         self, endpoint: Endpoint, worker: Worker, limit: int, claim: Claim, line_up: bool

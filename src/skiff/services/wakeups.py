@@ -53,7 +53,7 @@ class Claim(asyncio.Event):
     once woken: ``Wakeups.notify_some`` leaves a notification to such a one rather than wake
     another listener, whose claim would find the job gone (an empty claim, a wasted turn).
     What it answers for is counted in ``owed``; whatever of that its claim did not take, it
-    passes on as it leaves (``services/dispatch.py``)."""
+    passes on as it leaves (``Wakeups.claiming``)."""
 
     def __init__(self, room: int) -> None:
         super().__init__()
@@ -114,9 +114,22 @@ class Wakeups:
         """Subscribe *before* checking the condition, so a notify in between is not lost."""
         return self._subscribed(key, asyncio.Event())
 
-    def claiming(self, key: WakeKey, room: int) -> contextlib.AbstractContextManager[Claim]:
-        """``listen`` for a listener that claims up to ``room`` of what it is woken for."""
-        return self._subscribed(key, Claim(room))
+    @contextlib.contextmanager
+    def claiming(self, key: WakeKey, room: int, owed: int = 0) -> Iterator[Claim]:
+        """``listen`` for a listener that claims up to ``room`` of what it is woken for,
+        answering for ``owed`` notifications already (carried from its last turn). What it
+        still owes as it stops listening, however it stops (an answer, an error, a
+        cancellation), goes on to another listener: set ``owed`` to 0 to carry it instead."""
+        claim = Claim(room)
+        claim.owed = owed
+        try:
+            with self._subscribed(key, claim):
+                yield claim
+        finally:
+            # No longer listening: what it owes goes to another.
+            left, claim.owed = claim.owed, 0
+            if left:
+                self.notify_some(key, left)
 
     @contextlib.contextmanager
     def _subscribed(self, key: WakeKey, event: _E) -> Iterator[_E]:
@@ -140,8 +153,8 @@ class Wakeups:
         all of them: a job that one take claims would cost every other waiting take an empty
         claim (a write) and a wasted turn. A ``Claim`` that is going to look anyway is left
         the notification first, as far as its room goes; one with no room is not woken (it
-        hears ``notify``). One that does not take what it answers for passes it on
-        (``services/dispatch.py``). Other replicas hear the key as from ``notify``."""
+        hears ``notify``). One that does not take what it answers for passes it on as it
+        stops listening (``claiming``). Other replicas hear the key as from ``notify``."""
         events = self._events.get(key, ())
         for event in events:
             if count <= 0:
