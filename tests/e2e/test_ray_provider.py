@@ -310,14 +310,16 @@ def test_a_template_change_rolls_the_workers_onto_fresh_actors(
     )
     changed = server.http.patch(f"/v1/templates/{template['id']}", json={"env": {"V": "2"}})
     assert changed.status_code == 200, changed.text
+    # The new worker waits for the A40 until the old one's actor has let it go: it may still
+    # be waiting the moment the old one leaves the list.
     (new,) = server.wait_for(
         lambda: (
-            [w for w in workers_of(server, eid) if w["id"] != old["id"]]
+            [w for w in workers_of(server, eid) if w["id"] != old["id"] and "gpu" in w]
             if old["id"] not in {w["id"] for w in workers_of(server, eid)}
             else []
         ),
         timeout=90,
-        what="the old worker to be replaced",
+        what="the old worker to be replaced by one holding the GPU",
     )
     assert new["gpu"] == A40
     assert cluster.actors("skiff") == [f"skiff-worker-{new['id']}"]
