@@ -335,6 +335,11 @@ def create_app(
         # process: out of the collector's sight, its full collections no longer rescan all of
         # it, whose pauses stalled every request under load (docs/performance.md).
         sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
+        # Every replica: the homes it measures are those of the workers it runs, on its disk.
+        measuring = asyncio.create_task(
+            services.disk_watch.run() if services.disk_watch is not None else asyncio.sleep(0),
+            name="disk-watch",
+        )
         gc.collect()
         gc.freeze()
         ready = True
@@ -347,7 +352,10 @@ def create_app(
             board.cancel()
             reading.cancel()
             sweeping.cancel()
-            await asyncio.gather(leading, board, reading, sweeping, return_exceptions=True)
+            measuring.cancel()
+            await asyncio.gather(
+                leading, board, reading, sweeping, measuring, return_exceptions=True
+            )
             if ssh is not None:
                 await ssh.close()
             await services.pod_shells.end_all()

@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     #: The logs of an endpoint's ended workers kept on this host, newest first, up to this
     #: many bytes together (the newest ended worker's is always kept); older ones are removed.
     log_ended_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    #: How often this replica measures the homes of its process workers against their
+    #: template's ``containerDiskInGb`` (services/disk_watch.py); 0 turns the check off.
+    disk_check_seconds: float = Field(default=30.0, ge=0, le=86400)
     #: A connection must send a whole request head (request line and headers) within this
     #: long of opening, or of starting its next request; else it is closed.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import shutil
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +57,7 @@ from skiff.services.volumes import Volumes
 from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
+from skiff.tenant_trees import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -179,10 +179,19 @@ class Fleet:
         if record.idle:
             del self._own[worker_id]
 
+    def holding_homes(self, endpoint_id: str) -> list[str]:
+        """The ids of this replica's workers of the endpoint that hold a home here: their
+        process runs, or is being started (its home may be made at any moment)."""
+        return [wid for wid, own in self._own.items() if own.endpoint_id == endpoint_id]
+
+    def homes_root(self) -> Path:
+        """Where every endpoint's ``homes`` are on this host."""
+        return self._settings.data_dir / "workers"
+
     def homes(self, endpoint_id: str) -> Path:
         """Where the endpoint's workers' homes are: one directory, which the sandbox of the
         endpoint's fork server makes writable (providers/fork_server.py)."""
-        return self._settings.data_dir / "workers" / endpoint_id
+        return self.homes_root() / endpoint_id
 
     def home(self, endpoint_id: str, worker_id: str) -> Path:
         return self.homes(endpoint_id) / worker_id / "home"
@@ -518,9 +527,10 @@ class Fleet:
         self._mark(worker.id, failed_start=True)
         self.stop_worker(worker)
 
-    async def end_unresponsive(self, worker: Worker, why: str) -> None:
-        """A load-balancing worker failed its health check: recorded as the endpoint's
-        worker failure, and ended; the scaler replaces it."""
+    async def end_with_failure(self, worker: Worker, why: str) -> None:
+        """End a worker for what it did (a load-balancing worker that fails its health check,
+        one over its container disk): recorded as the endpoint's worker failure, with the
+        back-off of a failed start, and ended; the scaler replaces it."""
         if not self._owns(worker) or self._of(worker.id).reaping:
             return
         if worker.state is WorkerState.STOPPING:
@@ -819,10 +829,9 @@ class Fleet:
         until the endpoint went, the homes of workers started and ended over and over (a
         tenant's, on purpose or not) would fill the disk the database is on. Its log stays,
         with those of the endpoint's other ended workers up to ``log_ended_max_bytes``.
-        ``rmtree`` does not follow a link the worker may have put in its place."""
-        await asyncio.to_thread(
-            shutil.rmtree, self.homes(worker.endpoint_id) / worker.id, ignore_errors=True
-        )
+        A link the worker may have put in its place is not followed, and a tree of any depth
+        goes (``tenant_trees.remove_tree``)."""
+        await asyncio.to_thread(remove_tree, self.homes(worker.endpoint_id) / worker.id)
         await asyncio.to_thread(
             self._logs.prune_ended,
             worker.endpoint_id,
@@ -876,7 +885,7 @@ class Fleet:
     def remove_files(self, endpoint_id: str) -> None:
         """A deleted endpoint's workers' logs and homes."""
         self._logs.remove(endpoint_id)
-        shutil.rmtree(self.homes(endpoint_id), ignore_errors=True)
+        remove_tree(self.homes(endpoint_id))
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""

@@ -16,6 +16,7 @@ from skiff.services.auth import Auth
 from skiff.services.balancer import Balancer, StoreBoard
 from skiff.services.billing import Billing
 from skiff.services.cluster_inventory import ClusterInventory
+from skiff.services.disk_watch import DiskWatch
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
@@ -100,6 +101,9 @@ class Services:
     lb_health: LbHealth
     lb_proxy: LbProxy
     public_models: PublicModels
+    #: Holds process workers' homes to ``containerDiskInGb``; None where workers are not
+    #: processes on this host, or the check is off.
+    disk_watch: DiskWatch | None
 
     @classmethod
     def build(
@@ -294,4 +298,7 @@ class Services:
             lb_health=LbHealth(
                 workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
             ),
+            disk_watch=DiskWatch(store, workers, fleet, wakeups, settings.disk_check_seconds)
+            if settings.provider == "local" and settings.disk_check_seconds
+            else None,
         )

@@ -136,7 +136,7 @@ class LbHealth:
         self._failures[worker.id] = failures
         if refused or failures >= FAILURES_TO_REPLACE:
             self._failures.pop(worker.id, None)
-            await self._fleet.end_unresponsive(
+            await self._fleet.end_with_failure(
                 worker, f"it stopped answering its health check: {said}"
             )
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +48,7 @@ from skiff.services.ssh_ports import SshPorts
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
+from skiff.tenant_trees import remove_tree
 from skiff.volume_dirs import VolumeDirs
 
 log = logging.getLogger(__name__)
@@ -334,7 +334,7 @@ class PodRunner:
         home = self._homes / pod.id
         # A fresh instance: the scratch of the one before goes (its container disk, for a
         # process pod).
-        await asyncio.to_thread(shutil.rmtree, home, True)
+        await asyncio.to_thread(remove_tree, home)
         vcpus = memory = None
         if spec.computeType is ComputeType.CPU:
             flavor = spec.cpuFlavorIds[0] if spec.cpuFlavorIds else DEFAULT_FLAVOR
@@ -420,7 +420,7 @@ class PodRunner:
 
     async def _remove(self, pod: Pod) -> None:
         await asyncio.to_thread(self._pod_dirs.remove, pod.id)
-        await asyncio.to_thread(shutil.rmtree, self._homes / pod.id, True)
+        await asyncio.to_thread(remove_tree, self._homes / pod.id)
         self._logs.remove(pod.id)
         self._backoff.pop(pod.id, None)
         self._problems.pop(pod.id, None)

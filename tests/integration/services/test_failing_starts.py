@@ -5,15 +5,11 @@ real SQLite store, time on a ``ManualClock``."""
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from eventually import eventually_async
-from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
-from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.health import health_view
 from skiff.domain.jobs import parse_job_request
@@ -32,18 +28,13 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 @pytest.fixture
-async def services(
-    tmp_path: Path, store: SQLiteStore, clock: ManualClock
-) -> AsyncIterator[Services]:
-    settings = Settings(data_dir=tmp_path / "data", worker_stop_grace_seconds=1)
-    built = build_services(settings, store, clock, open_cluster(settings))
-    await store.create_template(
+async def services(local_services: Services) -> Services:
+    await local_services.store.create_template(
         "u1",
         Template(id="t1", name="failing", imageName="local/failing", dockerStartCmd=FAILING),
-        clock.now(),
+        local_services.clock.now(),
     )
-    yield built
-    await built.fleet.shutdown()
+    return local_services
 
 
 async def add_endpoint(services: Services, **spec: object) -> Endpoint:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -67,43 +66,6 @@ def test_free_bytes_makes_the_root_and_reads_its_disk(tmp_path: Path) -> None:
     dirs = VolumeDirs(tmp_path / "not-yet")
     assert dirs.free_bytes() > 0
     assert (tmp_path / "not-yet").is_dir()
-
-
-def test_a_directory_swapped_for_a_link_during_the_walk_is_not_followed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A pod can swap a directory of its volume for a symbolic link between the walk's look at
-    it and its descent: the walk must not follow it out of the volume."""
-    outside = tmp_path / "data-dir"
-    outside.mkdir()
-    (outside / "skiff.db").write_bytes(os.urandom(500_000))
-    dirs = VolumeDirs(tmp_path / "volumes")
-    path = dirs.make("vol-1")
-    (path / "a").mkdir()
-    scandir = os.scandir
-
-    def racing(where: Any) -> Any:
-        entries = scandir(where)
-
-        class Swapping:
-            def __iter__(self) -> Any:
-                return self
-
-            def __next__(self) -> os.DirEntry[str]:
-                entry = next(entries)
-                if entry.name == "a" and entry.is_dir(follow_symlinks=False):
-                    entry.stat(follow_symlinks=False)  # seen as a directory ...
-                    (path / "a").rmdir()
-                    (path / "a").symlink_to(outside)  # ... then swapped for a link
-                return entry
-
-            def close(self) -> None:
-                entries.close()
-
-        return Swapping()
-
-    monkeypatch.setattr(os, "scandir", racing)
-    assert dirs.used_bytes("vol-1") < 100_000
 
 
 async def test_only_so_many_volumes_are_measured_at_once(

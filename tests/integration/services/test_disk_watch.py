@@ -1,0 +1,167 @@
+"""Process workers held to their template's ``containerDiskInGb`` (services/disk_watch.py): the
+real scaler, ``Fleet`` and ``LocalProvider`` running real processes on a real SQLite store,
+the space reserved with ``fallocate`` (real blocks on the disk, written in no time)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from eventually import eventually_async
+from skiff.app import build_services, open_cluster
+from skiff.clock import ManualClock
+from skiff.config import Settings
+from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.templates import Template
+from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.disk_watch import DiskWatch
+from skiff.services.hub import Services
+from skiff.store.sqlite import SQLiteStore
+
+GIB = 1024**3
+#: A worker that starts fine and runs until it is ended (it never calls in).
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+
+@pytest.fixture
+def services(local_services: Services) -> Services:
+    return local_services
+
+
+def watch(services: Services) -> DiskWatch:
+    assert services.disk_watch is not None, "process workers on this host are not watched"
+    return services.disk_watch
+
+
+async def endpoint_of(services: Services, disk_gb: int, workers: int) -> Endpoint:
+    template = Template(
+        id="t1", name="sleeper", imageName="local/sleeper", dockerStartCmd=SLEEPER
+    ).model_copy(update={"containerDiskInGb": disk_gb})
+    await services.store.create_template("u1", template, services.clock.now())
+    spec = EndpointSpec.model_validate(
+        {
+            "name": "ep1",
+            "templateId": "t1",
+            "computeType": ComputeType.CPU,
+            "workersMin": workers,
+            "workersMax": workers,
+        }
+    )
+    return await services.store.create_endpoint(
+        Endpoint(id="ep1", userId="u1", version=1, createdAt=services.clock.now(), spec=spec)
+    )
+
+
+async def started(services: Services, endpoint: Endpoint, count: int) -> list[Worker]:
+    await services.scaler.reconcile(endpoint)
+    await eventually_async(
+        lambda: len(services.fleet.provider.running()) == count, f"{count} worker(s) to run"
+    )
+    return [w for w in await services.workers.of_endpoint("ep1") if w.pid is not None]
+
+
+def reserve(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    finally:
+        os.close(fd)
+
+
+def present(path: Path) -> bool:
+    return path.exists()
+
+
+async def test_a_worker_within_its_container_disk_keeps_running(services: Services) -> None:
+    endpoint = await endpoint_of(services, disk_gb=1, workers=1)
+    (worker,) = await started(services, endpoint, 1)
+    reserve(services.fleet.home("ep1", worker.id) / "weights.bin", GIB // 2)
+    await watch(services).pass_once()
+    assert services.fleet.provider.running() == [worker.id]
+    assert await services.fleet.failure("ep1") is None
+
+
+async def test_a_worker_over_its_container_disk_is_ended_as_a_failure(
+    services: Services,
+) -> None:
+    endpoint = await endpoint_of(services, disk_gb=1, workers=1)
+    (worker,) = await started(services, endpoint, 1)
+    home = services.fleet.home("ep1", worker.id)
+    reserve(home / "cache" / "big.bin", GIB + GIB // 4)
+    await watch(services).pass_once()
+    await eventually_async(lambda: services.fleet.provider.running() == [], "the worker to end")
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None and failure.failed_starts == 1
+    assert "containerDiskInGb (1 GB)" in failure.error and "1.25 GB" in failure.error
+    # Its home goes with it, as a container's writable layer does.
+    await eventually_async(lambda: not home.parent.exists(), "the worker's home to be removed")
+
+
+async def test_workers_share_a_container_disk_each_across_their_homes(
+    services: Services,
+) -> None:
+    """In the sandbox an endpoint's workers share one directory of homes: what they write
+    anywhere in it is held to a container disk for each of them."""
+    endpoint = await endpoint_of(services, disk_gb=1, workers=2)
+    await started(services, endpoint, 2)
+    shared = services.fleet.homes("ep1") / ".cache"
+    reserve(shared / "one.bin", GIB)
+    reserve(shared / "two.bin", GIB // 2)
+    await watch(services).pass_once()
+    assert len(services.fleet.provider.running()) == 2
+    reserve(shared / "three.bin", GIB // 2 + GIB // 8)
+    await watch(services).pass_once()
+    await eventually_async(lambda: services.fleet.provider.running() == [], "both workers to end")
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None and "2 worker(s)" in failure.error
+
+
+async def test_what_is_left_with_no_worker_running_goes_once_over_one_disk(
+    services: Services, tmp_path: Path
+) -> None:
+    """What an ended endpoint's workers left beside their homes (a cache) is kept within one
+    container disk, and removed past it, so the next workers start within budget; the home
+    of a worker still recorded stays."""
+    await endpoint_of(services, disk_gb=1, workers=0)
+    homes = services.fleet.homes("ep1")
+    now = services.clock.now()
+    await services.workers.add(
+        Worker(
+            id="w-kept",
+            endpoint_id="ep1",
+            kind=WorkerKind.LOCAL,
+            state=WorkerState.UNHEALTHY,
+            version=1,
+            started_at=now,
+        )
+    )
+    reserve(homes / "w-kept" / "home" / "small.bin", GIB // 8)
+    reserve(homes / ".flash-cache" / "deps.bin", GIB // 2)
+    await watch(services).pass_once()
+    assert (homes / ".flash-cache" / "deps.bin").exists()
+    reserve(homes / "w-gone" / "home" / "left.bin", GIB // 2)
+    outside = tmp_path / "outside"
+    reserve(outside / "keep.bin", 4096)
+    os.symlink(outside, homes / "to-outside")
+    await watch(services).pass_once()
+    assert sorted(os.listdir(homes)) == ["w-kept"]
+    assert present(outside / "keep.bin"), "the link was followed"
+
+
+async def test_a_template_without_a_container_disk_is_not_held(services: Services) -> None:
+    endpoint = await endpoint_of(services, disk_gb=0, workers=1)
+    (worker,) = await started(services, endpoint, 1)
+    reserve(services.fleet.home("ep1", worker.id) / "big.bin", GIB + GIB // 4)
+    await watch(services).pass_once()
+    assert services.fleet.provider.running() == [worker.id]
+
+
+async def test_the_check_can_be_turned_off(
+    tmp_path: Path, store: SQLiteStore, clock: ManualClock
+) -> None:
+    settings = Settings(data_dir=tmp_path / "data", disk_check_seconds=0)
+    assert build_services(settings, store, clock, open_cluster(settings)).disk_watch is None
