@@ -3,12 +3,22 @@ whatever the tree's shape."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
+import pytest
+
+from skiff import tenant_trees
 from skiff.tenant_trees import allocated_bytes, remove_tree
 
 MIB = 1024 * 1024
+#: The unprivileged user the tenant's side runs as.
+NOBODY = 65534
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 
 
 def write(path: Path, size: int) -> Path:
@@ -114,3 +124,53 @@ def test_a_link_in_place_of_the_tree_is_removed_not_followed(tmp_path: Path) -> 
     (tmp_path / "home").symlink_to(outside.parent, target_is_directory=True)
     remove_tree(tmp_path / "home")
     assert not os.path.lexists(tmp_path / "home") and outside.exists()
+
+
+#: What a worker does to hide what it wrote (it runs as the server's user outside its
+#: sandbox): a directory of its home, and then the directory of all homes, made unreadable.
+#: Run as that same unprivileged user, with the module copied beside it.
+LOCKED_OUT = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from tenant_trees import allocated_bytes, remove_tree
+homes = Path(sys.argv[1]) / "homes"
+(homes / "w1" / "hidden").mkdir(parents=True)
+(homes / "w2").mkdir()
+for name in ("w1/hidden/big.bin", "w2/big.bin"):
+    fd = os.open(homes / name, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.posix_fallocate(fd, 0, 8 << 20)
+    os.close(fd)
+os.chmod(homes / "w1" / "hidden", 0)
+counted = allocated_bytes(homes)
+os.chmod(homes, 0)
+counted_locked = allocated_bytes(homes)
+remove_tree(homes / "w1")
+os.chmod(homes, 0o700)
+print(json.dumps([counted, counted_locked, os.path.lexists(homes / "w1")]))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("setpriv") and Path("/usr/bin/python3").exists()),
+    reason="needs root, to run the tenant's side as another user, and setpriv",
+)
+def test_what_its_owner_made_unreadable_is_counted_and_removed(tmp_path: Path) -> None:
+    """Run as an unprivileged user, as a deployed server is: ``chmod 000`` hides nothing from
+    the count and keeps nothing from removal (tenant_trees.py runs them as the files' owner)."""
+    place = Path(tempfile.mkdtemp(prefix="skiff-trees-"))
+    try:
+        shutil.copy(Path(tenant_trees.__file__), place / "tenant_trees.py")
+        os.chown(place, NOBODY, NOBODY)
+        os.chmod(place, 0o755)
+        done = subprocess.run(
+            [*AS_NOBODY, "/usr/bin/python3", "-c", LOCKED_OUT, str(place)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        counted, counted_locked, w1_left = json.loads(done.stdout)
+        assert counted >= 16 * MIB and counted_locked >= 16 * MIB
+        assert not w1_left
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

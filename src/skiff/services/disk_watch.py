@@ -9,10 +9,10 @@ storage, this replica measures it every ``SKIFF_DISK_CHECK_SECONDS`` and evicts 
 The unit is the endpoint, not the worker: in the sandbox an endpoint's workers share one
 directory of homes (``Fleet.homes``, with the Flash worker's dependency cache beside them), so
 a worker can write outside its own. Their budget is ``containerDiskInGb`` for each of the
-endpoint's workers this replica runs. Over it, every one of them is ended, with the failure
-recorded (and the back-off of a failed start), and their homes go as each exits; what is left
-in the directory once none runs (a cache, or what a worker wrote beside its home) is removed
-when it alone is over one container disk's worth, so the next workers start within budget.
+endpoint's process workers, one disk's worth when none runs. Over it, the endpoint's workers on
+this replica are ended as one failed start (recorded, with its back-off), their homes going as
+each exits, and what no worker's home holds (a cache, what a worker wrote beside its home) is
+removed, so that the next workers start within their budget.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import os
 from pathlib import Path
 
-from skiff.domain.workers import WorkerKind, WorkerState
+from skiff.domain.workers import WorkerKind
 from skiff.services.fleet import Fleet
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
@@ -49,9 +49,12 @@ class DiskWatch:
 
     async def pass_once(self) -> None:
         root = self._fleet.homes_root()
-        names = await asyncio.to_thread(_names_in, root)
-        for endpoint_id in names:
-            await self._check(endpoint_id)
+        for endpoint_id in await asyncio.to_thread(_names_in, root):
+            try:
+                await self._check(endpoint_id)
+            except Exception:
+                # One endpoint's trouble (its store read, a count) holds up no other's check.
+                log.exception("the disk check of endpoint %s failed", endpoint_id)
 
     async def _check(self, endpoint_id: str) -> None:
         limit_gb = await self._limit_gb(endpoint_id)
@@ -60,26 +63,36 @@ class DiskWatch:
         homes = self._fleet.homes(endpoint_id)
         used = await asyncio.to_thread(allocated_bytes, homes)
         holding = self._fleet.holding_homes(endpoint_id)
-        # Every process worker recorded counts, another replica's too: one on this host
-        # shares the directory (and one elsewhere only makes the budget kinder).
+        # Every process worker counts, another replica's too: one on this host shares the
+        # directory (and one elsewhere only makes the budget kinder). A record without a
+        # process (throttled, unhealthy) writes nothing and brings no disk.
         running = set(holding) | {
             w.id
             for w in await self._workers.of_endpoint(endpoint_id)
-            if w.kind is WorkerKind.LOCAL and w.state is not WorkerState.UNHEALTHY
+            if w.kind is WorkerKind.LOCAL and w.pid is not None
         }
         if used <= limit_gb * GIB * max(1, len(running)):
             return
-        if not holding:
-            await self._clear_leftovers(endpoint_id, homes, used, limit_gb)
+        if holding:
+            why = (
+                f"the endpoint's {len(running)} worker(s) on this host wrote "
+                f"{used / GIB:.2f} GB into their homes, over containerDiskInGb ({limit_gb} GB) "
+                "for each"
+            )
+            await self._evict(holding, why)
+        # What no worker's home holds goes too (a cache, what a worker wrote beside its
+        # home): left, it would count against the next workers, which never wrote it.
+        await self._clear_leftovers(endpoint_id, homes, set(holding))
+
+    async def _evict(self, worker_ids: list[str], why: str) -> None:
+        """End the workers, as one failed start: one eviction, one step of the back-off."""
+        workers = [w for wid in worker_ids if (w := await self._workers.get(wid)) is not None]
+        if not workers:
             return
-        why = (
-            f"the endpoint's {len(running)} worker(s) on this host wrote {used / GIB:.2f} GB "
-            f"into their homes, over containerDiskInGb ({limit_gb} GB) for each"
-        )
-        for worker_id in holding:
-            worker = await self._workers.get(worker_id)
-            if worker is not None:
-                await self._fleet.end_with_failure(worker, why)
+        first, *rest = workers
+        await self._fleet.end_with_failure(first, why)
+        for worker in rest:
+            self._fleet.stop_worker(worker)
 
     async def _limit_gb(self, endpoint_id: str) -> int | None:
         """The endpoint's ``containerDiskInGb``; None for none (0), or an endpoint or template
@@ -92,20 +105,20 @@ class DiskWatch:
             return None
         return template.containerDiskInGb
 
-    async def _clear_leftovers(
-        self, endpoint_id: str, homes: Path, used: int, limit_gb: int
-    ) -> None:
-        """Remove what no worker of the endpoint holds. Listed before the workers are read: a
-        worker recorded after that read makes its home after the listing, so it is not in it."""
+    async def _clear_leftovers(self, endpoint_id: str, homes: Path, ending: set[str]) -> None:
+        """Remove what no recorded worker of the endpoint holds as its home. Listed before the
+        workers are read: a worker recorded after that read makes its home after the listing,
+        so its home is not in it. Left for the next pass if a worker other than those being
+        ended is started meanwhile, as it may use what is shared (a cache)."""
         names = await asyncio.to_thread(_names_in, homes)
         recorded = {w.id for w in await self._workers.of_endpoint(endpoint_id)}
         gone = [homes / name for name in names if name not in recorded]
+        if not gone or set(self._fleet.holding_homes(endpoint_id)) - ending:
+            return
         log.warning(
-            "endpoint %s: %.2f GB left in its workers' homes with none running, over "
-            "containerDiskInGb (%d GB); removing %d entries",
+            "endpoint %s: over containerDiskInGb; removing %d entries of its workers' homes "
+            "that no worker holds",
             endpoint_id,
-            used / GIB,
-            limit_gb,
             len(gone),
         )
         for path in gone:

@@ -117,7 +117,11 @@ async def test_workers_share_a_container_disk_each_across_their_homes(
     await watch(services).pass_once()
     await eventually_async(lambda: services.fleet.provider.running() == [], "both workers to end")
     failure = await services.fleet.failure("ep1")
-    assert failure is not None and "2 worker(s)" in failure.error
+    # One eviction, one failed start: the back-off grows by one step, not one per worker.
+    assert failure is not None and failure.failed_starts == 1
+    assert "2 worker(s)" in failure.error
+    # What they shared goes too: the next workers start within their budget.
+    assert not present(shared)
 
 
 async def test_what_is_left_with_no_worker_running_goes_once_over_one_disk(
