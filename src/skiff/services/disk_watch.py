@@ -13,6 +13,10 @@ endpoint's process workers, one disk's worth when none runs. Over it, the endpoi
 this replica are ended as one failed start (recorded, with its back-off), their homes going as
 each exits, and what no worker's home holds (a cache, what a worker wrote beside its home) is
 removed, so that the next workers start within their budget.
+
+A pod run as a process is a machine of its own: its home alone is its container disk, held to
+its own ``containerDiskInGb``. Over it, its instance is ended as one that exited, and its next
+start, after the back-off, has a fresh disk.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from pathlib import Path
 
 from skiff.domain.workers import WorkerKind
 from skiff.services.fleet import Fleet
+from skiff.services.pod_runner import PodRunner
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -36,11 +41,20 @@ GIB = 1024**3
 
 class DiskWatch:
     def __init__(
-        self, store: Store, workers: Workers, fleet: Fleet, wakeups: Wakeups, interval: float
+        self,
+        store: Store,
+        workers: Workers,
+        fleet: Fleet,
+        pods: PodRunner,
+        wakeups: Wakeups,
+        interval: float,
     ) -> None:
+        """``pods`` runs this replica's pods as processes: each one's home is held to its
+        own ``containerDiskInGb``."""
         self._store = store
         self._workers = workers
         self._fleet = fleet
+        self._pods = pods
         self._wakeups = wakeups
         self._interval = interval
 
@@ -55,6 +69,26 @@ class DiskWatch:
             except Exception:
                 # One endpoint's trouble (its store read, a count) holds up no other's check.
                 log.exception("the disk check of endpoint %s failed", endpoint_id)
+        for pod_id in self._pods.running_ids():
+            try:
+                await self._check_pod(pod_id)
+            except Exception:
+                log.exception("the disk check of pod %s failed", pod_id)
+
+    async def _check_pod(self, pod_id: str) -> None:
+        """A pod is a machine of its own: its home alone is its container disk (its volume
+        is measured and shown apart, as ``usedBytes``)."""
+        pod = await self._store.find_pod(pod_id)
+        if pod is None or not pod.spec.containerDiskInGb:
+            return
+        limit_gb = pod.spec.containerDiskInGb
+        used = await asyncio.to_thread(allocated_bytes, self._pods.home(pod_id))
+        if used > limit_gb * GIB:
+            await self._pods.evict(
+                pod_id,
+                f"its container disk held {used / GIB:.2f} GB, over containerDiskInGb "
+                f"({limit_gb} GB): it was ended, and its next start has a fresh disk",
+            )
 
     async def _check(self, endpoint_id: str) -> None:
         limit_gb = await self._limit_gb(endpoint_id)

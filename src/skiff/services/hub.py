@@ -298,7 +298,9 @@ class Services:
             lb_health=LbHealth(
                 workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
             ),
-            disk_watch=DiskWatch(store, workers, fleet, wakeups, settings.disk_check_seconds)
+            disk_watch=DiskWatch(
+                store, workers, fleet, pod_runner, wakeups, settings.disk_check_seconds
+            )
             if settings.provider == "local" and settings.disk_check_seconds
             else None,
         )

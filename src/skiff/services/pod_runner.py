@@ -457,6 +457,26 @@ class PodRunner:
     def _running_ids(self) -> set[str]:
         return {i.pod_id for i in self.provider.running()}
 
+    def running_ids(self) -> list[str]:
+        """The pods whose instance runs on this replica."""
+        return sorted(self._running_ids())
+
+    def home(self, pod_id: str) -> Path:
+        """A process pod's home: its container disk, wiped by each fresh start."""
+        return self._homes / pod_id
+
+    async def evict(self, pod_id: str, problem: str) -> None:
+        """End a running instance for what it did (it filled its container disk): shown as
+        the pod's problem, and started afresh (its disk wiped) after the back-off of one that
+        exited. Nothing for an instance that is no longer running."""
+        async with self._lock:
+            pod = await self._store.find_pod(pod_id)
+            if pod is None or pod_id not in self._running_ids():
+                return
+            await self._stop(pod_id, pod)
+            await self._failed(pod, problem)
+        self._wakeups.notify(Wake.PODS)
+
     async def abandon(self) -> None:
         """This replica no longer leads: its pods' instances end (the next leader starts them
         again), so that one replica alone runs each pod."""

@@ -1,4 +1,4 @@
-"""Process workers held to their template's ``containerDiskInGb`` (services/disk_watch.py): the
+"""Process workers and pods held to their ``containerDiskInGb`` (services/disk_watch.py): the
 real scaler, ``Fleet`` and ``LocalProvider`` running real processes on a real SQLite store,
 the space reserved with ``fallocate`` (real blocks on the disk, written in no time)."""
 
@@ -15,13 +15,16 @@ from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
+from skiff.domain.pods import Pod, PodCreate
 from skiff.domain.templates import Template
+from skiff.domain.users import User
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.disk_watch import DiskWatch
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
 
 GIB = 1024**3
+ALICE = User(id="alice", name="alice", is_admin=False, created_at=0.0)
 #: A worker that starts fine and runs until it is ended (it never calls in).
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
@@ -162,6 +165,57 @@ async def test_a_template_without_a_container_disk_is_not_held(services: Service
     reserve(services.fleet.home("ep1", worker.id) / "big.bin", GIB + GIB // 4)
     await watch(services).pass_once()
     assert services.fleet.provider.running() == [worker.id]
+
+
+async def pod_of(services: Services, disk_gb: int) -> Pod:
+    services.pod_runner.leading = True
+    create = PodCreate.model_validate(
+        {
+            "imageName": "local/python",
+            "computeType": "CPU",
+            "volumeInGb": 0,
+            "containerDiskInGb": disk_gb,
+            "dockerStartCmd": SLEEPER,
+        }
+    )
+    pod = await services.pods.create(ALICE, create)
+
+    async def running() -> bool:
+        await services.pod_runner.reconcile()
+        return services.pod_runner.running_ids() == [pod.id]
+
+    await eventually_async(running, "the pod to run")
+    return pod
+
+
+async def test_a_pod_over_its_container_disk_is_ended_and_starts_on_a_fresh_one(
+    services: Services,
+) -> None:
+    pod = await pod_of(services, disk_gb=1)
+    home = services.pod_runner.home(pod.id)
+    reserve(home / "within.bin", GIB // 2)
+    await watch(services).pass_once()
+    assert services.pod_runner.running_ids() == [pod.id]
+    reserve(home / "over.bin", GIB // 2 + GIB // 8)
+    await watch(services).pass_once()
+    assert services.pod_runner.running_ids() == []
+    shown = await services.pods.get(ALICE, pod.id)
+    problem = shown.placement.problem or ""
+    assert "over containerDiskInGb (1 GB)" in problem and "starts again in 1 s" in problem
+    services.clock.advance(1.5)
+
+    async def started_afresh() -> bool:
+        await services.pod_runner.reconcile()
+        return services.pod_runner.running_ids() == [pod.id] and not present(home / "over.bin")
+
+    await eventually_async(started_afresh, "the pod to start again on a fresh disk")
+
+
+async def test_a_pod_without_a_container_disk_is_not_held(services: Services) -> None:
+    pod = await pod_of(services, disk_gb=0)
+    reserve(services.pod_runner.home(pod.id) / "big.bin", GIB + GIB // 4)
+    await watch(services).pass_once()
+    assert services.pod_runner.running_ids() == [pod.id]
 
 
 async def test_the_check_can_be_turned_off(
