@@ -204,7 +204,7 @@ class Endpoints:
         await self._store.delete_endpoint(endpoint_id)
         self._recent.pop(endpoint_id, None)
         await self._fleet.remove_endpoint_workers(endpoint_id, workers)
-        self._fleet.remove_files(endpoint_id)
+        await self._fleet.remove_files(endpoint_id)
         # Wake anything waiting on this endpoint so it notices it is gone, and the leader.
         self._wakeups.notify(Wake.endpoint(endpoint_id))
         self._wakeups.notify(Wake.SCALER)

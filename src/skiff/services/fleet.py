@@ -859,7 +859,7 @@ class Fleet:
             endpoint_id = self._of(worker_id).endpoint_id
             gone = endpoint_id is not None and await self._store.get_endpoint(endpoint_id) is None
             if forgotten and gone and endpoint_id is not None:
-                self.remove_files(endpoint_id)
+                await self.remove_files(endpoint_id)
         finally:
             self._mark(worker_id, reaping=False)
 
@@ -882,10 +882,11 @@ class Fleet:
         self._backoff.pop(endpoint_id, None)
         self._said.pop(endpoint_id, None)
 
-    def remove_files(self, endpoint_id: str) -> None:
-        """A deleted endpoint's workers' logs and homes."""
-        self._logs.remove(endpoint_id)
-        remove_tree(self.homes(endpoint_id))
+    async def remove_files(self, endpoint_id: str) -> None:
+        """A deleted endpoint's workers' logs and homes, off the event loop: a tenant's tree
+        of any size takes as long as it takes."""
+        await asyncio.to_thread(self._logs.remove, endpoint_id)
+        await asyncio.to_thread(remove_tree, self.homes(endpoint_id))
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""
