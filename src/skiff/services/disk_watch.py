@@ -15,8 +15,8 @@ each exits, and what no worker's home holds (a cache, what a worker wrote beside
 removed, so that the next workers start within their budget.
 
 A pod run as a process is a machine of its own: its home alone is its container disk, held to
-its own ``containerDiskInGb``. Over it, its instance is ended as one that exited, and its next
-start, after the back-off, has a fresh disk.
+its own ``containerDiskInGb``. Over it, its instance is ended as one that exited, its disk
+wiped at once, and it starts again after the back-off.
 """
 
 from __future__ import annotations
@@ -78,16 +78,18 @@ class DiskWatch:
     async def _check_pod(self, pod_id: str) -> None:
         """A pod is a machine of its own: its home alone is its container disk (its volume
         is measured and shown apart, as ``usedBytes``)."""
+        instance = self._pods.instance(pod_id)
         pod = await self._store.find_pod(pod_id)
-        if pod is None or not pod.spec.containerDiskInGb:
+        if instance is None or pod is None or not pod.spec.containerDiskInGb:
             return
         limit_gb = pod.spec.containerDiskInGb
         used = await asyncio.to_thread(allocated_bytes, self._pods.home(pod_id))
         if used > limit_gb * GIB:
             await self._pods.evict(
                 pod_id,
+                instance,
                 f"its container disk held {used / GIB:.2f} GB, over containerDiskInGb "
-                f"({limit_gb} GB): it was ended, and its next start has a fresh disk",
+                f"({limit_gb} GB): it was ended and its disk wiped",
             )
 
     async def _check(self, endpoint_id: str) -> None:

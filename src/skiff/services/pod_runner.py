@@ -142,6 +142,9 @@ class PodRunner:
         self._problems: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self.leading = False
+        #: pod id -> which start its running instance came from (``instance``), and the count.
+        self._instance: dict[str, int] = {}
+        self._starts = 0
 
     # -- what the pods service asks --------------------------------------------------------
     def reserve(self, pod: Pod) -> None:
@@ -295,6 +298,8 @@ class PodRunner:
             self._starting.pop(pod.id, None)
         self._restarts[pod.id] = pod.restarts
         self._started_at[pod.id] = self._clock.now()
+        self._starts += 1
+        self._instance[pod.id] = self._starts
         placement = PodPlacement(
             owner=self._replica_id,
             gpuName=gpus[0].name if gpus else None,
@@ -461,19 +466,32 @@ class PodRunner:
         """The pods whose instance runs on this replica."""
         return sorted(self._running_ids())
 
+    def instance(self, pod_id: str) -> int | None:
+        """Which start the pod's running instance came from: what ``evict`` is told, so that
+        a measure of one instance never ends the next (after a reset, or a crash and a fresh
+        start). None while none of this replica's starts runs."""
+        return self._instance.get(pod_id) if pod_id in self._running_ids() else None
+
     def home(self, pod_id: str) -> Path:
-        """A process pod's home: its container disk, wiped by each fresh start."""
+        """A process pod's home: its container disk."""
         return self._homes / pod_id
 
-    async def evict(self, pod_id: str, problem: str) -> None:
-        """End a running instance for what it did (it filled its container disk): shown as
-        the pod's problem, and started afresh (its disk wiped) after the back-off of one that
-        exited. Nothing for an instance that is no longer running."""
+    async def evict(self, pod_id: str, instance: int, problem: str) -> None:
+        """End the pod's ``instance`` for what it did (it filled its container disk): its disk
+        wiped at once, the pod's problem saying why, and started afresh after the back-off of
+        one that exited. Nothing when that instance no longer runs, or the pod is no longer
+        meant to (its user stopped it meanwhile)."""
         async with self._lock:
             pod = await self._store.find_pod(pod_id)
-            if pod is None or pod_id not in self._running_ids():
+            if pod is None or pod.desiredStatus is not DesiredStatus.RUNNING:
                 return
+            if self.instance(pod_id) != instance:
+                return
+            started = self._started_at.get(pod_id)
+            if started is not None and self._clock.now() - started > MAX_BACKOFF_SECONDS:
+                self._backoff.pop(pod_id, None)  # it ran a good while: not a crash loop
             await self._stop(pod_id, pod)
+            await asyncio.to_thread(remove_tree, self.home(pod_id))
             await self._failed(pod, problem)
         self._wakeups.notify(Wake.PODS)
 

@@ -199,16 +199,49 @@ async def test_a_pod_over_its_container_disk_is_ended_and_starts_on_a_fresh_one(
     reserve(home / "over.bin", GIB // 2 + GIB // 8)
     await watch(services).pass_once()
     assert services.pod_runner.running_ids() == []
+    # Its disk is wiped at once, not at a next start that may not come (its user stops it).
+    assert not present(home / "over.bin")
     shown = await services.pods.get(ALICE, pod.id)
     problem = shown.placement.problem or ""
     assert "over containerDiskInGb (1 GB)" in problem and "starts again in 1 s" in problem
     services.clock.advance(1.5)
 
-    async def started_afresh() -> bool:
+    async def started_again() -> bool:
         await services.pod_runner.reconcile()
-        return services.pod_runner.running_ids() == [pod.id] and not present(home / "over.bin")
+        return services.pod_runner.running_ids() == [pod.id]
 
-    await eventually_async(started_afresh, "the pod to start again on a fresh disk")
+    await eventually_async(started_again, "the pod to start again")
+
+
+async def test_a_measure_of_one_instance_never_ends_the_next(services: Services) -> None:
+    """A count may take long: the pod reset meanwhile (or crashed and started afresh) runs an
+    instance on a wiped disk, which the count of the one before must not end."""
+    pod = await pod_of(services, disk_gb=1)
+    measured = services.pod_runner.instance(pod.id)
+    assert measured is not None
+    await services.pods.stop(ALICE, pod.id)
+    await services.pod_runner.reconcile()
+    await services.pods.start(ALICE, pod.id)
+
+    async def started_again() -> bool:
+        await services.pod_runner.reconcile()
+        return services.pod_runner.instance(pod.id) not in (None, measured)
+
+    await eventually_async(started_again, "a fresh instance")
+    await services.pod_runner.evict(pod.id, measured, "over its container disk")
+    assert services.pod_runner.running_ids() == [pod.id]
+    shown = await services.pods.get(ALICE, pod.id)
+    assert shown.placement.problem is None
+
+
+async def test_a_pod_its_user_just_stopped_is_not_evicted(services: Services) -> None:
+    pod = await pod_of(services, disk_gb=1)
+    instance = services.pod_runner.instance(pod.id)
+    assert instance is not None
+    await services.pods.stop(ALICE, pod.id)  # the pod pass that ends it has not run yet
+    await services.pod_runner.evict(pod.id, instance, "over its container disk")
+    shown = await services.pods.get(ALICE, pod.id)
+    assert "over its container disk" not in (shown.placement.problem or "")
 
 
 async def test_a_pod_without_a_container_disk_is_not_held(services: Services) -> None:
