@@ -415,6 +415,9 @@ class PodRunner:
             starting.cancel()
             await asyncio.wait({starting})
         await self.provider.stop(pod_id, self._stop_grace)
+        # Its container disk goes with the instance, as on the hosted platform, rather than
+        # at a next start that may not come: a stopped pod holds its volume, nothing more.
+        await asyncio.to_thread(remove_tree, self.home(pod_id))
         self._gpus.release(gpu_holder(pod_id))
         self.ssh_ports.release(pod_id)
         self._restarts.pop(pod_id, None)
@@ -491,7 +494,6 @@ class PodRunner:
             if started is not None and self._clock.now() - started > MAX_BACKOFF_SECONDS:
                 self._backoff.pop(pod_id, None)  # it ran a good while: not a crash loop
             await self._stop(pod_id, pod)
-            await asyncio.to_thread(remove_tree, self.home(pod_id))
             await self._failed(pod, problem)
         self._wakeups.notify(Wake.PODS)
 

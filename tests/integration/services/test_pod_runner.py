@@ -49,6 +49,7 @@ class Running:
     gpus: GpuPool
     store: SQLiteStore
     clock: ManualClock
+    pod_dirs: VolumeDirs
 
 
 @pytest.fixture
@@ -78,7 +79,8 @@ async def running(store: SQLiteStore, clock: ManualClock, tmp_path: Path) -> Asy
         public_host="127.0.0.1",
     )
     runner.leading = True
-    yield Running(runner, Pods(store, clock, wakeups, runner, pod_dirs), gpus, store, clock)
+    pods = Pods(store, clock, wakeups, runner, pod_dirs)
+    yield Running(runner, pods, gpus, store, clock, pod_dirs)
     await runner.shutdown()
 
 
@@ -147,6 +149,21 @@ async def test_a_pod_that_exits_while_its_start_is_recorded_shows_its_exit_not_r
         running, pod.id, lambda p: start_recorded.is_set() and p.placement.owner is None
     )
     assert "exited with code 3" in (shown.placement.problem or "")
+
+
+async def test_a_stopped_pod_keeps_its_volume_and_not_its_disk(running: Running) -> None:
+    """Its container disk goes with its instance, as on the hosted platform: a stopped pod holds
+    no disk of this host's but its volume."""
+    pod = await running.pods.create(ALICE, pod_input(SLEEP, volumeInGb=1))
+    await settled(running, pod.id, lambda p: p.placement.owner == "replica-1")
+    home = running.runner.home(pod.id)
+    await asyncio.to_thread((home / "scratch.txt").write_text, "gone on stop")
+    volume = running.pod_dirs.path(pod.id)
+    await asyncio.to_thread((volume / "kept.txt").write_text, "kept")
+    await running.pods.stop(ALICE, pod.id)
+    await settled(running, pod.id, lambda p: p.placement.owner is None)
+    assert not await asyncio.to_thread(home.exists)
+    assert await asyncio.to_thread((volume / "kept.txt").read_text) == "kept"
 
 
 async def test_a_stopped_pod_starts_at_once_when_asked_whatever_its_back_off(
