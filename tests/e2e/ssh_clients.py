@@ -15,16 +15,21 @@ import httpx
 from harness import Server
 
 #: A pod's own process: says its greeting, then reports each ``incoming*.txt`` that appears in
-#: the folder of its first argument (``.``, its home, for a local pod; ``/root`` in a container).
+#: the folder of its first argument (``.``, its home, for a local pod; ``/root`` in a container),
+#: once it is whole: a copy makes the file before it writes it, and the tests' files end with a
+#: newline.
 WATCHER = """
 import os, pathlib, sys, time
 print("greeting:", os.environ.get("GREETING"), flush=True)
 seen = set()
 while True:
     for path in pathlib.Path(sys.argv[1]).glob("incoming*.txt"):
-        if path.name not in seen:
+        if path.name in seen:
+            continue
+        text = path.read_text()
+        if text.endswith("\\n"):
             seen.add(path.name)
-            print("seen:", path.name, path.read_text().strip(), flush=True)
+            print("seen:", path.name, text.strip(), flush=True)
     time.sleep(0.1)
 """
 
