@@ -2,8 +2,8 @@
 
 Keys (``Wake``): ``Wake.endpoint(id)`` (a job became available), ``Wake.job(id)`` (a job
 changed: finished, streamed a chunk), ``Wake.stop(worker)`` (a job-stop signal is waiting),
-``Wake.SCALER`` (the wanted number of workers may have changed). Inside one process an
-``asyncio.Event`` per key is enough; with several replicas every key notified here is also
+``Wake.SCALER`` (the wanted number of workers may have changed). Inside one process a
+``Signal`` per listener is enough; with several replicas every key notified here is also
 published to the others (``publish``, PostgreSQL NOTIFY, as the key's string) and theirs arrive
 through ``deliver``. A wake-up lost on the way is covered by ``max_wait``: no wait sleeps longer
 before its caller checks the database again.
@@ -15,12 +15,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Final, NewType, TypeVar
+from types import TracebackType
+from typing import Final, Generic, NewType, TypeVar
 
 #: What a wait sleeps on. Its string is the wire form replicas publish to each other, so the
 #: forms below must not change while replicas of two versions may share a database.
 WakeKey = NewType("WakeKey", str)
-_E = TypeVar("_E", bound=asyncio.Event)
+_S = TypeVar("_S", bound="Signal")
 
 
 class Wake:
@@ -47,13 +48,91 @@ class Wake:
         return WakeKey(f"stop:{worker_id}")
 
 
-class Claim(asyncio.Event):
+class Signal:
+    """What one listener sleeps on: set once it is notified (or the server goes down), and
+    never cleared, since each ``listen`` makes its own. An ``asyncio.Event`` for one waiter
+    whose wait is bounded by a loop timer on a future, where ``asyncio.timeout`` would make
+    a context (a task look-up, a rescheduled handle, its exit checks) on every wait: a
+    ``/runsync`` job waits two or three times on its way (docs/performance.md)."""
+
+    __slots__ = ("_flag", "_waiter")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """True once set, False when ``timeout`` seconds (None: no limit) pass first."""
+        if self._flag:
+            return True
+        if self._waiter is not None:
+            raise RuntimeError("a Signal has one waiter: each listener listens for itself")
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._waiter = None
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+class _Subscription(Generic[_S]):
+    """``listen``'s context: the signal is among its key's listeners while it is open. A
+    class rather than a generator-based context manager: it is entered on every wait."""
+
+    __slots__ = ("_events", "_key", "_listeners", "_signal")
+
+    def __init__(self, events: dict[str, list[Signal]], key: WakeKey, signal: _S) -> None:
+        self._events = events
+        self._key = key
+        self._signal = signal
+        self._listeners: list[Signal] = []
+
+    def __enter__(self) -> _S:
+        self._listeners = self._events.setdefault(self._key, [])
+        self._listeners.append(self._signal)
+        return self._signal
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _error: BaseException | None,
+        _trace: TracebackType | None,
+    ) -> None:
+        listeners = self._listeners
+        listeners.remove(self._signal)
+        if not listeners and self._events.get(self._key) is listeners:
+            del self._events[self._key]
+
+
+class Claim(Signal):
     """A listener that takes what it is woken for, up to ``room`` items: a worker's job-take.
     Until its claim is made (``looking``) it will see whatever is notified, and so will it
     once woken: ``Wakeups.notify_some`` leaves a notification to such a one rather than wake
     another listener, whose claim would find the job gone (an empty claim, a wasted turn).
     What it answers for is counted in ``owed``; whatever of that its claim did not take, it
     passes on as it leaves (``Wakeups.claiming``)."""
+
+    __slots__ = ("looking", "owed", "room")
 
     def __init__(self, room: int) -> None:
         super().__init__()
@@ -79,7 +158,7 @@ class Wakeups:
         """``publish`` carries notified keys to the other replicas (the cluster's); ``max_wait``
         is the longest one wait sleeps before its caller re-checks (None: no limit)."""
         #: Per key, an event per listener, in the order they began to listen.
-        self._events: dict[str, list[asyncio.Event]] = {}
+        self._events: dict[str, list[Signal]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set when the server is going down: every wait ends and no new one starts.
         self.closing = False
@@ -110,9 +189,9 @@ class Wakeups:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.close)
 
-    def listen(self, key: WakeKey) -> contextlib.AbstractContextManager[asyncio.Event]:
+    def listen(self, key: WakeKey) -> contextlib.AbstractContextManager[Signal]:
         """Subscribe *before* checking the condition, so a notify in between is not lost."""
-        return self._subscribed(key, asyncio.Event())
+        return self._subscribed(key, Signal())
 
     @contextlib.contextmanager
     def claiming(self, key: WakeKey, room: int, owed: int = 0) -> Iterator[Claim]:
@@ -131,18 +210,10 @@ class Wakeups:
             if left:
                 self.notify_some(key, left)
 
-    @contextlib.contextmanager
-    def _subscribed(self, key: WakeKey, event: _E) -> Iterator[_E]:
+    def _subscribed(self, key: WakeKey, signal: _S) -> _Subscription[_S]:
         if self.closing:
-            event.set()
-        events = self._events.setdefault(key, [])
-        events.append(event)
-        try:
-            yield event
-        finally:
-            events.remove(event)
-            if not events and self._events.get(key) is events:
-                del self._events[key]
+            signal.set()
+        return _Subscription(self._events, key, signal)
 
     def notify(self, key: WakeKey) -> None:
         self.deliver(key)
@@ -186,7 +257,7 @@ class Wakeups:
         for key in keys:
             self.deliver(key)
 
-    async def wait(self, event: asyncio.Event, timeout: float) -> bool:
+    async def wait(self, event: Signal, timeout: float) -> bool:
         """``wait`` bounded by ``max_wait``: True when notified, False when the time ran out
         (or the safety-net interval passed). Callers loop and re-check either way."""
         if self.max_wait is not None:
@@ -216,7 +287,7 @@ class Wakeups:
         return sum(not e.is_set() for events in self._events.values() for e in events)
 
 
-async def wait(event: asyncio.Event, timeout: float) -> bool:
+async def wait(event: Signal, timeout: float) -> bool:
     """True when notified, False when the time ran out. Always yields to the loop once, so a
     loop that waits on an event that is already set cannot starve everything else."""
     if event.is_set():
@@ -224,9 +295,4 @@ async def wait(event: asyncio.Event, timeout: float) -> bool:
         return True
     if timeout <= 0:
         return False
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
+    return await event.wait(timeout)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from skiff.services.wakeups import Wake, Wakeups, wait
+from skiff.services.wakeups import Signal, Wake, Wakeups, wait
 
 A, B, K = Wake.endpoint("a"), Wake.endpoint("b"), Wake.SCALER
 
@@ -174,11 +174,45 @@ async def test_wait_returns_false_on_timeout_quickly() -> None:
 
 
 async def test_wait_with_no_time_left_only_checks_the_event() -> None:
-    event = asyncio.Event()
+    event = Signal()
     assert await wait(event, 0) is False
     event.set()
     assert await wait(event, 0) is True
     assert await wait(event, -1.0) is True
+
+
+async def test_a_wait_cancelled_leaves_nothing_waiting_and_a_later_notify_is_harmless() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen(Wake.job("x")) as event:
+        waiting = asyncio.create_task(wait(event, 60))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        wakeups.notify(Wake.job("x"))
+        assert event.is_set()
+        assert await wait(event, 60) is True  # set: no timer, no sleep
+
+
+async def test_a_signal_waited_on_again_after_its_time_ran_out_is_woken_by_a_notify() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen(Wake.job("x")) as event:
+        assert await wait(event, 0.01) is False
+        waiting = asyncio.create_task(wait(event, 60))
+        await asyncio.sleep(0)
+        wakeups.notify(Wake.job("x"))
+        assert await asyncio.wait_for(waiting, 5) is True
+
+
+async def test_a_second_waiter_on_one_listeners_signal_is_refused_not_left_asleep() -> None:
+    wakeups = Wakeups()
+    with wakeups.listen(Wake.job("x")) as event:
+        first = asyncio.create_task(event.wait())
+        await asyncio.sleep(0)
+        with pytest.raises(RuntimeError):
+            await event.wait(60)
+        wakeups.notify(Wake.job("x"))
+        assert await asyncio.wait_for(first, 5) is True
 
 
 async def test_close_ends_every_wait_and_later_listens_do_not_block() -> None:
