@@ -47,8 +47,8 @@ _MIN_ROOM = 2
 class _Worker:
     #: Takes of this worker waiting here, by the room each asked for.
     polls: list[int] = field(default_factory=list)
-    #: Set to release every answer held for this worker.
-    release: asyncio.Event | None = None
+    #: The answers held for this worker, each waiting on its own future: resolved to release.
+    release: list[asyncio.Future[None]] | None = None
     held: int = 0
     #: A take of this worker was answered with jobs: its next take releases the held answers.
     armed: bool = False
@@ -130,16 +130,22 @@ class ResultHolds:
         state = self._workers.get(worker_id)
         if state is None or not any(asked >= _MIN_ROOM for asked in state.polls):
             return
-        if state.release is None:
-            state.release = asyncio.Event()
-        event = state.release
+        waiters = state.release
+        if waiters is None:
+            waiters = state.release = []
+        loop = asyncio.get_running_loop()
+        # A future and a timer rather than an Event under ``asyncio.timeout``: this runs once
+        # per job-done, and the context's set-up was a measurable share of it.
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiters.append(waiter)
+        timer = loop.call_later(self.max_hold, _answer, waiter)
         state.held += 1
         try:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.max_hold):
-                    await event.wait()
+            await waiter
         finally:
-            if state.release is event:
+            timer.cancel()
+            if state.release is waiters:
+                waiters.remove(waiter)
                 state.held -= 1
             self._drop_if_unused(worker_id, state)
 
@@ -160,8 +166,9 @@ class ResultHolds:
         self._cancel_watch(state)
         state.armed = False
         if state.release is not None:
-            state.release.set()
-            # A later hold waits on a new event; the woken ones no longer count.
+            for waiter in state.release:
+                _answer(waiter)
+            # A later hold waits in a new list; the woken ones no longer count.
             state.release = None
             state.held = 0
         self._drop_if_unused(worker_id, state)
@@ -175,3 +182,8 @@ class ResultHolds:
         unused = not state.polls and state.held == 0 and state.watchdog is None
         if unused and self._workers.get(worker_id) is state:
             del self._workers[worker_id]
+
+
+def _answer(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

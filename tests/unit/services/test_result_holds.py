@@ -131,3 +131,20 @@ async def test_nothing_is_kept_for_a_worker_once_it_neither_polls_nor_waits() ->
     holds.release("w1")
     await task
     assert holds.tracked == 0
+
+
+async def test_a_held_answer_whose_request_is_cancelled_no_longer_counts_and_others_stay_held() -> (
+    None
+):
+    holds = ResultHolds(LONG)
+    with holds.polling("w1", 3):
+        left = await held_answer(holds)
+        stays = await held_answer(holds)
+        assert holds.held("w1") == 2
+        left.cancel()
+        await settle()
+        assert holds.held("w1") == 1
+        assert not stays.done()
+    holds.release("w1")
+    await asyncio.wait_for(stays, 1)
+    assert holds.held("w1") == 0 and holds.tracked == 0
