@@ -67,6 +67,16 @@ _DURATION_BUCKETS = (
 _POLL_OUTCOMES = ("job", "empty")
 
 
+@dataclass(slots=True)
+class _JobSeries:
+    """One endpoint's children of the job-event instruments, each made when first used."""
+
+    delay: Histogram | None = None
+    execution: Histogram | None = None
+    finished: dict[JobStatus, Counter] = field(default_factory=dict)
+    polls: dict[str, Counter] = field(default_factory=dict)
+
+
 def _jobs_by_state(counts: JobCounts) -> dict[JobStatus, int]:
     return {
         JobStatus.IN_QUEUE: counts.in_queue,
@@ -201,6 +211,9 @@ class Metrics:
         #: looked up once, not through ``labels()`` on every proxied request.
         self._lb_counts: dict[str, dict[str, Counter]] = {}
         self._lb_heads: dict[str, Histogram] = {}
+        #: Each endpoint's job-event series (statuses and poll outcomes by name), looked up
+        #: once: ``labels()`` on every job was a measurable share of a ``/runsync``.
+        self._job_series: dict[str, _JobSeries] = {}
         self._state = _StateCollector()
         self.registry.register(self._state)
         # Endpoint ids that have series in the event instruments, with the statuses seen, so
@@ -214,10 +227,21 @@ class Metrics:
         )
 
     # -- events -----------------------------------------------------------------------------
+    def _series(self, endpoint_id: str) -> _JobSeries:
+        series = self._job_series.get(endpoint_id)
+        if series is None:
+            self._labelled.setdefault(endpoint_id, set())
+            series = self._job_series[endpoint_id] = _JobSeries()
+        return series
+
     def take_poll(self, endpoint_id: str, got_job: bool) -> None:
         """A job-take long-poll answered, with at least one job or empty."""
-        self._labelled.setdefault(endpoint_id, set())
-        self._polls.labels(endpoint_id, "job" if got_job else "empty").inc()
+        polls = self._series(endpoint_id).polls
+        outcome = "job" if got_job else "empty"
+        count = polls.get(outcome)
+        if count is None:
+            count = polls[outcome] = self._polls.labels(endpoint_id, outcome)
+        count.inc()
 
     def jobs_lined_up(self, endpoint_id: str, count: int) -> None:
         """Jobs lined up behind a take's job."""
@@ -241,17 +265,27 @@ class Metrics:
     def job_finished(self, job: Job) -> None:
         """A job reached a final state (as the store returned it); any final status works, so
         the reaper's TIMED_OUT jobs and cancellations count through here too."""
-        self._labelled.setdefault(job.endpoint_id, set()).add(job.status)
-        self._finished.labels(job.endpoint_id, job.status.value).inc()
+        series = self._series(job.endpoint_id)
+        count = series.finished.get(job.status)
+        if count is None:
+            self._labelled[job.endpoint_id].add(job.status)
+            count = series.finished[job.status] = self._finished.labels(
+                job.endpoint_id, job.status.value
+            )
+        count.inc()
         # A job cancelled while queued never started: it has neither a delay nor a run time.
         if job.started_at is None:
             return
         # max(0, ...): a wall clock stepped back must not produce a negative observation.
-        self._delay.labels(job.endpoint_id).observe(max(0.0, job.started_at - job.submitted_at))
+        # A child exists from its first observation on: one looked up early would show an
+        # endpoint whose jobs never started with a zero-count histogram.
+        if series.delay is None:
+            series.delay = self._delay.labels(job.endpoint_id)
+        series.delay.observe(max(0.0, job.started_at - job.submitted_at))
         if job.finished_at is not None:
-            self._execution.labels(job.endpoint_id).observe(
-                max(0.0, job.finished_at - job.started_at)
-            )
+            if series.execution is None:
+                series.execution = self._execution.labels(job.endpoint_id)
+            series.execution.observe(max(0.0, job.finished_at - job.started_at))
 
     # -- scrape -----------------------------------------------------------------------------
     async def render(self) -> bytes:
@@ -288,6 +322,7 @@ class Metrics:
         """Drop a deleted endpoint's event series, so label values stay bounded to the
         endpoints that exist."""
         statuses = self._labelled.pop(endpoint_id, set())
+        self._job_series.pop(endpoint_id, None)
         self._delay.remove(endpoint_id)
         self._execution.remove(endpoint_id)
         self._lined_up.remove(endpoint_id)

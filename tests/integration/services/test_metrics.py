@@ -214,6 +214,29 @@ async def test_a_deleted_endpoint_leaves_no_series_behind(rig: Rig) -> None:
     assert endpoints_named(await rig.scrape()) == {"ep1"}
 
 
+async def test_an_endpoint_counted_again_after_its_series_were_dropped_starts_from_zero(
+    rig: Rig,
+) -> None:
+    async def one_job() -> None:
+        job = await rig.submit(rig.ep2)
+        assert await rig.take(rig.ep2, "w2") == [job]
+        await rig.dispatch.done(rig.ep2, "w2", job, parse_worker_result(b'{"output": 1}'))
+
+    await one_job()
+    await rig.store.delete_endpoint("ep2")
+    await rig.workers.remove("w2")
+    assert endpoints_named(await rig.scrape()) == {"ep1"}  # its series dropped
+
+    await rig.store.create_endpoint(rig.ep2)
+    await one_job()
+
+    samples = await rig.scrape()
+    assert value(samples, "skiff_jobs_finished_total", endpoint="ep2", status="COMPLETED") == 1
+    assert value(samples, "skiff_job_take_polls_total", endpoint="ep2", outcome="job") == 1
+    assert value(samples, "skiff_job_delay_seconds_count", endpoint="ep2") == 1
+    assert value(samples, "skiff_job_execution_seconds_count", endpoint="ep2") == 1
+
+
 async def test_a_lost_workers_job_out_of_attempts_counts_as_failed(rig: Rig) -> None:
     job = await rig.submit(rig.ep1)
     for worker_id in ("w1", "w2"):
