@@ -48,6 +48,7 @@ from starlette.types import Message
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from skiff.api.body import WHOLE_BODY
 from skiff.api.connections import (
     BODY,
     BUSY,
@@ -185,6 +186,7 @@ class LeanCycle:
         if self.route is None:
             await self._pass_through()
             return
+        self.scope[WHOLE_BODY] = bytes(self.body)
         request = Request(self.scope, self.receive)
         response = await self.protocol.hot.call(self.route, request, self.params)
         await self._answer(response)
