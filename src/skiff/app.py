@@ -331,15 +331,15 @@ def create_app(
             else asyncio.sleep(0),
             name="cluster-inventory",
         )
-        # What start-up made (modules, the app and its routes, models) lives as long as the
-        # process: out of the collector's sight, its full collections no longer rescan all of
-        # it, whose pauses stalled every request under load (docs/performance.md).
         sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
         # Every replica: the homes it measures are those of the workers it runs, on its disk.
         measuring = asyncio.create_task(
             services.disk_watch.run() if services.disk_watch is not None else asyncio.sleep(0),
             name="disk-watch",
         )
+        # What start-up made (modules, the app and its routes, models) lives as long as the
+        # process: out of the collector's sight, its full collections no longer rescan all of
+        # it, whose pauses stalled every request under load (docs/performance.md).
         gc.collect()
         gc.freeze()
         ready = True
