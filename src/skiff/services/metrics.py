@@ -216,9 +216,10 @@ class Metrics:
         self._job_series: dict[str, _JobSeries] = {}
         self._state = _StateCollector()
         self.registry.register(self._state)
-        # Endpoint ids that have series in the event instruments, with the statuses seen, so
-        # a deleted endpoint's series can be removed (prometheus-client does not list them).
-        self._labelled: dict[str, set[JobStatus]] = {}
+        # Endpoint ids that have series in the event instruments, so a deleted endpoint's
+        # series can be removed (prometheus-client does not list them); the statuses it was
+        # counted under are the keys of its ``_job_series``.
+        self._labelled: set[str] = set()
 
     def _seconds(self, name: str, documentation: str) -> Histogram:
         """A duration per endpoint, in the buckets every skiff duration uses."""
@@ -230,7 +231,7 @@ class Metrics:
     def _series(self, endpoint_id: str) -> _JobSeries:
         series = self._job_series.get(endpoint_id)
         if series is None:
-            self._labelled.setdefault(endpoint_id, set())
+            self._labelled.add(endpoint_id)
             series = self._job_series[endpoint_id] = _JobSeries()
         return series
 
@@ -245,7 +246,7 @@ class Metrics:
 
     def jobs_lined_up(self, endpoint_id: str, count: int) -> None:
         """Jobs lined up behind a take's job."""
-        self._labelled.setdefault(endpoint_id, set())
+        self._labelled.add(endpoint_id)
         self._lined_up.labels(endpoint_id).inc(count)
 
     def lb_request(self, endpoint_id: str, status: int, seconds: float) -> None:
@@ -253,7 +254,7 @@ class Metrics:
         code = str(status) if status in (502, 503) else f"{status // 100}xx"
         counts = self._lb_counts.get(endpoint_id)
         if counts is None:
-            self._labelled.setdefault(endpoint_id, set())
+            self._labelled.add(endpoint_id)
             counts = self._lb_counts[endpoint_id] = {}
             self._lb_heads[endpoint_id] = self._lb_head.labels(endpoint_id)
         count = counts.get(code)
@@ -268,7 +269,6 @@ class Metrics:
         series = self._series(job.endpoint_id)
         count = series.finished.get(job.status)
         if count is None:
-            self._labelled[job.endpoint_id].add(job.status)
             count = series.finished[job.status] = self._finished.labels(
                 job.endpoint_id, job.status.value
             )
@@ -321,8 +321,9 @@ class Metrics:
     def _forget(self, endpoint_id: str) -> None:
         """Drop a deleted endpoint's event series, so label values stay bounded to the
         endpoints that exist."""
-        statuses = self._labelled.pop(endpoint_id, set())
-        self._job_series.pop(endpoint_id, None)
+        self._labelled.discard(endpoint_id)
+        series = self._job_series.pop(endpoint_id, None)
+        statuses = series.finished if series is not None else {}
         self._delay.remove(endpoint_id)
         self._execution.remove(endpoint_id)
         self._lined_up.remove(endpoint_id)

@@ -38,6 +38,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from skiff.services.wakeups import Signal
+
 #: A take whose answer leaves the worker room for at least this many more jobs keeps polling at
 #: once, so its next take is the proof that it queued the jobs it was given.
 _MIN_ROOM = 2
@@ -47,8 +49,8 @@ _MIN_ROOM = 2
 class _Worker:
     #: Takes of this worker waiting here, by the room each asked for.
     polls: list[int] = field(default_factory=list)
-    #: The answers held for this worker, each waiting on its own future: resolved to release.
-    release: list[asyncio.Future[None]] | None = None
+    #: The answers held for this worker, each waiting on its own signal: set to release.
+    release: list[Signal] | None = None
     held: int = 0
     #: A take of this worker was answered with jobs: its next take releases the held answers.
     armed: bool = False
@@ -133,19 +135,16 @@ class ResultHolds:
         waiters = state.release
         if waiters is None:
             waiters = state.release = []
-        loop = asyncio.get_running_loop()
-        # A future and a timer rather than an Event under ``asyncio.timeout``: this runs once
-        # per job-done, and the context's set-up was a measurable share of it.
-        waiter: asyncio.Future[None] = loop.create_future()
-        waiters.append(waiter)
-        timer = loop.call_later(self.max_hold, _answer, waiter)
+        # A signal with its timer rather than an Event under ``asyncio.timeout``: this runs
+        # once per job-done, and the context's set-up was a measurable share of it.
+        signal = Signal()
+        waiters.append(signal)
         state.held += 1
         try:
-            await waiter
+            await signal.wait(self.max_hold)
         finally:
-            timer.cancel()
             if state.release is waiters:
-                waiters.remove(waiter)
+                waiters.remove(signal)
                 state.held -= 1
             self._drop_if_unused(worker_id, state)
 
@@ -166,8 +165,8 @@ class ResultHolds:
         self._cancel_watch(state)
         state.armed = False
         if state.release is not None:
-            for waiter in state.release:
-                _answer(waiter)
+            for signal in state.release:
+                signal.set()
             # A later hold waits in a new list; the woken ones no longer count.
             state.release = None
             state.held = 0
@@ -182,8 +181,3 @@ class ResultHolds:
         unused = not state.polls and state.held == 0 and state.watchdog is None
         if unused and self._workers.get(worker_id) is state:
             del self._workers[worker_id]
-
-
-def _answer(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
