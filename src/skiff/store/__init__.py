@@ -8,6 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from skiff.databases import Backend, backend_of
 from skiff.store.base import Store
+from skiff.store.outages import disk_full as disk_full
 from skiff.store.outages import unavailable as unavailable
 from skiff.store.sealing import KeySource
 

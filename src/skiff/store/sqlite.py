@@ -177,6 +177,10 @@ class _Writer:
                 try:
                     result = op(conn)
                 except Exception as exc:
+                    if not conn.in_transaction:
+                        # SQLite rolled the whole transaction back itself (a full disk, an I/O
+                        # error): every write of the batch is lost, and each is told why.
+                        raise
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
                     outcomes.append((None, exc))
@@ -208,7 +212,8 @@ def _run_alone(conn: sqlite3.Connection, batch: list[_Pending]) -> None:
         try:
             outcome = (future, op(conn), None)
         except Exception as exc:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # else SQLite rolled it back itself (a full disk)
+                conn.execute("ROLLBACK")
             outcome = (future, None, exc)
         else:
             conn.execute("COMMIT")
