@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     #: How often this replica measures the homes of its process workers against their
     #: template's ``containerDiskInGb`` (services/disk_watch.py); 0 turns the check off.
     disk_check_seconds: float = Field(default=30.0, ge=0, le=86400)
+    #: With the embedded SQLite store: MiB kept free on the database's disk for the work already
+    #: accepted; below it new jobs are refused with 507 (services/disk_reserve.py). 0: none kept.
+    disk_reserve_mb: int = Field(default=256, ge=0)
     #: A connection must send a whole request head (request line and headers) within this
     #: long of opening, or of starting its next request; else it is closed.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)

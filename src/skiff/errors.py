@@ -11,7 +11,9 @@ SkiffError
 │   ├── NoWorkerReady   503: a load-balancing endpoint has no worker ready in time
 │   └── EndpointBusy    503: a load-balancing endpoint has its cap of requests in flight
 │                       (services/lb_proxy.py)
-└── BadGateway          502: a load-balancing worker failed the request passed to it
+├── BadGateway          502: a load-balancing worker failed the request passed to it
+└── InsufficientStorage 507: the server's disk has no room for new work; ``retry_after``
+                        seconds (services/disk_reserve.py)
 """
 
 from __future__ import annotations
@@ -75,3 +77,14 @@ class BadGateway(SkiffError):
     """The worker a request was passed to failed it (refused, reset, died mid-way)."""
 
     status_code = 502
+
+
+class InsufficientStorage(SkiffError):
+    """The disk the database is on is (nearly) full: new work is refused, with
+    ``Retry-After``, so that what was accepted can still be finished and recorded."""
+
+    status_code = 507
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)

@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api.responses import json_response
-from skiff.errors import Invalid, SkiffError, TooManyRequests
-from skiff.services.outages import database_unreachable
+from skiff.errors import InsufficientStorage, Invalid, SkiffError, TooManyRequests
+from skiff.services.disk_reserve import RETRY_AFTER_SECONDS
+from skiff.services.outages import database_unreachable, storage_full
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def handlers(key: str) -> dict[type[Exception], ErrorHandler]:
         assert isinstance(exc, SkiffError)
         field = exc.field if isinstance(exc, Invalid) else None
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-        if isinstance(exc, TooManyRequests):
+        if isinstance(exc, (TooManyRequests, InsufficientStorage)):
             headers = {"Retry-After": str(exc.retry_after)}
         response = json_response(error_body(key, exc.message, field), exc.status_code)
         if headers:
@@ -122,6 +123,14 @@ def handlers(key: str) -> dict[type[Exception], ErrorHandler]:
                 error_body(key, "the database is unreachable right now; try again shortly"), 503
             )
             response.headers["Retry-After"] = "1"
+            return response
+        if storage_full(exc):
+            # The write was not made: nothing of this request was kept, and what was accepted
+            # before is committed. The operator has to free space (docs/deployment.md).
+            log.error("the database's disk is full: %r", exc)
+            message = "the server's disk is full: nothing of this request was kept; try again later"
+            response = json_response(error_body(key, message), InsufficientStorage.status_code)
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
             return response
         log.exception("unhandled error", exc_info=exc)
         return json_response(error_body(key, "internal server error"), 500)

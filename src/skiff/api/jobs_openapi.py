@@ -130,9 +130,19 @@ REQUESTS_EXTRA: dict[str, Any] = {
     ]
 }
 
-RUN_RESPONSES: dict[int | str, dict[str, Any]] = {200: _json(_ID_STATUS, "Queued")}
+#: A job refused for want of room: nothing of it was kept (services/disk_reserve.py).
+_NO_ROOM: dict[int | str, dict[str, Any]] = {
+    507: {
+        "description": "The server's disk is (nearly) full: the job was not accepted; retry "
+        "after the `Retry-After` header's seconds",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+}
+RUN_RESPONSES: dict[int | str, dict[str, Any]] = {200: _json(_ID_STATUS, "Queued"), **_NO_ROOM}
 RUNSYNC_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: _json(JOB_VIEW, "The finished job, or `{id, status}` when `wait` elapsed first")
+    200: _json(JOB_VIEW, "The finished job, or `{id, status}` when `wait` elapsed first"),
+    **_NO_ROOM,
 }
 STATUS_RESPONSES: dict[int | str, dict[str, Any]] = {200: _json(JOB_VIEW)}
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -10,6 +10,7 @@ from skiff.config import Settings
 from skiff.domain.billing import load_prices
 from skiff.domain.gpus import Gpu
 from skiff.providers.base import SpansMachines, WorkerProvider
+from skiff.services import disk_reserve
 from skiff.services.accounts import Accounts
 from skiff.services.admission import Admission
 from skiff.services.auth import Auth
@@ -196,7 +197,15 @@ class Services:
         async def webhook_guard(url: str) -> None:
             await check_webhook_url(url, settings.webhook_allow_private)
 
-        jobs = Jobs(store, clock, wakeups, events, placement.why, webhook_guard)
+        jobs = Jobs(
+            store,
+            clock,
+            wakeups,
+            events,
+            placement.why,
+            webhook_guard,
+            reserve=disk_reserve.for_settings(settings, clock),
+        )
         public_models = PublicModels(store, clock)
         endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models)
         rate_limits = RateLimits(

@@ -17,6 +17,7 @@ from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Forbidden, Invalid, NotFound
 from skiff.ids import job_id
+from skiff.services.disk_reserve import DiskReserve, job_bytes
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
@@ -49,8 +50,11 @@ class Jobs:
         events: JobEvents,
         placement: WhyBlocked,
         webhook_guard: WebhookGuard,
+        reserve: DiskReserve | None = None,
     ) -> None:
-        """``placement`` answers ``health`` and the answers about queued jobs."""
+        """``placement`` answers ``health`` and the answers about queued jobs; ``reserve``
+        refuses new jobs while the database's disk is nearly full (None: never)."""
+        self._reserve = reserve
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -74,6 +78,10 @@ class Jobs:
             )
         if request.webhook is not None:
             await self._webhook_guard(request.webhook)
+        if self._reserve is not None:
+            self._reserve.admit(
+                job_bytes(request.input_json, request.webhook, request.s3_config_json)
+            )
         job = Job(
             id=job_id(sync),
             endpoint_id=endpoint.id,
