@@ -19,8 +19,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from skiff.clock import Clock
 from skiff.config import Settings
@@ -73,6 +75,8 @@ class DiskReserve:
         self._admitted = 0
         self._read_at = -math.inf
         self._low = False
+        #: Jobs refused for want of room, since start (``skiff_jobs_refused_for_room_total``).
+        self.refused = 0
 
     def admit(self, size: int) -> None:
         """Count ``size`` bytes of new work, or raise ``InsufficientStorage`` when they would
@@ -86,12 +90,24 @@ class DiskReserve:
             # was admitted (a write that has landed meanwhile counts twice, for a second at most).
             self._read()
         if self._short(size):
+            self.refused += 1
             raise InsufficientStorage(
                 "the server's disk is nearly full: no new job is accepted until its operator "
                 "frees space (the jobs already accepted go on); nothing of this request was kept",
                 RETRY_AFTER_SECONDS,
             )
         self._admitted += size
+
+    @property
+    def reserve_bytes(self) -> int:
+        return self._reserve
+
+    def free_now(self) -> int | None:
+        """The disk's free bytes, read now; None when it cannot be read."""
+        try:
+            return self._measure(self._path)
+        except OSError:
+            return None
 
     def _short(self, size: int) -> bool:
         measured = self._measured
@@ -120,6 +136,45 @@ class DiskReserve:
                 )
             else:
                 log.warning("the disk of %s has room again: new jobs are accepted", self._path)
+
+
+class ReserveMetrics:
+    """The reserve's figures on ``/metrics`` (a collector on ``Metrics.registry``): the disk's
+    free bytes, read at each scrape, beside the reserve, and the jobs refused."""
+
+    def __init__(self, reserve: DiskReserve) -> None:
+        self._reserve = reserve
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "skiff_database_disk_free_bytes",
+                "Free bytes on the disk of the embedded database (read at the scrape).",
+            ),
+            GaugeMetricFamily(
+                "skiff_database_disk_reserve_bytes",
+                "Bytes kept free there for accepted work (SKIFF_DISK_RESERVE_MB): under it, "
+                "new jobs are refused.",
+            ),
+            CounterMetricFamily(
+                "skiff_jobs_refused_for_room",
+                "Jobs refused with 507 because the database's disk was nearly full.",
+            ),
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        reserve = self._reserve
+        free, kept, refused = self._families()
+        now = reserve.free_now()
+        if now is not None:  # else no sample: the figure is unknown, not zero
+            free.add_metric([], now)
+        kept.add_metric([], reserve.reserve_bytes)
+        refused.add_metric([], reserve.refused)
+        return [free, kept, refused]
 
 
 def for_settings(settings: Settings, clock: Clock) -> DiskReserve | None:

@@ -135,6 +135,9 @@ class Services:
             return (await store.job_counts(endpoint_id)).oldest_queued_at
 
         metrics = Metrics(store, clock, workers, oldest_queued_at=oldest_queued_at)
+        reserve = disk_reserve.for_settings(settings, clock)
+        if reserve is not None:
+            metrics.registry.register(disk_reserve.ReserveMetrics(reserve))
         dispatch = Dispatch(
             store,
             clock,
@@ -204,7 +207,7 @@ class Services:
             events,
             placement.why,
             webhook_guard,
-            reserve=disk_reserve.for_settings(settings, clock),
+            reserve=reserve,
         )
         public_models = PublicModels(store, clock)
         endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models)

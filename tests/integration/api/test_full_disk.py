@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from in_process import running
 from skiff.clock import ManualClock
@@ -90,6 +91,14 @@ async def test_new_jobs_are_refused_under_the_reserve_and_accepted_ones_still_fi
             assert status["status"] == "COMPLETED" and len(status["output"]["result"]) == 100_000
             health = (await app.http.get(f"/v2/{endpoint_id}/health")).json()
             assert health["jobs"]["completed"] == 1 and health["jobs"]["inQueue"] == 0
+            shown = {
+                sample.name: sample.value
+                for family in text_string_to_metric_families((await app.http.get("/metrics")).text)
+                for sample in family.samples
+            }
+            assert shown["skiff_jobs_refused_for_room_total"] == 2
+            assert shown["skiff_database_disk_reserve_bytes"] == RESERVE_MIB * MIB
+            assert shown["skiff_database_disk_free_bytes"] < RESERVE_MIB * MIB
 
         clock.advance(1.0)
         again = await app.http.post(f"/v2/{endpoint_id}/run", json={"input": {"n": 4}})

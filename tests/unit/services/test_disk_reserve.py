@@ -14,6 +14,7 @@ from skiff.services.disk_reserve import (
     MIB,
     RETRY_AFTER_SECONDS,
     DiskReserve,
+    ReserveMetrics,
     for_settings,
     free_bytes,
     job_bytes,
@@ -135,3 +136,32 @@ def test_a_reserve_is_kept_only_for_the_embedded_database(tmp_path: Path) -> Non
     assert for_settings(Settings(data_dir=tmp_path, disk_reserve_mb=0), clock) is None
     postgres = Settings(data_dir=tmp_path, database_url="postgresql://db/skiff")
     assert for_settings(postgres, clock) is None
+
+
+def samples(reserve: DiskReserve) -> dict[str, float]:
+    return {
+        sample.name: sample.value
+        for family in ReserveMetrics(reserve).collect()
+        for sample in family.samples
+    }
+
+
+def test_the_metrics_show_the_free_bytes_read_now_the_reserve_and_the_refusals() -> None:
+    disk, clock = Disk(free=50 * MIB), ManualClock()
+    reserve = reserve_of(disk, clock)
+    with pytest.raises(InsufficientStorage):
+        reserve.admit(1)
+    disk.free = 60 * MIB  # read again at the scrape, whatever the reserve last saw
+    assert samples(reserve) == {
+        "skiff_database_disk_free_bytes": 60 * MIB,
+        "skiff_database_disk_reserve_bytes": 100 * MIB,
+        "skiff_jobs_refused_for_room_total": 1,
+    }
+
+
+def test_a_disk_that_cannot_be_read_has_no_free_sample_rather_than_zero() -> None:
+    disk = Disk(free=0)
+    disk.broken = True
+    shown = samples(reserve_of(disk, ManualClock()))
+    assert "skiff_database_disk_free_bytes" not in shown
+    assert shown["skiff_jobs_refused_for_room_total"] == 0
