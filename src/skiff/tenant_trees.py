@@ -1,5 +1,5 @@
 """Directory trees a tenant's code writes (a worker's home, a pod's disk, a network volume):
-measured and removed by coreutils' ``du`` and ``rm``, in a process of their own.
+measured (bytes and files) and removed by coreutils' ``du`` and ``rm``, in a process of their own.
 
 A tenant shapes these trees as it likes, so a walk of them in the server must survive any
 shape. Python's own falls short twice: ``shutil.rmtree`` recurses, and raises
@@ -54,6 +54,23 @@ def _run(argv: list[str], timeout: float | None = None) -> subprocess.CompletedP
     return done
 
 
+def _du(root: Path, unit: str) -> int | None:
+    """``du -s -x`` of ``root`` in ``unit`` (``-k``: KiB, ``--inodes``: entries), ``root``
+    included; None when it could not be counted (logged). What vanished meanwhile or could
+    not be read is passed over, the rest counted."""
+    try:
+        done = _run(["du", "-s", "-x", unit, "--", str(root)], timeout=COUNT_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("could not count %s: %s", root, exc)
+        return None
+    if done.returncode:
+        log.warning("du %s: %s", root, done.stderr.decode(errors="replace").strip()[:500])
+    try:
+        return int(done.stdout.split(maxsplit=1)[0])
+    except (IndexError, ValueError):
+        return None
+
+
 def allocated_bytes(root: Path) -> int:
     """The disk space the files below ``root`` take: allocated blocks (a sparse file counts
     what it holds, not its length), each file once however many names it has, links not
@@ -66,19 +83,19 @@ def allocated_bytes(root: Path) -> int:
         return 0
     except OSError:
         own = 0  # a tenant made its parent unreadable: counted with the owner's rights
-    try:
-        done = _run(["du", "-s", "-x", "-k", "--", str(root)], timeout=COUNT_TIMEOUT_SECONDS)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("could not count %s: %s", root, exc)
+    total = _du(root, "-k")
+    return 0 if total is None else max(0, total * _KIB - own)
+
+
+def file_count(root: Path) -> int:
+    """How many files, directories and other entries are below ``root`` (each file once
+    however many names it has), walked as ``allocated_bytes`` walks: each takes an inode, of
+    which a disk has a fixed number, so empty files exhaust it where bytes never would.
+    ``root`` itself is left out; 0 for a ``root`` that is not there or could not be counted."""
+    if not os.path.lexists(root):
         return 0
-    if done.returncode:
-        # Something below vanished meanwhile, or could not be read: the rest is counted.
-        log.warning("du %s: %s", root, done.stderr.decode(errors="replace").strip()[:500])
-    try:
-        total = int(done.stdout.split(maxsplit=1)[0]) * _KIB
-    except (IndexError, ValueError):
-        return 0
-    return max(0, total - own)
+    total = _du(root, "--inodes")
+    return 0 if total is None else max(0, total - 1)
 
 
 def remove_tree(path: Path) -> None:

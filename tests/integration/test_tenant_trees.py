@@ -174,3 +174,14 @@ def test_what_its_owner_made_unreadable_is_counted_and_removed(tmp_path: Path) -
         assert not w1_left
     finally:
         shutil.rmtree(place, ignore_errors=True)
+
+
+def test_files_are_counted_each_once_below_the_root(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write(home / "a", 10)
+    write(home / "deep" / "er" / "b", 10)
+    os.link(home / "a", home / "deep" / "same-as-a")
+    (home / "to-outside").symlink_to(tmp_path)
+    # a, deep, er, b and the link itself; the hard link is the same file as a.
+    assert tenant_trees.file_count(home) == 5
+    assert tenant_trees.file_count(tmp_path / "missing") == 0

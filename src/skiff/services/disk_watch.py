@@ -4,7 +4,9 @@
 A container's writable layer is bounded by its storage driver where the driver can; a process
 worker's container disk is its home under the data directory, the disk the database is on,
 which nothing bounds while the worker runs. So, as the kubelet does for a pod's ephemeral
-storage, this replica measures it every ``SKIFF_DISK_CHECK_SECONDS`` and evicts what is over.
+storage, this replica measures it every ``SKIFF_DISK_CHECK_SECONDS`` and evicts what is over:
+what it holds, and how many files. A disk has so many inodes, which a tenant's empty files
+could take all of, so each GB of the budget holds ``FILES_PER_GB`` files, as ext4 makes them.
 
 The unit is the endpoint, not the worker: in the sandbox an endpoint's workers share one
 directory of homes (``Fleet.homes``, with the Flash worker's dependency cache beside them), so
@@ -32,11 +34,28 @@ from skiff.services.pod_runner import PodRunner
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
-from skiff.tenant_trees import allocated_bytes, remove_tree
+from skiff.tenant_trees import allocated_bytes, file_count, remove_tree
 
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
+#: Files a container disk of one GB may hold: what ext4 makes by default (an inode for each
+#: 16 KiB), so that an endpoint within its bytes takes no more of the host's inodes than a
+#: disk of its size would have, however small its files.
+FILES_PER_GB = 65_536
+
+
+def _over(used: int, files: int, limit_gb: int, disks: int) -> str | None:
+    """Why ``used`` bytes in ``files`` files is over ``disks`` container disks of ``limit_gb``
+    each; None when it is within them."""
+    if used > limit_gb * GIB * disks:
+        return f"{used / GIB:.2f} GB, over containerDiskInGb ({limit_gb} GB)"
+    if files > limit_gb * FILES_PER_GB * disks:
+        return (
+            f"{files:,} files, over the {limit_gb * FILES_PER_GB:,} that containerDiskInGb "
+            f"({limit_gb} GB) holds ({FILES_PER_GB:,} a GB, as ext4 makes them)"
+        )
+    return None
 
 
 class DiskWatch:
@@ -83,13 +102,13 @@ class DiskWatch:
         if instance is None or pod is None or not pod.spec.containerDiskInGb:
             return
         limit_gb = pod.spec.containerDiskInGb
-        used = await asyncio.to_thread(allocated_bytes, self._pods.home(pod_id))
-        if used > limit_gb * GIB:
+        home = self._pods.home(pod_id)
+        used = await asyncio.to_thread(allocated_bytes, home)
+        files = await asyncio.to_thread(file_count, home)
+        over = _over(used, files, limit_gb, 1)
+        if over is not None:
             await self._pods.evict(
-                pod_id,
-                instance,
-                f"its container disk held {used / GIB:.2f} GB, over containerDiskInGb "
-                f"({limit_gb} GB): it was ended and its disk wiped",
+                pod_id, instance, f"its container disk held {over}: it was ended and its disk wiped"
             )
 
     async def _check(self, endpoint_id: str) -> None:
@@ -98,6 +117,7 @@ class DiskWatch:
             return
         homes = self._fleet.homes(endpoint_id)
         used = await asyncio.to_thread(allocated_bytes, homes)
+        files = await asyncio.to_thread(file_count, homes)
         holding = self._fleet.holding_homes(endpoint_id)
         # Every process worker counts, another replica's too: one on this host shares the
         # directory (and one elsewhere only makes the budget kinder). A record without a
@@ -107,13 +127,13 @@ class DiskWatch:
             for w in await self._workers.of_endpoint(endpoint_id)
             if w.kind is WorkerKind.LOCAL and w.pid is not None
         }
-        if used <= limit_gb * GIB * max(1, len(running)):
+        over = _over(used, files, limit_gb, max(1, len(running)))
+        if over is None:
             return
         if holding:
             why = (
-                f"the endpoint's {len(running)} worker(s) on this host wrote "
-                f"{used / GIB:.2f} GB into their homes, over containerDiskInGb ({limit_gb} GB) "
-                "for each"
+                f"the endpoint's {len(running)} worker(s) on this host wrote into their homes "
+                f"{over} for each"
             )
             await self._evict(holding, why)
         # What no worker's home holds goes too (a cache, what a worker wrote beside its

@@ -19,7 +19,7 @@ from skiff.domain.pods import Pod, PodCreate
 from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.services.disk_watch import DiskWatch
+from skiff.services.disk_watch import FILES_PER_GB, DiskWatch
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
 
@@ -66,6 +66,12 @@ async def started(services: Services, endpoint: Endpoint, count: int) -> list[Wo
     return [w for w in await services.workers.of_endpoint("ep1") if w.pid is not None]
 
 
+async def one_worker(services: Services, disk_gb: int) -> tuple[Worker, Path]:
+    """One worker of an endpoint with ``disk_gb`` of container disk, running, and its home."""
+    (worker,) = await started(services, await endpoint_of(services, disk_gb, workers=1), 1)
+    return worker, services.fleet.home("ep1", worker.id)
+
+
 def reserve(path: Path, size: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
@@ -79,10 +85,19 @@ def present(path: Path) -> bool:
     return path.exists()
 
 
+async def ended_as_one_failure(services: Services) -> str:
+    """Once the endpoint's workers were ended by the check: the error of its one failed
+    start."""
+    await eventually_async(lambda: services.fleet.provider.running() == [], "the workers to end")
+    failure = await services.fleet.failure("ep1")
+    # One eviction, one failed start: the back-off grows by one step, not one per worker.
+    assert failure is not None and failure.failed_starts == 1
+    return failure.error
+
+
 async def test_a_worker_within_its_container_disk_keeps_running(services: Services) -> None:
-    endpoint = await endpoint_of(services, disk_gb=1, workers=1)
-    (worker,) = await started(services, endpoint, 1)
-    reserve(services.fleet.home("ep1", worker.id) / "weights.bin", GIB // 2)
+    worker, home = await one_worker(services, disk_gb=1)
+    reserve(home / "weights.bin", GIB // 2)
     await watch(services).pass_once()
     assert services.fleet.provider.running() == [worker.id]
     assert await services.fleet.failure("ep1") is None
@@ -91,15 +106,11 @@ async def test_a_worker_within_its_container_disk_keeps_running(services: Servic
 async def test_a_worker_over_its_container_disk_is_ended_as_a_failure(
     services: Services,
 ) -> None:
-    endpoint = await endpoint_of(services, disk_gb=1, workers=1)
-    (worker,) = await started(services, endpoint, 1)
-    home = services.fleet.home("ep1", worker.id)
+    _worker, home = await one_worker(services, disk_gb=1)
     reserve(home / "cache" / "big.bin", GIB + GIB // 4)
     await watch(services).pass_once()
-    await eventually_async(lambda: services.fleet.provider.running() == [], "the worker to end")
-    failure = await services.fleet.failure("ep1")
-    assert failure is not None and failure.failed_starts == 1
-    assert "containerDiskInGb (1 GB)" in failure.error and "1.25 GB" in failure.error
+    error = await ended_as_one_failure(services)
+    assert "containerDiskInGb (1 GB)" in error and "1.25 GB" in error
     # Its home goes with it, as a container's writable layer does.
     await eventually_async(lambda: not home.parent.exists(), "the worker's home to be removed")
 
@@ -118,11 +129,7 @@ async def test_workers_share_a_container_disk_each_across_their_homes(
     assert len(services.fleet.provider.running()) == 2
     reserve(shared / "three.bin", GIB // 2 + GIB // 8)
     await watch(services).pass_once()
-    await eventually_async(lambda: services.fleet.provider.running() == [], "both workers to end")
-    failure = await services.fleet.failure("ep1")
-    # One eviction, one failed start: the back-off grows by one step, not one per worker.
-    assert failure is not None and failure.failed_starts == 1
-    assert "2 worker(s)" in failure.error
+    assert "2 worker(s)" in await ended_as_one_failure(services)
     # What they shared goes too: the next workers start within their budget.
     assert not present(shared)
 
@@ -256,3 +263,37 @@ async def test_the_check_can_be_turned_off(
 ) -> None:
     settings = Settings(data_dir=tmp_path / "data", disk_check_seconds=0)
     assert build_services(settings, store, clock, open_cluster(settings)).disk_watch is None
+
+
+def many_files(directory: Path, count: int) -> None:
+    """``count`` empty files: no bytes to speak of, an inode each."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for n in range(count):
+        os.close(os.open(directory / str(n), os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+async def test_workers_over_the_files_their_container_disk_holds_are_ended(
+    services: Services,
+) -> None:
+    worker, home = await one_worker(services, disk_gb=1)
+    many_files(home / "few", FILES_PER_GB // 2)
+    await watch(services).pass_once()
+    assert services.fleet.provider.running() == [worker.id]
+    many_files(home / "more", FILES_PER_GB // 2 + 10)
+    await watch(services).pass_once()
+    error = await ended_as_one_failure(services)
+    assert "files, over the 65,536 that containerDiskInGb (1 GB) holds" in error
+
+
+async def test_a_pod_over_the_files_its_container_disk_holds_is_ended_and_wiped(
+    services: Services,
+) -> None:
+    pod = await pod_of(services, disk_gb=1)
+    home = services.pod_runner.home(pod.id)
+    many_files(home / "tiny", FILES_PER_GB + 1)
+    await watch(services).pass_once()
+    assert services.pod_runner.running_ids() == []
+    assert not present(home / "tiny")
+    shown = await services.pods.get(ALICE, pod.id)
+    # The files and their directory.
+    assert "65,538 files, over the 65,536" in (shown.placement.problem or "")
