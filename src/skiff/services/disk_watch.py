@@ -19,6 +19,11 @@ removed, so that the next workers start within their budget.
 A pod run as a process is a machine of its own: its home alone is its container disk, held to
 its own ``containerDiskInGb``. Over it, its instance is ended as one that exited, its disk
 wiped at once, and it starts again after the back-off.
+
+Volumes are disks of a size too, and a directory has no quota: a pod's own volume is held to
+its ``volumeInGb``, and a network volume mounted here to its ``size``. Over it, what mounts it
+on this replica is ended (the endpoint's workers as one failed start, each pod as one that
+exited), and its files are kept: its user grows it or removes some.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from skiff.domain.workers import WorkerKind
 from skiff.services.fleet import Fleet
 from skiff.services.pod_runner import PodRunner
+from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -45,17 +52,36 @@ GIB = 1024**3
 FILES_PER_GB = 65_536
 
 
-def _over(used: int, files: int, limit_gb: int, disks: int) -> str | None:
-    """Why ``used`` bytes in ``files`` files is over ``disks`` container disks of ``limit_gb``
-    each; None when it is within them."""
+def _over(
+    used: int, files: int, limit_gb: int, disks: int = 1, name: str = "containerDiskInGb"
+) -> str | None:
+    """Why ``used`` bytes in ``files`` files is over ``disks`` disks of ``limit_gb`` each (the
+    field ``name`` sets it); None when it is within them."""
     if used > limit_gb * GIB * disks:
-        return f"{used / GIB:.2f} GB, over containerDiskInGb ({limit_gb} GB)"
+        return f"{used / GIB:.2f} GB, over {name} ({limit_gb} GB)"
     if files > limit_gb * FILES_PER_GB * disks:
         return (
-            f"{files:,} files, over the {limit_gb * FILES_PER_GB:,} that containerDiskInGb "
+            f"{files:,} files, over the {limit_gb * FILES_PER_GB:,} that {name} "
             f"({limit_gb} GB) holds ({FILES_PER_GB:,} a GB, as ext4 makes them)"
         )
     return None
+
+
+async def _measure(root: Path) -> tuple[int, int]:
+    """The bytes and the files below ``root``, counted in threads (they may take long)."""
+    return (
+        await asyncio.to_thread(allocated_bytes, root),
+        await asyncio.to_thread(file_count, root),
+    )
+
+
+@dataclass
+class _Holders:
+    """What runs on this replica with one network volume mounted."""
+
+    endpoints: list[str] = field(default_factory=list)
+    #: Each pod with the instance it runs, which an eviction names.
+    pods: list[tuple[str, int]] = field(default_factory=list)
 
 
 class DiskWatch:
@@ -65,15 +91,18 @@ class DiskWatch:
         workers: Workers,
         fleet: Fleet,
         pods: PodRunner,
+        volumes: Volumes,
         wakeups: Wakeups,
         interval: float,
     ) -> None:
         """``pods`` runs this replica's pods as processes: each one's home is held to its
-        own ``containerDiskInGb``."""
+        own ``containerDiskInGb``, its own volume to its ``volumeInGb``; ``volumes`` keeps the
+        network volumes, each held to its ``size`` while mounted here."""
         self._store = store
         self._workers = workers
         self._fleet = fleet
         self._pods = pods
+        self._volumes = volumes
         self._wakeups = wakeups
         self._interval = interval
 
@@ -81,8 +110,8 @@ class DiskWatch:
         await self._wakeups.repeat(self.pass_once, self._interval, "the disk check", log)
 
     async def pass_once(self) -> None:
-        root = self._fleet.homes_root()
-        for endpoint_id in await asyncio.to_thread(_names_in, root):
+        endpoint_ids = await asyncio.to_thread(_names_in, self._fleet.homes_root())
+        for endpoint_id in endpoint_ids:
             try:
                 await self._check(endpoint_id)
             except Exception:
@@ -93,6 +122,58 @@ class DiskWatch:
                 await self._check_pod(pod_id)
             except Exception:
                 log.exception("the disk check of pod %s failed", pod_id)
+        for (user_id, volume_id), held in (await self._volume_holders(endpoint_ids)).items():
+            try:
+                await self._check_volume(user_id, volume_id, held)
+            except Exception:
+                log.exception("the disk check of network volume %s failed", volume_id)
+
+    async def _volume_holders(self, endpoint_ids: list[str]) -> dict[tuple[str, str], _Holders]:
+        """The network volumes written from this replica, each with what mounts it here (by
+        its user and id). Pods' own volumes are checked on the way, each alone."""
+        holders: dict[tuple[str, str], _Holders] = {}
+        for endpoint_id in endpoint_ids:
+            endpoint = await self._store.get_endpoint(endpoint_id)
+            volume_id = endpoint.spec.networkVolumeId if endpoint is not None else None
+            if endpoint is not None and volume_id and self._fleet.holding_homes(endpoint_id):
+                held = holders.setdefault((endpoint.userId, volume_id), _Holders())
+                held.endpoints.append(endpoint_id)
+        for pod_id in self._pods.running_ids():
+            instance = self._pods.instance(pod_id)
+            pod = await self._store.find_pod(pod_id)
+            if instance is None or pod is None:
+                continue
+            if pod.spec.networkVolumeId:
+                held = holders.setdefault((pod.userId, pod.spec.networkVolumeId), _Holders())
+                held.pods.append((pod_id, instance))
+            elif pod.spec.volumeInGb:
+                over = _over(
+                    *await _measure(self._pods.volume_dir(pod_id)),
+                    pod.spec.volumeInGb,
+                    name="volumeInGb",
+                )
+                if over is not None:
+                    why = f"its volume held {over}: it was ended; remove files or grow the volume"
+                    await self._pods.evict(pod_id, instance, why)
+        return holders
+
+    async def _check_volume(self, user_id: str, volume_id: str, held: _Holders) -> None:
+        """A network volume is a disk of its ``size``: what mounts it on this replica is ended
+        when it holds more, as one failed start each, and its files are kept."""
+        volume = await self._store.get_network_volume(user_id, volume_id)
+        if volume is None:
+            return
+        over = _over(*await _measure(self._volumes.path(volume_id)), volume.size, name="its size")
+        if over is None:
+            return
+        why = (
+            f"network volume {volume_id} held {over}: what mounts it was ended; grow the volume "
+            "or remove files from it"
+        )
+        for endpoint_id in held.endpoints:
+            await self._evict(self._fleet.holding_homes(endpoint_id), why)
+        for pod_id, instance in held.pods:
+            await self._pods.evict(pod_id, instance, why)
 
     async def _check_pod(self, pod_id: str) -> None:
         """A pod is a machine of its own: its home alone is its container disk (its volume
@@ -102,10 +183,7 @@ class DiskWatch:
         if instance is None or pod is None or not pod.spec.containerDiskInGb:
             return
         limit_gb = pod.spec.containerDiskInGb
-        home = self._pods.home(pod_id)
-        used = await asyncio.to_thread(allocated_bytes, home)
-        files = await asyncio.to_thread(file_count, home)
-        over = _over(used, files, limit_gb, 1)
+        over = _over(*await _measure(self._pods.home(pod_id)), limit_gb)
         if over is not None:
             await self._pods.evict(
                 pod_id, instance, f"its container disk held {over}: it was ended and its disk wiped"
@@ -116,8 +194,7 @@ class DiskWatch:
         if limit_gb is None:
             return
         homes = self._fleet.homes(endpoint_id)
-        used = await asyncio.to_thread(allocated_bytes, homes)
-        files = await asyncio.to_thread(file_count, homes)
+        used, files = await _measure(homes)
         holding = self._fleet.holding_homes(endpoint_id)
         # Every process worker counts, another replica's too: one on this host shares the
         # directory (and one elsewhere only makes the budget kinder). A record without a

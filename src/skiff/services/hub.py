@@ -311,7 +311,7 @@ class Services:
                 workers, fleet, balancer, wakeups, settings.lb_ping_interval_seconds
             ),
             disk_watch=DiskWatch(
-                store, workers, fleet, pod_runner, wakeups, settings.disk_check_seconds
+                store, workers, fleet, pod_runner, volumes, wakeups, settings.disk_check_seconds
             )
             if settings.provider == "local" and settings.disk_check_seconds
             else None,

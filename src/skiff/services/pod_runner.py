@@ -479,6 +479,10 @@ class PodRunner:
         """A process pod's home: its container disk."""
         return self._homes / pod_id
 
+    def volume_dir(self, pod_id: str) -> Path:
+        """Where the pod's own volume (``volumeInGb``) is, made or not."""
+        return self._pod_dirs.path(pod_id)
+
     async def evict(self, pod_id: str, instance: int, problem: str) -> None:
         """End the pod's ``instance`` for what it did (it filled its container disk): its disk
         wiped at once, the pod's problem saying why, and started afresh after the back-off of

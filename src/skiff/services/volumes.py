@@ -117,6 +117,10 @@ class Volumes:
     async def exists(self, user_id: str, volume_id: str) -> bool:
         return await self._store.get_network_volume(user_id, volume_id) is not None
 
+    def path(self, volume_id: str) -> Path:
+        """Where the volume's files are on this host (made or not)."""
+        return self._dirs.path(volume_id)
+
     async def directory(self, user_id: str, volume_id: str) -> Path | None:
         """The absolute path a worker of ``user_id``'s endpoint mounts, or None when the user
         has no such volume. A directory gone from the disk (removed by hand, or a replica on

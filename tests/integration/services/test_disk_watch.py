@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.pods import Pod, PodCreate
 from skiff.domain.templates import Template
 from skiff.domain.users import User
+from skiff.domain.volumes import NetworkVolumeCreate
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.disk_watch import FILES_PER_GB, DiskWatch
 from skiff.services.hub import Services
@@ -39,11 +41,13 @@ def watch(services: Services) -> DiskWatch:
     return services.disk_watch
 
 
-async def endpoint_of(services: Services, disk_gb: int, workers: int) -> Endpoint:
+async def endpoint_of(
+    services: Services, disk_gb: int, workers: int, volume_id: str | None = None
+) -> Endpoint:
     template = Template(
         id="t1", name="sleeper", imageName="local/sleeper", dockerStartCmd=SLEEPER
     ).model_copy(update={"containerDiskInGb": disk_gb})
-    await services.store.create_template("u1", template, services.clock.now())
+    await services.store.create_template(ALICE.id, template, services.clock.now())
     spec = EndpointSpec.model_validate(
         {
             "name": "ep1",
@@ -51,10 +55,11 @@ async def endpoint_of(services: Services, disk_gb: int, workers: int) -> Endpoin
             "computeType": ComputeType.CPU,
             "workersMin": workers,
             "workersMax": workers,
+            "networkVolumeId": volume_id,
         }
     )
     return await services.store.create_endpoint(
-        Endpoint(id="ep1", userId="u1", version=1, createdAt=services.clock.now(), spec=spec)
+        Endpoint(id="ep1", userId=ALICE.id, version=1, createdAt=services.clock.now(), spec=spec)
     )
 
 
@@ -174,7 +179,7 @@ async def test_a_template_without_a_container_disk_is_not_held(services: Service
     assert services.fleet.provider.running() == [worker.id]
 
 
-async def pod_of(services: Services, disk_gb: int) -> Pod:
+async def pod_of(services: Services, disk_gb: int, **more: Any) -> Pod:
     services.pod_runner.leading = True
     create = PodCreate.model_validate(
         {
@@ -183,6 +188,7 @@ async def pod_of(services: Services, disk_gb: int) -> Pod:
             "volumeInGb": 0,
             "containerDiskInGb": disk_gb,
             "dockerStartCmd": SLEEPER,
+            **more,
         }
     )
     pod = await services.pods.create(ALICE, create)
@@ -297,3 +303,47 @@ async def test_a_pod_over_the_files_its_container_disk_holds_is_ended_and_wiped(
     shown = await services.pods.get(ALICE, pod.id)
     # The files and their directory.
     assert "65,538 files, over the 65,536" in (shown.placement.problem or "")
+
+
+async def volume_of(services: Services, size_gb: int) -> str:
+    made = await services.volumes.create(
+        ALICE, NetworkVolumeCreate.model_validate({"name": "data", "size": size_gb})
+    )
+    return made.volume.id
+
+
+async def test_what_mounts_a_network_volume_written_over_its_size_is_ended(
+    services: Services,
+) -> None:
+    volume_id = await volume_of(services, size_gb=1)
+    endpoint = await endpoint_of(services, disk_gb=5, workers=1, volume_id=volume_id)
+    await started(services, endpoint, 1)
+    pod = await pod_of(services, disk_gb=5, networkVolumeId=volume_id)
+    files = services.volumes.path(volume_id)
+    reserve(files / "within.bin", GIB // 2)
+    await watch(services).pass_once()
+    assert len(services.fleet.provider.running()) == 1
+    assert services.pod_runner.running_ids() == [pod.id]
+
+    reserve(files / "over.bin", GIB // 2 + GIB // 8)
+    await watch(services).pass_once()
+    error = await ended_as_one_failure(services)
+    assert f"network volume {volume_id} held 1.13 GB, over its size (1 GB)" in error
+    assert services.pod_runner.running_ids() == []
+    shown = await services.pods.get(ALICE, pod.id)
+    assert f"network volume {volume_id} held" in (shown.placement.problem or "")
+    # A volume keeps its files: its user grows it or removes some.
+    assert present(files / "over.bin")
+
+
+async def test_a_pod_over_its_own_volume_is_ended_and_its_volume_kept(
+    services: Services,
+) -> None:
+    pod = await pod_of(services, disk_gb=5, volumeInGb=1)
+    files = services.pod_runner.volume_dir(pod.id)
+    reserve(files / "over.bin", GIB + GIB // 8)
+    await watch(services).pass_once()
+    assert services.pod_runner.running_ids() == []
+    shown = await services.pods.get(ALICE, pod.id)
+    assert "its volume held 1.13 GB, over volumeInGb (1 GB)" in (shown.placement.problem or "")
+    assert present(files / "over.bin")
