@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -84,3 +85,9 @@ def tighten(path: Path, mode: int) -> None:
         current,
         current & mode,
     )
+
+
+def free_bytes(path: Path) -> int:
+    """The bytes an unprivileged writer may still use on ``path``'s file system: root's
+    reserved blocks are not counted, as the server should not live on them."""
+    return shutil.disk_usage(path).free

@@ -11,10 +11,9 @@ file-system work: the service runs it in a thread.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
-from skiff.datadir import make_private_dirs
+from skiff.datadir import free_bytes, make_private_dirs
 from skiff.tenant_trees import allocated_bytes, remove_tree
 
 #: Walks (``measure``) under way at once, per ``VolumeDirs``: a volume of millions of files
@@ -56,7 +55,7 @@ class VolumeDirs:
         """What an unprivileged user may still write on the disk that holds the volumes (the
         root's reserved blocks left out)."""
         make_private_dirs(self.root)
-        return shutil.disk_usage(self.root).free
+        return free_bytes(self.root)
 
     def used_bytes(self, volume_id: str) -> int:
         """The disk space the volume's files take (``tenant_trees.allocated_bytes``)."""

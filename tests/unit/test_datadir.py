@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from skiff.datadir import create_private_file, make_private_dir, make_private_dirs, private_opener
+from skiff.datadir import (
+    create_private_file,
+    free_bytes,
+    make_private_dir,
+    make_private_dirs,
+    private_opener,
+)
 
 
 def mode(path: Path) -> int:
@@ -66,3 +72,10 @@ def test_files_are_created_0600_and_existing_open_ones_tightened(
     with open(tmp_path / "opened", "ab", opener=private_opener):
         pass
     assert mode(tmp_path / "opened") == 0o600
+
+
+def test_the_free_space_is_what_an_unprivileged_writer_may_use(tmp_path: Path) -> None:
+    stat = os.statvfs(tmp_path)
+    # Root's reserved blocks left out: the server should not live on them. Other writers on
+    # the machine may move the figure between the two reads, by far less than a GB.
+    assert abs(free_bytes(tmp_path) - stat.f_bavail * stat.f_frsize) < 1024**3

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from skiff.clock import Clock
 from skiff.config import Settings
 from skiff.databases import Backend, backend_of
+from skiff.datadir import free_bytes
 from skiff.errors import InsufficientStorage
 
 log = logging.getLogger(__name__)
@@ -40,13 +40,6 @@ RETRY_AFTER_SECONDS = 30
 #: twice with SQLite's write-ahead log (once in the log, once in the file at the checkpoint).
 _ROW_BYTES = 8 * 1024
 _WRITTEN_TIMES = 2
-
-
-def free_bytes(path: Path) -> int:
-    """The bytes an unprivileged writer may still use on ``path``'s file system (root's
-    reserved blocks are not counted: the server should not live on them)."""
-    stat = os.statvfs(path)
-    return stat.f_bavail * stat.f_frsize
 
 
 def job_bytes(*parts: str | None) -> int:

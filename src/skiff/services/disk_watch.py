@@ -34,6 +34,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import WorkerKind
 from skiff.services.fleet import Fleet
 from skiff.services.pod_runner import PodRunner
@@ -110,52 +111,25 @@ class DiskWatch:
         await self._wakeups.repeat(self.pass_once, self._interval, "the disk check", log)
 
     async def pass_once(self) -> None:
-        endpoint_ids = await asyncio.to_thread(_names_in, self._fleet.homes_root())
-        for endpoint_id in endpoint_ids:
+        # Each check reports the network volume its endpoint or pod mounts here, so that the
+        # volumes are measured after, each once, without reading the records again.
+        holders: dict[tuple[str, str], _Holders] = {}
+        for endpoint_id in await asyncio.to_thread(_names_in, self._fleet.homes_root()):
             try:
-                await self._check(endpoint_id)
+                await self._check(endpoint_id, holders)
             except Exception:
                 # One endpoint's trouble (its store read, a count) holds up no other's check.
                 log.exception("the disk check of endpoint %s failed", endpoint_id)
         for pod_id in self._pods.running_ids():
             try:
-                await self._check_pod(pod_id)
+                await self._check_pod(pod_id, holders)
             except Exception:
                 log.exception("the disk check of pod %s failed", pod_id)
-        for (user_id, volume_id), held in (await self._volume_holders(endpoint_ids)).items():
+        for (user_id, volume_id), held in holders.items():
             try:
                 await self._check_volume(user_id, volume_id, held)
             except Exception:
                 log.exception("the disk check of network volume %s failed", volume_id)
-
-    async def _volume_holders(self, endpoint_ids: list[str]) -> dict[tuple[str, str], _Holders]:
-        """The network volumes written from this replica, each with what mounts it here (by
-        its user and id). Pods' own volumes are checked on the way, each alone."""
-        holders: dict[tuple[str, str], _Holders] = {}
-        for endpoint_id in endpoint_ids:
-            endpoint = await self._store.get_endpoint(endpoint_id)
-            volume_id = endpoint.spec.networkVolumeId if endpoint is not None else None
-            if endpoint is not None and volume_id and self._fleet.holding_homes(endpoint_id):
-                held = holders.setdefault((endpoint.userId, volume_id), _Holders())
-                held.endpoints.append(endpoint_id)
-        for pod_id in self._pods.running_ids():
-            instance = self._pods.instance(pod_id)
-            pod = await self._store.find_pod(pod_id)
-            if instance is None or pod is None:
-                continue
-            if pod.spec.networkVolumeId:
-                held = holders.setdefault((pod.userId, pod.spec.networkVolumeId), _Holders())
-                held.pods.append((pod_id, instance))
-            elif pod.spec.volumeInGb:
-                over = _over(
-                    *await _measure(self._pods.volume_dir(pod_id)),
-                    pod.spec.volumeInGb,
-                    name="volumeInGb",
-                )
-                if over is not None:
-                    why = f"its volume held {over}: it was ended; remove files or grow the volume"
-                    await self._pods.evict(pod_id, instance, why)
-        return holders
 
     async def _check_volume(self, user_id: str, volume_id: str, held: _Holders) -> None:
         """A network volume is a disk of its ``size``: what mounts it on this replica is ended
@@ -175,24 +149,56 @@ class DiskWatch:
         for pod_id, instance in held.pods:
             await self._pods.evict(pod_id, instance, why)
 
-    async def _check_pod(self, pod_id: str) -> None:
-        """A pod is a machine of its own: its home alone is its container disk (its volume
-        is measured and shown apart, as ``usedBytes``)."""
+    async def _check_pod(self, pod_id: str, holders: dict[tuple[str, str], _Holders]) -> None:
+        """A pod is a machine of its own: its home alone is its container disk, and its own
+        volume a disk of ``volumeInGb``. A pod still running after that holds its network
+        volume, added to ``holders``."""
         instance = self._pods.instance(pod_id)
         pod = await self._store.find_pod(pod_id)
-        if instance is None or pod is None or not pod.spec.containerDiskInGb:
+        if instance is None or pod is None:
             return
-        limit_gb = pod.spec.containerDiskInGb
-        over = _over(*await _measure(self._pods.home(pod_id)), limit_gb)
-        if over is not None:
-            await self._pods.evict(
-                pod_id, instance, f"its container disk held {over}: it was ended and its disk wiped"
+        if pod.spec.containerDiskInGb:
+            over = _over(*await _measure(self._pods.home(pod_id)), pod.spec.containerDiskInGb)
+            if over is not None:
+                why = f"its container disk held {over}: it was ended and its disk wiped"
+                await self._pods.evict(pod_id, instance, why)
+                return
+        if pod.spec.networkVolumeId:
+            held = holders.setdefault((pod.userId, pod.spec.networkVolumeId), _Holders())
+            held.pods.append((pod_id, instance))
+        elif pod.spec.volumeInGb:
+            # A network volume is mounted in place of the pod's own (``PodRunner._launch``).
+            over = _over(
+                *await _measure(self._pods.volume_dir(pod_id)),
+                pod.spec.volumeInGb,
+                name="volumeInGb",
+            )
+            if over is not None:
+                why = f"its volume held {over}: it was ended; remove files or grow the volume"
+                await self._pods.evict(pod_id, instance, why)
+
+    async def _check(self, endpoint_id: str, holders: dict[tuple[str, str], _Holders]) -> None:
+        """The endpoint's homes against its budget; an endpoint whose workers still run here
+        after that holds its network volume, added to ``holders``."""
+        endpoint = await self._store.get_endpoint(endpoint_id)
+        if endpoint is None:
+            return  # the fleet removes a deleted endpoint's homes
+        if await self._check_homes(endpoint):
+            return
+        volume_id = endpoint.spec.networkVolumeId
+        if volume_id and self._fleet.holding_homes(endpoint_id):
+            holders.setdefault((endpoint.userId, volume_id), _Holders()).endpoints.append(
+                endpoint_id
             )
 
-    async def _check(self, endpoint_id: str) -> None:
-        limit_gb = await self._limit_gb(endpoint_id)
-        if limit_gb is None:
-            return
+    async def _check_homes(self, endpoint: Endpoint) -> bool:
+        """Whether the endpoint's homes were over its ``containerDiskInGb`` (none is 0), and
+        its workers here ended for it."""
+        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
+        if template is None or not template.containerDiskInGb:
+            return False
+        limit_gb = template.containerDiskInGb
+        endpoint_id = endpoint.id
         homes = self._fleet.homes(endpoint_id)
         used, files = await _measure(homes)
         holding = self._fleet.holding_homes(endpoint_id)
@@ -206,7 +212,7 @@ class DiskWatch:
         }
         over = _over(used, files, limit_gb, max(1, len(running)))
         if over is None:
-            return
+            return False
         if holding:
             why = (
                 f"the endpoint's {len(running)} worker(s) on this host wrote into their homes "
@@ -216,6 +222,7 @@ class DiskWatch:
         # What no worker's home holds goes too (a cache, what a worker wrote beside its
         # home): left, it would count against the next workers, which never wrote it.
         await self._clear_leftovers(endpoint_id, homes, set(holding))
+        return True
 
     async def _evict(self, worker_ids: list[str], why: str) -> None:
         """End the workers, as one failed start: one eviction, one step of the back-off."""
@@ -226,17 +233,6 @@ class DiskWatch:
         await self._fleet.end_with_failure(first, why)
         for worker in rest:
             self._fleet.stop_worker(worker)
-
-    async def _limit_gb(self, endpoint_id: str) -> int | None:
-        """The endpoint's ``containerDiskInGb``; None for none (0), or an endpoint or template
-        no longer there (the fleet removes a deleted endpoint's homes)."""
-        endpoint = await self._store.get_endpoint(endpoint_id)
-        if endpoint is None:
-            return None
-        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
-        if template is None or not template.containerDiskInGb:
-            return None
-        return template.containerDiskInGb
 
     async def _clear_leftovers(self, endpoint_id: str, homes: Path, ending: set[str]) -> None:
         """Remove what no recorded worker of the endpoint holds as its home. Listed before the

@@ -347,3 +347,38 @@ async def test_a_pod_over_its_own_volume_is_ended_and_its_volume_kept(
     shown = await services.pods.get(ALICE, pod.id)
     assert "its volume held 1.13 GB, over volumeInGb (1 GB)" in (shown.placement.problem or "")
     assert present(files / "over.bin")
+
+
+async def test_workers_over_both_their_disk_and_their_volume_are_ended_once(
+    services: Services,
+) -> None:
+    volume_id = await volume_of(services, size_gb=1)
+    endpoint = await endpoint_of(services, disk_gb=1, workers=1, volume_id=volume_id)
+    (worker,) = await started(services, endpoint, 1)
+    reserve(services.fleet.home("ep1", worker.id) / "weights.bin", GIB + GIB // 8)
+    reserve(services.volumes.path(volume_id) / "over.bin", GIB + GIB // 8)
+    await watch(services).pass_once()
+    # Ended for its container disk; the volume's check finds nothing of it left to end.
+    assert "over containerDiskInGb (1 GB)" in await ended_as_one_failure(services)
+
+
+async def test_one_pod_whose_check_fails_holds_up_no_volume_check(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    volume_id = await volume_of(services, size_gb=1)
+    endpoint = await endpoint_of(services, disk_gb=5, workers=1, volume_id=volume_id)
+    await started(services, endpoint, 1)
+    pod = await pod_of(services, disk_gb=5, volumeInGb=1)
+    reserve(services.volumes.path(volume_id) / "over.bin", GIB + GIB // 8)
+    find_pod = services.store.find_pod
+
+    async def failing_for_the_pod(pod_id: str) -> Pod | None:
+        if pod_id == pod.id:
+            raise ConnectionError("the store went away for this read")
+        return await find_pod(pod_id)
+
+    # A store read failing is the one fault here that real components cannot be made to show.
+    monkeypatch.setattr(services.store, "find_pod", failing_for_the_pod)
+    await watch(services).pass_once()
+    assert f"network volume {volume_id} held" in await ended_as_one_failure(services)
+    assert services.pod_runner.running_ids() == [pod.id]

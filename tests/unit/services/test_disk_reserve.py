@@ -16,7 +16,6 @@ from skiff.services.disk_reserve import (
     DiskReserve,
     ReserveMetrics,
     for_settings,
-    free_bytes,
     job_bytes,
 )
 
@@ -124,10 +123,6 @@ def test_going_under_and_back_over_the_reserve_is_logged_once_each(
 def test_a_job_counts_its_text_twice_and_its_row() -> None:
     assert job_bytes('{"a": 1}', None, None) == 8 * 1024 + 2 * 8
     assert job_bytes("x" * 10, "https://hook", "{}") == 8 * 1024 + 2 * (10 + 12 + 2)
-
-
-def test_the_free_space_of_a_real_directory_is_read(tmp_path: Path) -> None:
-    assert free_bytes(tmp_path) > 0
 
 
 def test_a_reserve_is_kept_only_for_the_embedded_database(tmp_path: Path) -> None:
