@@ -5,6 +5,7 @@ into the data directory (``workers/hostile_probe.py``). The sandbox (providers/b
 stops every attempt, and user A's secrets (a registry password, a template's env value, a job's
 input and ``s3Config``, a pod's env value, the webhook signing secret, the worker token in A's
 worker's environment) appear nowhere in B's outputs or logs; wherever the data directory lies.
+Where the kernel fences ports, B cannot bind the port A's pod declares either.
 
 A server that cannot make a sandbox (no ``bwrap`` on its ``PATH``) still runs the
 administrator's endpoint, and tells user B why B's workers and pods wait."""
@@ -24,7 +25,8 @@ import httpx
 import pytest
 from harness import WORKERS, Server, running
 
-from skiff.providers import bubblewrap
+from skiff.listen import free_port
+from skiff.providers import bubblewrap, port_fence
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = WORKERS / "hostile_probe.py"
@@ -121,10 +123,13 @@ class TenantA:
             )
         )
         _finished(server, http, self.endpoint["id"], job["id"])
+        #: A port A's pod declares and has yet to bind: free for a hostile tenant to take.
+        self.port = free_port()
         self.pod = _pod(
             http,
             [sys.executable, "-c", "import signal; signal.pause()"],
             name="alice",
+            ports=[f"{self.port}/http"],
             env={"ALICE_POD": self.markers["pod_env"]},
         )
         # Its worker's token is in that worker's environment; the endpoint id stands for it
@@ -170,6 +175,8 @@ def _hostile_tenant_is_kept_out(server: Server) -> None:
     bob = _client(server, server.user_key("bob"))
     data_dir = Path(_probe_input(server, [])["data_dir"])
     spec = _probe_input(server, alice.secrets())
+    if port_fence.fence_problem() is None:
+        spec["ports"] = [alice.port]
     endpoint = _endpoint(bob, [sys.executable, str(PROBE)])
     job = _ok(bob.post(f"/v2/{endpoint['id']}/run", json={"input": spec}))
     worker_report = _finished(server, bob, endpoint["id"], job["id"])

@@ -61,6 +61,9 @@ class Launch:
     #: A load-balancing endpoint's worker: the ports it serves on, to be reachable from this
     #: host (``served_at``); None for a queue worker, which calls in instead.
     serves: ServedPorts | None = None
+    #: In the sandbox, the TCP ports it may bind besides ``serves`` and one the kernel picks
+    #: (``port_fence.py``): a pod's declared ports.
+    binds: tuple[int, ...] = ()
     #: The GPUs it was given (all of one type, on one machine): where a provider that places
     #: workers across machines puts it. Empty for a CPU worker.
     gpus: tuple[Gpu, ...] = ()

@@ -18,7 +18,8 @@ is hostile to every other user's, so each local worker and pod runs in namespace
 - its own IPC namespace (no other tenant's System V shared memory).
 
 What it keeps: the host's network (it reaches the server at its URL), its environment, exit
-code, output (through the pipe the server reads) and its SIGTERM grace (below).
+code, output (through the pipe the server reads) and its SIGTERM grace (below). Of the network
+it may bind only its own TCP ports, where the kernel can fence them (``port_fence.py``).
 
 A file under the host's ``/tmp`` that the command names (its program, script, working directory,
 ``PYTHONPATH`` or virtual environment) stays reachable read-only: the top-level ``/tmp`` entry
@@ -50,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -61,7 +63,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from skiff.providers import port_fence
 from skiff.providers.base import VOLUME_MOUNT_PATH
+
+log = logging.getLogger(__name__)
 
 #: Debian's package that provides it, for the messages that ask for it.
 PACKAGE = "bubblewrap"
@@ -355,6 +360,9 @@ class Sandbox:
     #: The host's root, and its ``/tmp``, as listed: tests pass their own.
     root: Path = Path("/")
     tmp: Path = Path("/tmp")
+    #: Its processes may bind only their own TCP ports (``port_fence.py``): where this kernel
+    #: can fence them.
+    fenced: bool = False
     _probe: dict[str, tuple[float, str | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -382,7 +390,10 @@ class Sandbox:
         home = server_home if server_home is not None else Path.home()
         hidden += [home / p for p in HOME_SECRETS]
         hidden += [p.resolve() for p in extra]
-        return cls(executable(), tuple(dict.fromkeys(hidden)))
+        problem = port_fence.fence_problem() if sys.platform == "linux" else "not Linux"
+        if problem is not None:
+            log.warning("the sandbox's ports are not fenced: %s", problem)
+        return cls(executable(), tuple(dict.fromkeys(hidden)), fenced=problem is None)
 
     def command(
         self,

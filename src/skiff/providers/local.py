@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
@@ -64,6 +65,18 @@ _SHIELDED_SHIM = (
 )
 
 
+# The shielded shim, which first fences the ports its process tree may bind (``port_fence.py``,
+# whose source comes first): the ports, comma-separated, come before the command.
+_FENCED_SHIM = (Path(__file__).parent / "port_fence.py").read_text() + (
+    "\nimport signal,sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+    "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "fence_binds(int(p) for p in sys.argv[2].split(',') if p)\n"
+    "os.execvpe(sys.argv[3], sys.argv[3:], os.environ)\n"
+)
+
+
 def _shim_prefix(shim: str = _SHIM) -> list[str]:
     return [sys.executable, "-S", "-I", "-c", shim, str(os.getpid())]
 
@@ -72,6 +85,22 @@ def _shimmed(argv: list[str], shim: str = _SHIM) -> list[str]:
     if sys.platform != "linux":
         return argv
     return [*_shim_prefix(shim), *argv]
+
+
+def _in_sandbox(command: list[str], sandbox: Sandbox, ports: Iterable[int] = ()) -> list[str]:
+    """A sandbox's bwrap ``command`` behind the shim that starts it: the fenced one where the
+    kernel can fence (its process tree binding only ``ports``), else the shielded one."""
+    if not sandbox.fenced or sys.platform != "linux":
+        return _shimmed(command, _SHIELDED_SHIM)
+    return [*_shim_prefix(_FENCED_SHIM), ",".join(str(p) for p in sorted(ports)), *command]
+
+
+def _own_ports(launch: Launch) -> set[int]:
+    """The TCP ports ``launch``'s processes may bind: what it serves on, and a pod's own."""
+    ports = set(launch.binds)
+    if launch.serves is not None:
+        ports |= {launch.serves.port, launch.serves.health_port}
+    return ports
 
 
 def _command(
@@ -98,7 +127,7 @@ def _command(
             reach=launch.reach,
             argv_needed=launch.argv_needed,
         )
-        return _shimmed(command, _SHIELDED_SHIM), outside
+        return _in_sandbox(command, sandbox, _own_ports(launch)), outside
     if launch.volume is None:
         return _shimmed(launch.argv), launch.env
     bwrap = bubblewrap.executable()
@@ -262,12 +291,13 @@ class LocalProvider:
         """The worker forked from a zygote, when it can come from one and one is ready: the
         shared zygote for a worker outside the sandbox without a volume, the zygote in its
         endpoint's sandbox for a sandboxed CPU worker (a GPU's device nodes are bound per
-        worker when its sandbox is made)."""
+        worker when its sandbox is made) that binds no port of its own."""
         if self._forks is None:
             return None
         if not (launch.sandboxed and self._sandbox is not None):
             plan = None if launch.volume is not None else forkable(launch)
-        elif launch.gpus or launch.homes is None:
+        elif launch.gpus or launch.homes is None or (self._sandbox.fenced and _own_ports(launch)):
+            # A zygote's fence lets its children bind no port of their own (``_in_sandbox``).
             return None
         else:
             spot = SandboxSpot(
@@ -294,7 +324,8 @@ class LocalProvider:
             mount=spot.mount,
             reach=[spot.script],
         )
-        return _shimmed(command, _SHIELDED_SHIM)
+        # Its workers' fence, with no port of their own: a worker that serves is not forked.
+        return _in_sandbox(command, self._sandbox)
 
     @staticmethod
     async def _pump(

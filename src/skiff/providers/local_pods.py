@@ -6,8 +6,9 @@ It runs in the sandbox of local workers (``bubblewrap.py``), its volume bound at
 which can only be a top-level directory (``/workspace``, the default). Its home and working
 directory is its scratch directory, which a fresh start wipes: what a container's disk is to a
 container pod; in the sandbox it is seen at ``/root`` too, where the hosted platform's pods keep
-their home. Its ports are the ports the process opens on this host, reported as given. The
-image is not used.
+their home. Its ports are the ports the process opens on this host, reported as given: in the
+sandbox it may bind those only (``port_fence.py``), and a port that another pod running here
+declares is refused at its start. The image is not used.
 
 A session in the pod (``enter``: SSH, the console's terminal) is a second sandbox made as the
 pod's own: the same files, home, volume, GPUs and environment, plus the hosted platform's
@@ -124,6 +125,7 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
         gpus=launch.gpus,
         sandboxed=launch.sandboxed,
         home_also_at=POD_HOME,
+        binds=tuple(parse_port(p).number for p in launch.ports),
     )
 
 
@@ -181,11 +183,24 @@ class LocalPodProvider:
 
     async def start(self, launch: PodLaunch) -> PodInstance:
         process = process_launch(launch, self._processes.host_environment())
+        self._check_ports_free(launch.pod_id, process.binds)
         await self._processes.start(process)
         ports = {p: parse_port(p).number for p in launch.ports}
         instance = PodInstance(launch.pod_id, launch.version, ports)
         self._instances[launch.pod_id] = (instance, process)
         return instance
+
+    def _check_ports_free(self, pod_id: str, ports: tuple[int, ...]) -> None:
+        """A port is one pod's on this host: the sandbox lets a pod bind the ports it declares
+        (``port_fence.py``), so a second pod declaring one that runs would be sent the first's
+        requests, or the first the second's. Whoever started first keeps it."""
+        for other_id, (_, other) in self._instances.items():
+            shared = set(ports) & set(other.binds)
+            if other_id != pod_id and shared:
+                raise WorkerStartError(
+                    f"port {min(shared)} is served by another pod on this host: a pod run as a "
+                    "process serves on the host's own ports; declare another in `ports`"
+                )
 
     async def restart(self, pod_id: str, grace: float) -> PodInstance | None:
         found = self._instances.get(pod_id)

@@ -5,12 +5,13 @@ same input as its one JSON argument; the report is printed to its log as one lin
 
 Input: ``data_dir`` and ``volumes_dir`` (the server's, as the host sees them), ``server_pid``
 (the server's pid on the host), ``markers`` (other tenants' secrets: seen anywhere, they are
-reported).
+reported), ``ports`` (TCP ports other tenants' pods declare: bound, they are reported).
 """
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 
@@ -98,6 +99,14 @@ def probe(spec):
             f.write("pwned")
     except OSError:
         pass
+    # 7. Another tenant's ports: bound first, they would be sent that tenant's requests.
+    for port in spec.get("ports", []):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+                reached.append(["bound", str(port)])
+            except OSError:
+                pass
     procs = [p for p in os.listdir("/proc") if p.isdigit()]
     return {"reached": reached, "found": found, "uid": os.getuid(), "processes": len(procs)}
 

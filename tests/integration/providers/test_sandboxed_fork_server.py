@@ -7,11 +7,13 @@ SIGTERM grace, and what cannot come from such a zygote (a GPU worker) starts pla
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,9 @@ import pytest
 from eventually import eventually_async
 from process_exits import Exits
 from skiff.domain.gpus import Gpu
-from skiff.providers import bubblewrap, fork_server
-from skiff.providers.base import Launch
+from skiff.listen import free_port
+from skiff.providers import bubblewrap, fork_server, port_fence
+from skiff.providers.base import Launch, ServedPorts
 from skiff.providers.fork_server import SandboxSpot, ZygoteKey, _Zygote
 from skiff.providers.local import LocalProvider
 from skiff.services.logs import WorkerLogs
@@ -31,7 +34,16 @@ pytestmark = [
 ]
 
 _REPORT = """\
-import json, os, signal, sys, time
+import json, os, signal, socket, sys, time
+def bind(port):
+    if port is None:
+        return None
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", int(port)))
+        except OSError as exc:
+            return exc.errno
+    return "bound"
 home = os.environ["HOME"]
 open(os.path.join(home, "mine"), "w").write(os.environ["RUNPOD_POD_ID"])
 print("REPORT " + json.dumps({
@@ -43,6 +55,7 @@ print("REPORT " + json.dumps({
     "db": os.path.exists(sys.argv[1] + "/skiff.db"),
     "other": os.path.exists(sys.argv[1] + "/workers/ep2/w9/home/secret"),
     "pids": len([p for p in os.listdir("/proc") if p.isdigit()]),
+    "bind": bind(os.environ.get("TRY_PORT")),
 }), flush=True)
 if sys.argv[2:] == ["crash"]:
     raise RuntimeError("the handler failed to load")
@@ -242,3 +255,23 @@ async def test_a_worker_announced_for_no_waiting_fork_is_killed(box: Box) -> Non
     zygote._on_message(b'{"forked": 7, "pid": 3}', proc.pid, 0.0)
     assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGKILL
     assert not zygote._children
+
+
+@pytest.mark.skipif(port_fence.fence_problem() is not None, reason="this kernel cannot fence ports")
+async def test_a_forked_worker_binds_no_port_of_its_own_and_one_that_serves_starts_plainly(
+    box: Box,
+) -> None:
+    await box.run(box.launch())
+    await box.zygote_ready()
+    port = free_port()
+    queue = box.launch()
+    queue = replace(queue, env=queue.env | {"TRY_PORT": str(port)})
+    assert await box.run(queue) == 0
+    report = box.report(queue.worker_id)
+    assert report["preloaded"] and report["bind"] == errno.EACCES
+    # Its zygote's fence would keep it from the ports it serves on: it starts the plain way.
+    served = box.launch(serves=ServedPorts(port, port))
+    served = replace(served, env=served.env | {"TRY_PORT": str(port)})
+    assert await box.run(served) == 0
+    report = box.report(served.worker_id)
+    assert not report["preloaded"] and report["bind"] == "bound"
