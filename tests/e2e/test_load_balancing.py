@@ -20,6 +20,8 @@ import httpx
 import pytest
 from harness import Server, running
 
+from skiff.served_ports import reserved_ports
+
 
 @pytest.fixture(scope="module")
 def lb_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
@@ -62,6 +64,9 @@ def test_a_request_starts_a_worker_from_zero_and_gets_its_answer(lb_server: Serv
     assert body["authorization"] is None
     assert body["forwarded_prefix"] == f"/lb/{endpoint['id']}"
     assert [w["id"] for w in workers_of(lb_server, endpoint["id"])] == [body["worker"]]
+    # A port no other tenant's process could be handed first (served_ports.py).
+    kept = reserved_ports()
+    assert kept is None or body["port"] in kept
 
 
 def test_the_worker_answer_comes_back_as_the_worker_wrote_it(lb_server: Server) -> None:

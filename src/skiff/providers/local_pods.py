@@ -8,7 +8,8 @@ directory is its scratch directory, which a fresh start wipes: what a container'
 container pod; in the sandbox it is seen at ``/root`` too, where the hosted platform's pods keep
 their home. Its ports are the ports the process opens on this host, reported as given: in the
 sandbox it may bind those only (``port_fence.py``), and a port that another pod running here
-declares is refused at its start. The image is not used.
+declares, or one kept for load-balancing workers (``served_ports.py``), is refused at its
+start. The image is not used.
 
 A session in the pod (``enter``: SSH, the console's terminal) is a second sandbox made as the
 pod's own: the same files, home, volume, GPUs and environment, plus the hosted platform's
@@ -51,6 +52,7 @@ from skiff.providers.pod_entry import (
     environment_lines,
     shell_argv,
 )
+from skiff.served_ports import reserved_ports
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,7 @@ class LocalPodProvider:
         # A pod is a long-lived machine of its own, not a worker: started as its command
         # says, never forked from a worker's zygote.
         self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
+        self._kept_ports = reserved_ports()
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
         #: Sessions in each pod (``enter``): ended with it.
         self._entries: dict[str, set[PodEntry]] = {}
@@ -183,17 +186,26 @@ class LocalPodProvider:
 
     async def start(self, launch: PodLaunch) -> PodInstance:
         process = process_launch(launch, self._processes.host_environment())
-        self._check_ports_free(launch.pod_id, process.binds)
+        self._check_ports(launch.pod_id, process.binds)
         await self._processes.start(process)
         ports = {p: parse_port(p).number for p in launch.ports}
         instance = PodInstance(launch.pod_id, launch.version, ports)
         self._instances[launch.pod_id] = (instance, process)
         return instance
 
-    def _check_ports_free(self, pod_id: str, ports: tuple[int, ...]) -> None:
+    def _check_ports(self, pod_id: str, ports: tuple[int, ...]) -> None:
         """A port is one pod's on this host: the sandbox lets a pod bind the ports it declares
         (``port_fence.py``), so a second pod declaring one that runs would be sent the first's
-        requests, or the first the second's. Whoever started first keeps it."""
+        requests, or the first the second's. Whoever started first keeps it. The ports kept
+        for load-balancing workers (``served_ports.py``) are no pod's."""
+        kept = self._kept_ports
+        inside = sorted(p for p in ports if kept is not None and p in kept)
+        if kept is not None and inside:
+            raise WorkerStartError(
+                f"port {inside[0]} is among the ports this host keeps for load-balancing "
+                f"workers ({kept.start}-{kept.stop - 1}): a pod run as a process serves on the "
+                "host's own ports; declare one outside them in `ports`"
+            )
         for other_id, (_, other) in self._instances.items():
             shared = set(ports) & set(other.binds)
             if other_id != pod_id and shared:

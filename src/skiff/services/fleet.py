@@ -36,7 +36,6 @@ from skiff.domain.placement import (
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.ids import short_id
-from skiff.listen import free_port
 from skiff.providers.base import (
     ContainerSpec,
     Launch,
@@ -46,6 +45,7 @@ from skiff.providers.base import (
     WorkerProvider,
     WorkerStartError,
 )
+from skiff.served_ports import ServedPortPool, reserved_ports
 from skiff.services.auth import Auth
 from skiff.services.dispatch import Dispatch
 from skiff.services.flash_workers import as_run
@@ -166,6 +166,7 @@ class Fleet:
         self._logs = logs
         self._volumes = volumes
         self._isolation = isolation
+        self._ports = ServedPortPool(reserved_ports())
 
     def _of(self, worker_id: str) -> OwnWorker:
         """The worker's own record as it stands (an empty one when there is none: read only)."""
@@ -360,7 +361,7 @@ class Fleet:
         if endpoint.spec.type is EndpointType.LB:
             try:
                 serves = self._served_ports(env)
-            except PortProblem as exc:
+            except (PortProblem, OSError) as exc:
                 self._gpus.release(worker.id)
                 await self._fail(endpoint.id, f"the worker's ports: {exc}")
                 await self._workers.remove(worker.id)
@@ -400,12 +401,12 @@ class Fleet:
         """A load-balancing worker's ``PORT`` and ``PORT_HEALTH``. A container has a network of
         its own: the template's (or the default) ports, published by the provider. A process
         shares this host's: it is given free ports, whatever the template says, so that two of
-        them never collide."""
+        them never collide, from those no other tenant can take first (``served_ports.py``)."""
         if self.provider.runs_images:
             port, health = container_ports(env)
             return ServedPorts(port, health)
-        port = free_port()
-        return ServedPorts(port, free_port() if separate_health_port(env) else port)
+        port = self._ports.take()
+        return ServedPorts(port, self._ports.take() if separate_health_port(env) else port)
 
     async def _start(self, endpoint: Endpoint, worker: Worker, launch: Launch) -> bool:
         """Have the provider start the worker's process; False when it could not."""

@@ -41,6 +41,7 @@ async def generate(request: Request) -> dict[str, object]:
     served += 1
     return {
         "worker": WORKER,
+        "port": PORT,
         "prompt": body.get("prompt"),
         "served": served,
         "authorization": request.headers.get("authorization"),

@@ -24,6 +24,7 @@ from skiff.providers import bubblewrap, port_fence
 from skiff.providers.base import Launch, PodLaunch, ServedPorts, WorkerStartError
 from skiff.providers.local import LocalProvider
 from skiff.providers.local_pods import LocalPodProvider
+from skiff.served_ports import reserved_ports
 from skiff.services.logs import WorkerLogs
 
 pytestmark = [
@@ -184,3 +185,15 @@ async def test_a_pod_binds_the_ports_it_declares_and_a_second_pod_cannot_declare
         await provider.start(pod_launch(data, "pod-2", (other, mine)))
     await provider.stop("pod-1", 1.0)
     await provider.start(pod_launch(data, "pod-2", (other, mine)))
+
+
+@needs_bwrap
+@pytest.mark.skipif(reserved_ports() is None, reason="no ports are kept below this host's range")
+async def test_a_pod_cannot_declare_a_port_kept_for_load_balancing_workers(
+    pods: tuple[LocalPodProvider, WorkerLogs, Path],
+) -> None:
+    provider, _, data = pods
+    kept = reserved_ports()
+    assert kept is not None
+    with pytest.raises(WorkerStartError, match=f"port {kept[0]} is among the ports this host"):
+        await provider.start(pod_launch(data, "pod-1", (kept[0],)))
