@@ -44,36 +44,38 @@ from skiff.providers.fork_server import (
 
 log = logging.getLogger(__name__)
 
-# A tiny exec shim: arm PDEATHSIG, make sure the parent did not die before that, then become
-# the worker command. Costs a bare interpreter start (-S -I), a few milliseconds.
-_SHIM = (
+# What every shim does first: arm PDEATHSIG, make sure the parent did not die before that, and
+# make what it becomes the first the kernel ends when memory runs out (``oom_score_adj`` 1000,
+# which any process may raise for itself): a tenant's code that takes all of the host's memory
+# ends itself, or another worker, never the server or the database. Costs a bare interpreter
+# start (-S -I), a few milliseconds.
+_PROLOGUE = (
     "import ctypes,os,signal,sys\n"
     "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
     "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
-    "os.execvpe(sys.argv[2], sys.argv[2:], os.environ)\n"
+    "try:\n"
+    "    with open('/proc/self/oom_score_adj', 'w') as adj: adj.write('1000')\n"
+    "except OSError:\n"
+    "    pass\n"
 )
+# A worker behind bwrap must outlive the group's SIGTERM until the worker inside has ended
+# (providers/bubblewrap.py): it is started with SIGTERM ignored.
+_SHIELD = "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+_EXEC = "os.execvpe(sys.argv[2], sys.argv[2:], os.environ)\n"
 
-
-# The same for a worker behind bwrap, which must outlive the group's SIGTERM until the worker
-# inside has ended (providers/bubblewrap.py): it is started with SIGTERM ignored.
-_SHIELDED_SHIM = (
-    "import ctypes,os,signal,sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
-    "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "os.execvpe(sys.argv[2], sys.argv[2:], os.environ)\n"
-)
-
-
-# The shielded shim, which first fences the ports its process tree may bind (``port_fence.py``,
-# whose source comes first): the ports, comma-separated, come before the command.
-_FENCED_SHIM = (Path(__file__).parent / "port_fence.py").read_text() + (
-    "\nimport signal,sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
-    "os.getppid() == int(sys.argv[1]) or sys.exit(70)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "fence_binds(int(p) for p in sys.argv[2].split(',') if p)\n"
-    "os.execvpe(sys.argv[3], sys.argv[3:], os.environ)\n"
+#: The prologue, then become the worker command.
+_SHIM = _PROLOGUE + _EXEC
+#: The same, shielded from SIGTERM, for bwrap.
+_SHIELDED_SHIM = _PROLOGUE + _SHIELD + _EXEC
+#: The shielded shim, which also fences the ports its process tree may bind (``port_fence.py``,
+#: whose source comes first): the ports, comma-separated, come before the command.
+_FENCED_SHIM = (
+    (Path(__file__).parent / "port_fence.py").read_text()
+    + "\n"
+    + _PROLOGUE
+    + _SHIELD
+    + "fence_binds(int(p) for p in sys.argv[2].split(',') if p)\n"
+    + "os.execvpe(sys.argv[3], sys.argv[3:], os.environ)\n"
 )
 
 

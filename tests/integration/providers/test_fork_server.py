@@ -36,6 +36,7 @@ print("REPORT " + json.dumps({
     "first_secret": os.environ.get("FIRST_TENANT_SECRET"),
     "main": __name__,
     "policy": os.sched_getscheduler(0),
+    "oom_score_adj": open("/proc/self/oom_score_adj").read().strip(),
 }), flush=True)
 """
 
@@ -134,6 +135,8 @@ async def test_the_first_worker_starts_plainly_and_the_next_is_forked_as_a_fresh
     # The zygote imported the SDK on idle CPU only (a thread of its own): its workers run at
     # the normal policy, as a plainly started one does.
     assert report["policy"] == os.SCHED_OTHER == harness.report(first)["policy"]
+    # Out of memory, the kernel ends a worker first, never the server (local.py's shim).
+    assert report["oom_score_adj"] == "1000" == harness.report(first)["oom_score_adj"]
 
 
 async def test_the_sdk_is_imported_again_under_the_workers_own_environment(

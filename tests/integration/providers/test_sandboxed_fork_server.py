@@ -56,6 +56,7 @@ print("REPORT " + json.dumps({
     "other": os.path.exists(sys.argv[1] + "/workers/ep2/w9/home/secret"),
     "pids": len([p for p in os.listdir("/proc") if p.isdigit()]),
     "bind": bind(os.environ.get("TRY_PORT")),
+    "oom_score_adj": open("/proc/self/oom_score_adj").read().strip(),
 }), flush=True)
 if sys.argv[2:] == ["crash"]:
     raise RuntimeError("the handler failed to load")
@@ -155,6 +156,8 @@ async def test_a_sandboxed_worker_is_forked_in_its_endpoints_sandbox(box: Box) -
         assert (launch.home / "mine").read_text() == launch.worker_id
         assert report["db"] is False and report["other"] is False
         assert int(str(report["pids"])) <= 6, report
+        # Out of memory, the kernel ends a tenant's worker first, never the server.
+        assert report["oom_score_adj"] == "1000"
 
 
 async def test_a_forked_sandboxed_worker_is_stopped_by_its_host_pid_with_grace(
