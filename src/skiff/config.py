@@ -130,8 +130,9 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)
-    #: The logs of an endpoint's ended workers kept on this host, newest first, up to this
-    #: many bytes together (the newest ended worker's is always kept); older ones are removed.
+    #: The logs of a user's ended workers, on all of their endpoints, kept on this host,
+    #: newest first, up to this many bytes together (the newest ended worker's is always
+    #: kept); older ones are removed.
     log_ended_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     #: How often this replica measures the homes of its process workers against their
     #: template's ``containerDiskInGb`` (services/disk_watch.py); 0 turns the check off.

@@ -98,8 +98,8 @@ def test_an_ended_workers_home_goes_with_it_and_its_log_stays(server: Server) ->
 
 
 def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> None:
-    """Workers that start and end over and over leave logs within the endpoint's budget:
-    here one byte, so only the newest ended worker's log stays."""
+    """Workers that start and end over and over leave logs within their user's budget, across
+    all of the user's endpoints: here one byte, so only the newest ended worker's log stays."""
     with running(tmp_path / "data", env={"SKIFF_LOG_ENDED_MAX_BYTES": "1"}) as server:
         endpoint = server.create_endpoint("refresh_worker.py", workersMax=1, idleTimeout=30)
         eid = endpoint["id"]
@@ -113,6 +113,17 @@ def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> N
             what="the older ended worker's log to go",
         )
         assert (folder / f"{second['workerId']}.log").exists()
+
+        # Another endpoint of the same user shares the budget: a tenant does not get more
+        # room on the disk by making endpoints.
+        other = server.create_endpoint("refresh_worker.py", workersMax=1, idleTimeout=30)
+        third = server.http.post(f"/v2/{other['id']}/runsync", json={"input": {}}).json()
+        server.wait_for(
+            lambda: not (folder / f"{second['workerId']}.log").exists(),
+            timeout=30,
+            what="the other endpoint's older ended worker's log to go",
+        )
+        assert (tmp_path / "data" / "logs" / other["id"] / f"{third['workerId']}.log").exists()
 
 
 def _group_members(pgid: int) -> list[int]:

@@ -829,13 +829,21 @@ class Fleet:
         writable layer goes with the container: the next worker starts with a fresh one. Kept
         until the endpoint went, the homes of workers started and ended over and over (a
         tenant's, on purpose or not) would fill the disk the database is on. Its log stays,
-        with those of the endpoint's other ended workers up to ``log_ended_max_bytes``.
-        A link the worker may have put in its place is not followed, and a tree of any depth
-        goes (``tenant_trees.remove_tree``)."""
+        with those of its user's other ended workers, on every endpoint of theirs, up to
+        ``log_ended_max_bytes``: a budget per endpoint would be one a tenant multiplies by
+        making endpoints. A link the worker may have put in its place is not followed, and a
+        tree of any depth goes (``tenant_trees.remove_tree``)."""
         await asyncio.to_thread(remove_tree, self.homes(worker.endpoint_id) / worker.id)
+        endpoint = await self._store.get_endpoint(worker.endpoint_id)
+        # A deleted endpoint's logs go with it; its last workers' meanwhile count alone.
+        endpoint_ids = (
+            [e.id for e in await self._store.list_endpoints(endpoint.userId)]
+            if endpoint is not None
+            else [worker.endpoint_id]
+        )
         await asyncio.to_thread(
             self._logs.prune_ended,
-            worker.endpoint_id,
+            endpoint_ids,
             set(self.provider.running()),
             self._settings.log_ended_max_bytes,
         )

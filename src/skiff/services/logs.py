@@ -89,30 +89,34 @@ class WorkerLogs:
         """Every log of the endpoint, rotated files included (it was deleted)."""
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
 
-    def prune_ended(self, endpoint_id: str, live: Collection[str], keep_bytes: int) -> list[str]:
-        """Remove the logs of the endpoint's ended workers (those not ``live``) past the newest
-        ``keep_bytes`` of them, counting each worker's rotated files with it; the newest ended
-        worker's log is kept whatever its size. Each worker's log is capped, but workers that
-        start and end over and over (a crash loop, ``refresh_worker``, a tenant on purpose)
-        would otherwise fill the disk. The ids of the workers whose logs went."""
+    def prune_ended(
+        self, endpoint_ids: Collection[str], live: Collection[str], keep_bytes: int
+    ) -> list[str]:
+        """Remove the logs of the ended workers (those not ``live``) of the endpoints, one
+        user's, past the newest ``keep_bytes`` of them together, counting each worker's rotated
+        files with it; the newest ended worker's log is kept whatever its size. Each worker's
+        log is capped, but workers that start and end over and over (a crash loop,
+        ``refresh_worker``, a tenant on purpose, across as many endpoints as it likes) would
+        otherwise fill the disk. The ids of the workers whose logs went."""
         sizes: dict[str, int] = {}
         newest: dict[str, float] = {}
         files: dict[str, list[str]] = {}
-        try:
-            entries = list(os.scandir(self.log_dir(endpoint_id)))
-        except OSError:
-            return []
-        for entry in entries:
-            worker = worker_of_file(entry.name)
-            if worker is None or worker in live:
-                continue
+        for endpoint_id in endpoint_ids:
             try:
-                stat = entry.stat(follow_symlinks=False)
+                entries = list(os.scandir(self.log_dir(endpoint_id)))
             except OSError:
                 continue
-            sizes[worker] = sizes.get(worker, 0) + stat.st_size
-            newest[worker] = max(newest.get(worker, 0.0), stat.st_mtime)
-            files.setdefault(worker, []).append(entry.path)
+            for entry in entries:
+                worker = worker_of_file(entry.name)
+                if worker is None or worker in live:
+                    continue
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                sizes[worker] = sizes.get(worker, 0) + stat.st_size
+                newest[worker] = max(newest.get(worker, 0.0), stat.st_mtime)
+                files.setdefault(worker, []).append(entry.path)
         removed: list[str] = []
         kept = 0
         for i, worker in enumerate(sorted(sizes, key=newest.__getitem__, reverse=True)):

@@ -188,7 +188,7 @@ def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> N
     _ended_log(folder, "live", 5000, T0 - 100)  # still running: never counted, never removed
     (folder / "notes.txt").write_text("not a log")
 
-    removed = WorkerLogs(tmp_path).prune_ended("ep1", {"live"}, keep_bytes=800)
+    removed = WorkerLogs(tmp_path).prune_ended(["ep1"], {"live"}, keep_bytes=800)
 
     assert removed == ["old"]
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -204,9 +204,23 @@ def test_the_newest_ended_workers_log_is_kept_whatever_its_size(tmp_path: Path) 
     _ended_log(folder, "older", 10, T0)
     _ended_log(folder, "newest", 10_000, T0 + 1, rotations=1)
 
-    assert WorkerLogs(tmp_path).prune_ended("ep1", set(), keep_bytes=0) == ["older"]
+    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0) == ["older"]
     assert sorted(p.name for p in folder.iterdir()) == ["newest.log", "newest.log.1"]
 
 
+def test_one_budget_holds_the_ended_logs_of_all_the_endpoints_given(tmp_path: Path) -> None:
+    # A user's endpoints: a tenant making more of them gets no more room on the disk.
+    _ended_log(tmp_path / "logs" / "ep1", "old", 400, T0)
+    _ended_log(tmp_path / "logs" / "ep2", "mid", 400, T0 + 10)
+    _ended_log(tmp_path / "logs" / "ep3", "new", 400, T0 + 20)
+    _ended_log(tmp_path / "logs" / "other-users", "oldest", 400, T0 - 10)
+
+    logs = WorkerLogs(tmp_path)
+    assert logs.prune_ended(["ep1", "ep2", "ep3", "gone"], set(), keep_bytes=800) == ["old"]
+    assert not logs.log_path("ep1", "old").exists()
+    assert logs.log_path("ep2", "mid").exists() and logs.log_path("ep3", "new").exists()
+    assert logs.log_path("other-users", "oldest").exists()
+
+
 def test_pruning_an_endpoint_without_logs_removes_nothing(tmp_path: Path) -> None:
-    assert WorkerLogs(tmp_path).prune_ended("ep1", set(), keep_bytes=0) == []
+    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0) == []
