@@ -173,6 +173,7 @@ def open_sandbox(settings: Settings) -> Sandbox | None:
         settings.data_dir,
         volumes_dir=settings.volumes_path(),
         database_file=settings.sqlite_path(),
+        fence_ports=settings.sandbox_fence_ports,
     )
 
 

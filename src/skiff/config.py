@@ -163,6 +163,10 @@ class Settings(BaseSettings):
     #: ``off``: every worker runs as the server's own user and sees what it sees, for a server
     #: whose users all trust each other.
     sandbox: bool = True
+    #: In the sandbox, a worker or pod may bind only its own TCP ports (and one the kernel
+    #: picks: providers/port_fence.py), so that no tenant takes another's. ``off``: any port,
+    #: for a server whose users all trust each other and run programs on fixed ports.
+    sandbox_fence_ports: bool = True
     #: Start a local worker that runs ``python script.py`` as a fork of a pre-started
     #: interpreter with the runpod SDK imported (providers/fork_server.py), in its endpoint's
     #: sandbox for a sandboxed CPU worker: tens of milliseconds instead of the SDK's import.

@@ -377,10 +377,12 @@ class Sandbox:
         database_file: Path | None,
         server_home: Path | None = None,
         extra: Sequence[Path] = (),
+        fence_ports: bool = True,
     ) -> Sandbox:
         """The sandbox of this server's workers: the data directory, the volumes directory, the
         SQLite file (with its journal files) where it lies outside them, the host's and the
-        server user's credentials, and ``extra``, all hidden."""
+        server user's credentials, and ``extra``, all hidden; with ``fence_ports``, only their
+        own TCP ports bindable where the kernel can fence them."""
         hidden: list[Path] = [data_dir.resolve(), volumes_dir.resolve()]
         if database_file is not None:
             db = database_file.resolve()
@@ -390,6 +392,8 @@ class Sandbox:
         home = server_home if server_home is not None else Path.home()
         hidden += [home / p for p in HOME_SECRETS]
         hidden += [p.resolve() for p in extra]
+        if not fence_ports:
+            return cls(executable(), tuple(dict.fromkeys(hidden)))
         problem = port_fence.fence_problem() if sys.platform == "linux" else "not Linux"
         if problem is not None:
             log.warning("the sandbox's ports are not fenced: %s", problem)

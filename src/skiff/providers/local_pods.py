@@ -164,7 +164,8 @@ class LocalPodProvider:
         # A pod is a long-lived machine of its own, not a worker: started as its command
         # says, never forked from a worker's zygote.
         self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
-        self._kept_ports = reserved_ports()
+        # Kept from pods where the sandbox fences ports: unfenced, any process binds any port.
+        self._kept_ports = reserved_ports() if sandbox is not None and sandbox.fenced else None
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
         #: Sessions in each pod (``enter``): ended with it.
         self._entries: dict[str, set[PodEntry]] = {}

@@ -135,6 +135,31 @@ async def test_a_load_balancing_worker_binds_what_it_serves_on_and_nothing_else(
     }
 
 
+@needs_bwrap
+async def test_with_the_fence_lifted_a_sandboxed_process_binds_any_port(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    sandbox = bubblewrap.Sandbox.for_server(
+        data, volumes_dir=data / "volumes", database_file=None, fence_ports=False
+    )
+    assert not sandbox.fenced
+    exits = Exits()
+    logs = WorkerLogs(data, 1 << 20, 1)
+    provider = LocalProvider(exits, logs=logs.sink, sandbox=sandbox)
+    port = free_port()
+    home = data / "workers" / "ep1" / "w1" / "home"
+    await provider.start(
+        Launch(
+            worker_id="w1",
+            endpoint_id="ep1",
+            argv=[sys.executable, "-c", BINDS, str(port)],
+            env=dict(os.environ) | {"HOME": str(home)},
+            home=home,
+        )
+    )
+    await asyncio.wait_for(exits.done.wait(), 30)
+    assert bound(logs.log_path("ep1", "w1").read_text()) == {str(port): "bound"}
+
+
 def pod_launch(data: Path, pod_id: str, ports: tuple[int, ...], *tried: int) -> PodLaunch:
     home = data / "pods" / pod_id
     home.mkdir(parents=True, exist_ok=True)
