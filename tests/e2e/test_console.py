@@ -21,9 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import WORKERS, Server, free_port, running
+from harness import WORKERS, Server, running
 
 from eventually import eventually
+from pod_programs import pod_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "console"
@@ -728,7 +729,7 @@ def test_the_endpoint_form_attaches_detaches_and_refuses_a_volume(
 def test_a_pod_is_created_from_a_template_acted_on_and_deleted_by_name(
     page: Any, server: Server
 ) -> None:
-    port = free_port()
+    port = pod_port()
     template = server.http.post(
         "/v1/templates",
         json={

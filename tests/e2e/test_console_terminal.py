@@ -12,6 +12,8 @@ from typing import Any
 from harness import Server, free_port
 from test_console import LAPTOP, browser, expect_text, page, shot, sign_in
 
+from pod_programs import pod_port
+
 __all__ = ["browser", "page"]
 
 #: A sleeper pod, with an http and a tcp port for the Connect menu to list.
@@ -52,7 +54,7 @@ def terminal_size(page: Any) -> tuple[int, int]:
 def test_a_pods_terminal_runs_a_command_resizes_copies_pastes_and_ends(
     page: Any, server: Server
 ) -> None:
-    http_port, tcp_port = free_port(), free_port()
+    http_port, tcp_port = pod_port(), pod_port()
     pod = running_pod(server, ports=[f"{http_port}/http", f"{tcp_port}/tcp"])
     # Content-Security-Policy refusals show as console errors: the page must cause none.
     problems: list[str] = []

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from harness import WORKERS, Server, running
 
-from skiff.listen import free_port
+from pod_programs import pod_port
 from skiff.providers import bubblewrap, port_fence
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ class TenantA:
         )
         _finished(server, http, self.endpoint["id"], job["id"])
         #: A port A's pod declares and has yet to bind: free for a hostile tenant to take.
-        self.port = free_port()
+        self.port = pod_port()
         self.pod = _pod(
             http,
             [sys.executable, "-c", "import signal; signal.pause()"],

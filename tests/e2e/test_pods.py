@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Server, free_port, running
+from harness import Server, running
 
-from pod_programs import SERVER
+from pod_programs import SERVER, pod_port
 from skiff.providers import bubblewrap
 
 RTX = "NVIDIA GeForce RTX 4090"
@@ -72,7 +72,7 @@ def workers_gpus(server: Server) -> list[int]:
 def test_a_pod_and_an_endpoint_never_share_a_gpu_and_skiff_gpus_names_both(
     fleet: Server,
 ) -> None:
-    port = free_port()
+    port = pod_port()
     made = fleet.http.post(
         "/v1/pods",
         json={
@@ -134,7 +134,7 @@ def test_a_server_killed_with_sigkill_starts_its_pods_again_with_their_volume(
     server = Server(tmp_path / "data")
     server.start()
     try:
-        port = free_port()
+        port = pod_port()
         made = server.http.post(
             "/v1/pods",
             json={
@@ -193,7 +193,7 @@ def test_a_pod_on_the_default_relative_data_dir_runs_with_its_volume(tmp_path: P
     # volume's path reaches bwrap absolute (bwrap runs elsewhere than the server).
     unset: dict[str, str | None] = {"SKIFF_DATA_DIR": None, "SKIFF_VOLUMES_DIR": None}
     with running(Path(".skiff"), cwd=tmp_path, data_dir_given=False, env=unset) as server:
-        port = free_port()
+        port = pod_port()
         made = server.http.post(
             "/v1/pods",
             json={

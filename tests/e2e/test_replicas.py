@@ -20,9 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import WORKERS, Server, free_port
+from harness import WORKERS, Server
 
 from pgtest import PG_DSN
+from pod_programs import pod_port
 from skiff.providers import bubblewrap
 
 DSN = PG_DSN
@@ -259,7 +260,7 @@ def test_the_leader_alone_runs_a_pod_and_the_next_leader_takes_it_over(
     first = _replica(tmp_path, "a", schema, record, **shared)
     second = _replica(tmp_path, "b", schema, record, **shared)
     try:
-        port = free_port()
+        port = pod_port()
         # Asked of the replica that does not lead: the leader places and runs it.
         made = second.http.post(
             "/v1/pods",

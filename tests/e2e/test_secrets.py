@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import Server, free_port, running
+from harness import Server, running
 
 from pgtest import PG_DSN
+from pod_programs import pod_port
 
 VALUE = "hf_live_7c1e5a"
 ROTATED = "hf_live_rotated_3b9d"
@@ -134,7 +135,7 @@ def test_a_pg_dump_holds_no_secret_in_clear(tmp_path: Path, schema: str) -> None
 def test_a_pod_gets_its_secrets_and_the_owners_public_key(server: Server) -> None:
     make_secret(server, "pod_token", VALUE)
     assert server.http.patch("/v1/user", json={"pubKey": PUB_KEY}).status_code == 200
-    port = free_port()
+    port = pod_port()
     program = (
         "import http.server, json, os, sys\n"
         "class A(http.server.BaseHTTPRequestHandler):\n"

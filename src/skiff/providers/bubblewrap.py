@@ -536,6 +536,9 @@ class Sandbox:
             argv = [sys.executable, "-S", "-I", "-c", probe]
             env = {"HOME": home, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
             command = self.command(argv, home=Path(home), cwd=Path(home), env=env)
+            if self.fenced:
+                # As a worker starts: behind the fence, which sets no_new_privs before bwrap.
+                command = port_fence.fenced(command)
             return await run_probe(command, env, "a sandboxed worker")
 
 

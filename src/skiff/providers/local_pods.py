@@ -8,8 +8,8 @@ directory is its scratch directory, which a fresh start wipes: what a container'
 container pod; in the sandbox it is seen at ``/root`` too, where the hosted platform's pods keep
 their home. Its ports are the ports the process opens on this host, reported as given: in the
 sandbox it may bind those only (``port_fence.py``), and a port that another pod running here
-declares, or one kept for load-balancing workers (``served_ports.py``), is refused at its
-start. The image is not used.
+declares, one kept for load-balancing workers (``served_ports.py``) or one of the ephemeral
+range, which any process may bind, is refused at its start. The image is not used.
 
 A session in the pod (``enter``: SSH, the console's terminal) is a second sandbox made as the
 pod's own: the same files, home, volume, GPUs and environment, plus the hosted platform's
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from skiff.domain.pod_sessions import EntryRequest
 from skiff.domain.pods import PodSpec, parse_port
-from skiff.providers import bubblewrap
+from skiff.providers import bubblewrap, port_fence
 from skiff.providers.base import (
     EntryRefused,
     Launch,
@@ -164,9 +164,18 @@ class LocalPodProvider:
         # A pod is a long-lived machine of its own, not a worker: started as its command
         # says, never forked from a worker's zygote.
         self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
-        # Kept from pods where the sandbox fences ports: unfenced, any process binds any port.
-        self._kept_ports = reserved_ports() if sandbox is not None and sandbox.fenced else None
+        # Kept from pods where the sandbox fences ports (unfenced, any process binds any
+        # port): load-balancing workers' own, and the ephemeral range, which every process may
+        # bind (``port_fence.py``).
+        self._kept_ports: list[tuple[range, str]] = []
+        if sandbox is not None and sandbox.fenced:
+            served = reserved_ports()
+            if served is not None:
+                self._kept_ports.append((served, "load-balancing workers"))
+            self._kept_ports.append((port_fence.ephemeral_ports(), "any process to bind"))
         self._instances: dict[str, tuple[PodInstance, Launch]] = {}
+        #: The ports of the pods being started, not yet in ``_instances``.
+        self._claims: dict[str, tuple[int, ...]] = {}
         #: Sessions in each pod (``enter``): ended with it.
         self._entries: dict[str, set[PodEntry]] = {}
         #: Each pod's ``/etc/rp_environment`` for its sessions, removed with its instance.
@@ -188,7 +197,12 @@ class LocalPodProvider:
     async def start(self, launch: PodLaunch) -> PodInstance:
         process = process_launch(launch, self._processes.host_environment())
         self._check_ports(launch.pod_id, process.binds)
-        await self._processes.start(process)
+        # Claimed before the start's first wait: pods started together see each other's ports.
+        self._claims[launch.pod_id] = process.binds
+        try:
+            await self._processes.start(process)
+        finally:
+            self._claims.pop(launch.pod_id, None)
         ports = {p: parse_port(p).number for p in launch.ports}
         instance = PodInstance(launch.pod_id, launch.version, ports)
         self._instances[launch.pod_id] = (instance, process)
@@ -199,16 +213,17 @@ class LocalPodProvider:
         (``port_fence.py``), so a second pod declaring one that runs would be sent the first's
         requests, or the first the second's. Whoever started first keeps it. The ports kept
         for load-balancing workers (``served_ports.py``) are no pod's."""
-        kept = self._kept_ports
-        inside = sorted(p for p in ports if kept is not None and p in kept)
-        if kept is not None and inside:
-            raise WorkerStartError(
-                f"port {inside[0]} is among the ports this host keeps for load-balancing "
-                f"workers ({kept.start}-{kept.stop - 1}): a pod run as a process serves on the "
-                "host's own ports; declare one outside them in `ports`"
-            )
-        for other_id, (_, other) in self._instances.items():
-            shared = set(ports) & set(other.binds)
+        for kept, whose in self._kept_ports:
+            inside = sorted(p for p in ports if p in kept)
+            if inside:
+                raise WorkerStartError(
+                    f"port {inside[0]} is among the ports this host keeps for {whose} "
+                    f"({kept.start}-{kept.stop - 1}): a pod run as a process serves on the "
+                    "host's own ports; declare one below them in `ports`"
+                )
+        held = {other_id: other.binds for other_id, (_, other) in self._instances.items()}
+        for other_id, binds in (held | self._claims).items():
+            shared = set(ports) & set(binds)
             if other_id != pod_id and shared:
                 raise WorkerStartError(
                     f"port {min(shared)} is served by another pod on this host: a pod run as a "

@@ -834,13 +834,15 @@ class Fleet:
         making endpoints. A link the worker may have put in its place is not followed, and a
         tree of any depth goes (``tenant_trees.remove_tree``)."""
         await asyncio.to_thread(remove_tree, self.homes(worker.endpoint_id) / worker.id)
-        endpoint = await self._store.get_endpoint(worker.endpoint_id)
-        # A deleted endpoint's logs go with it; its last workers' meanwhile count alone.
-        endpoint_ids = (
-            [e.id for e in await self._store.list_endpoints(endpoint.userId)]
-            if endpoint is not None
-            else [worker.endpoint_id]
-        )
+        # A deleted endpoint's logs go with it; its last workers' meanwhile count alone, as do
+        # a worker's whose user the store cannot tell now (the next end prunes the rest).
+        endpoint_ids = [worker.endpoint_id]
+        try:
+            endpoint = await self._store.get_endpoint(worker.endpoint_id)
+            if endpoint is not None:
+                endpoint_ids = [e.id for e in await self._store.list_endpoints(endpoint.userId)]
+        except Exception:
+            log.exception("the endpoints of worker %s's user could not be read", worker.id)
         await asyncio.to_thread(
             self._logs.prune_ended,
             endpoint_ids,

@@ -100,11 +100,13 @@ def probe(spec):
     except OSError:
         pass
     # 7. Another tenant's ports: bound first, they would be sent that tenant's requests.
+    # Multipath TCP serves plain TCP clients too, and is not a TCP socket to Landlock.
     for port in spec.get("ports", []):
-        with socket.socket() as sock:
+        for kind, protocol in (("bound", 0), ("bound with MPTCP", 262)):
             try:
-                sock.bind(("127.0.0.1", port))
-                reached.append(["bound", str(port)])
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM, protocol) as sock:
+                    sock.bind(("127.0.0.1", port))
+                    reached.append([kind, str(port)])
             except OSError:
                 pass
     procs = [p for p in os.listdir("/proc") if p.isdigit()]

@@ -6,7 +6,6 @@ does not have, and for a locked pod. Another user sees none of it."""
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,18 +16,12 @@ import pytest
 
 from eventually import eventually_async
 from in_process import InProcess
-from pod_programs import SERVER
+from pod_programs import SERVER, pod_port
 from skiff.providers import bubblewrap
 
 needs_bwrap = pytest.mark.skipif(
     bubblewrap.executable() is None, reason="bubblewrap (bwrap) mounts a process pod's volume"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def server_pod(port: int, **fields: Any) -> dict[str, Any]:
@@ -88,7 +81,7 @@ def refusal(answer: httpx.Response, status: int, field: str | None = None) -> st
 async def test_a_pod_runs_serves_its_port_and_keeps_its_volume_across_stop_and_start(
     in_process: InProcess, tmp_path: Path
 ) -> None:
-    port = free_port()
+    port = pod_port()
     made = await in_process.http.post("/v1/pods", json=server_pod(port))
     assert made.status_code == 201, made.text
     pod = made.json()
@@ -125,7 +118,7 @@ async def test_a_pod_runs_serves_its_port_and_keeps_its_volume_across_stop_and_s
 async def test_restart_keeps_the_disk_and_reset_wipes_it_keeping_the_volume(
     in_process: InProcess,
 ) -> None:
-    port = free_port()
+    port = pod_port()
     pod = (await in_process.http.post("/v1/pods", json=server_pod(port))).json()
     url = (await until(in_process, pod["id"], "running"))["urls"][f"{port}/http"]
     assert (await served(url))["starts"] == 1
@@ -153,7 +146,7 @@ async def _until_served(url: str, done: Callable[[dict[str, Any]], bool], what: 
 async def test_an_update_of_what_runs_restarts_the_pod_and_says_so(
     in_process: InProcess,
 ) -> None:
-    port = free_port()
+    port = pod_port()
     pod = (await in_process.http.post("/v1/pods", json=server_pod(port))).json()
     url = (await until(in_process, pod["id"], "running"))["urls"][f"{port}/http"]
     renamed = await in_process.http.patch(f"/v1/pods/{pod['id']}", json={"name": "renamed"})
@@ -170,7 +163,7 @@ async def test_an_update_of_what_runs_restarts_the_pod_and_says_so(
 
 @needs_bwrap
 async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> None:
-    pod = (await in_process.http.post("/v1/pods", json=server_pod(free_port()))).json()
+    pod = (await in_process.http.post("/v1/pods", json=server_pod(pod_port()))).json()
     await until(in_process, pod["id"], "running")
     volume = in_process.services.settings.volumes_path() / "pods" / pod["id"]
     # Running is its process started; the file is written once its program gets going.
@@ -185,7 +178,7 @@ async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> N
 async def test_a_locked_pod_refuses_stop_restart_reset_and_delete(in_process: InProcess) -> None:
     pod = (
         await in_process.http.post(
-            "/v1/pods", json=server_pod(free_port(), locked=True, volumeInGb=0)
+            "/v1/pods", json=server_pod(pod_port(), locked=True, volumeInGb=0)
         )
     ).json()
     for action in ("stop", "restart", "reset"):
@@ -241,7 +234,7 @@ async def test_a_template_gives_the_pod_what_the_input_leaves_out(in_process: In
 async def test_bad_input_is_refused_naming_the_field(
     in_process: InProcess, fields: dict[str, Any], field: str, says: str
 ) -> None:
-    answer = await in_process.http.post("/v1/pods", json=server_pod(free_port(), **fields))
+    answer = await in_process.http.post("/v1/pods", json=server_pod(pod_port(), **fields))
     assert says in refusal(answer, 400, field)
     assert await in_process.services.store.list_pods(None) == []
 
@@ -261,7 +254,7 @@ async def test_a_process_pod_whose_command_cannot_start_is_refused_naming_the_fi
     in_process: InProcess, fields: dict[str, Any], field: str, says: str
 ) -> None:
     # Accepted, it would start, fail and start again for ever.
-    answer = await in_process.http.post("/v1/pods", json=server_pod(free_port(), **fields))
+    answer = await in_process.http.post("/v1/pods", json=server_pod(pod_port(), **fields))
     assert says in refusal(answer, 400, field)
     assert await in_process.services.store.list_pods(None) == []
 
@@ -273,7 +266,7 @@ async def test_a_process_pod_whose_program_is_not_executable_is_refused(
     notes.write_text("not a program")
     notes.chmod(0o644)
     answer = await in_process.http.post(
-        "/v1/pods", json=server_pod(free_port(), dockerStartCmd=[str(notes)])
+        "/v1/pods", json=server_pod(pod_port(), dockerStartCmd=[str(notes)])
     )
     assert "not an executable file" in refusal(answer, 400, "dockerStartCmd")
 
@@ -282,7 +275,7 @@ async def test_a_process_pod_may_run_a_program_of_its_volume_and_is_not_updated_
     in_process: InProcess,
 ) -> None:
     # What is in its volume only the pod sees: not checked.
-    body = server_pod(free_port(), dockerStartCmd=["/workspace/start.sh"])
+    body = server_pod(pod_port(), dockerStartCmd=["/workspace/start.sh"])
     made = await in_process.http.post("/v1/pods", json=body)
     assert made.status_code == 201, made.text
     pod_id = made.json()["id"]
@@ -312,9 +305,7 @@ async def test_a_gpu_pod_without_such_a_gpu_is_refused_naming_what_is_missing(
 
 
 async def test_another_users_key_sees_none_of_it(in_process: InProcess) -> None:
-    pod = (
-        await in_process.http.post("/v1/pods", json=server_pod(free_port(), volumeInGb=0))
-    ).json()
+    pod = (await in_process.http.post("/v1/pods", json=server_pod(pod_port(), volumeInGb=0))).json()
     issued = await in_process.services.auth.issue_key("bob", is_admin=False, label="test")
     async with httpx.AsyncClient(
         transport=in_process.transport,
@@ -335,9 +326,9 @@ async def test_a_volume_the_disk_has_no_room_for_is_refused_naming_the_field(
     in_process: InProcess,
 ) -> None:
     # 4000 GB is within the field's bounds and past what any test machine's disk has free.
-    answer = await in_process.http.post("/v1/pods", json=server_pod(free_port(), volumeInGb=4000))
+    answer = await in_process.http.post("/v1/pods", json=server_pod(pod_port(), volumeInGb=4000))
     assert "4000 GB does not fit" in refusal(answer, 400, "volumeInGb")
-    pod = (await in_process.http.post("/v1/pods", json=server_pod(free_port()))).json()
+    pod = (await in_process.http.post("/v1/pods", json=server_pod(pod_port()))).json()
     grown = await in_process.http.patch(f"/v1/pods/{pod['id']}", json={"volumeInGb": 4000})
     assert "does not fit" in refusal(grown, 400, "volumeInGb")
     assert (await pod_of(in_process, pod["id"]))["volumeInGb"] == 1
@@ -345,6 +336,6 @@ async def test_a_volume_the_disk_has_no_room_for_is_refused_naming_the_field(
     volume = await in_process.http.post("/v1/networkvolumes", json={"name": "v", "size": 1})
     made = await in_process.http.post(
         "/v1/pods",
-        json=server_pod(free_port(), volumeInGb=4000, networkVolumeId=volume.json()["id"]),
+        json=server_pod(pod_port(), volumeInGb=4000, networkVolumeId=volume.json()["id"]),
     )
     assert made.status_code == 201, made.text

@@ -1,12 +1,14 @@
 """The ports a sandboxed process may bind (providers/port_fence.py), with the real kernel's
-Landlock, real bubblewrap and real processes: a process binds its own ports and one the kernel
-picks, and no other; a load-balancing worker binds what it serves on, a pod what it declares;
-a port that a running pod declares is refused to a second pod; and an abstract Unix socket made
-outside is out of reach."""
+Landlock and seccomp, real bubblewrap and real processes: a process binds its own ports and the
+ephemeral range, and no other, and makes no socket that would serve TCP clients past the fence
+(MPTCP, SMC, io_uring's); a load-balancing worker binds what it serves on, a pod what it
+declares; a port that a running or starting pod declares is refused to a second pod, as are the
+ports kept for others; and an abstract Unix socket made outside is out of reach."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import socket
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from pod_programs import pod_port
 from process_exits import Exits
 from skiff.listen import free_port
 from skiff.providers import bubblewrap, port_fence
@@ -58,11 +61,14 @@ def bound(output: str) -> dict[str, str]:
     return {port: what if what == "bound" else os.strerror(int(what)) for port, what in found}
 
 
-def test_a_fenced_process_binds_its_own_ports_and_one_the_kernel_picks_only() -> None:
-    own, other = free_port(), free_port()
+def test_a_fenced_process_binds_its_own_ports_and_the_ephemeral_range_only() -> None:
+    own, other = pod_port(), pod_port()
+    # A free port of the ephemeral range, as a notebook kernel picks one and binds it after.
+    picked = free_port()
+    assert picked in port_fence.ephemeral_ports()
     code = f"{SOURCE}\nfence_binds([{own}])\n{BINDS}"
     ran = subprocess.run(
-        [sys.executable, "-S", "-I", "-c", code, str(own), str(other), "0"],
+        [sys.executable, "-S", "-I", "-c", code, str(own), str(other), "0", str(picked)],
         capture_output=True,
         text=True,
         timeout=30,
@@ -72,6 +78,46 @@ def test_a_fenced_process_binds_its_own_ports_and_one_the_kernel_picks_only() ->
         str(own): "bound",
         str(other): os.strerror(13),  # EACCES, as a privileged port is refused
         "0": "bound",
+        str(picked): "bound",
+    }
+
+
+#: Tries each way past the fence that is not a TCP socket: MPTCP (which serves plain TCP
+#: clients), SMC (which falls back to TCP) and io_uring (whose socket operations seccomp does
+#: not see). Prints each with the errno it got, or ``made``.
+OTHER_SOCKETS = textwrap.dedent(
+    """
+    import ctypes, os, socket
+    for name, family, protocol in (
+        ("mptcp", socket.AF_INET, 262), ("mptcp6", socket.AF_INET6, 262), ("smc", 43, 0),
+        ("tcp", socket.AF_INET, 0),
+    ):
+        try:
+            socket.socket(family, socket.SOCK_STREAM, protocol).close()
+            print(name, "made")
+        except OSError as exc:
+            print(name, exc.errno)
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = ctypes.create_string_buffer(120)
+    fd = libc.syscall(425, 1, params)  # io_uring_setup, the same number on x86_64 and arm64
+    print("io_uring", "made" if fd >= 0 else ctypes.get_errno())
+    """
+)
+
+
+def test_a_fenced_process_makes_no_socket_that_serves_tcp_past_the_fence() -> None:
+    code = f"{SOURCE}\nfence_binds([])\n{OTHER_SOCKETS}"
+    ran = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert ran.returncode == 0, ran.stderr
+    got = dict(line.split() for line in ran.stdout.splitlines())
+    assert got == {
+        "mptcp": str(errno.EPROTONOSUPPORT),
+        "mptcp6": str(errno.EPROTONOSUPPORT),
+        "smc": str(errno.EAFNOSUPPORT),
+        "tcp": "made",
+        "io_uring": str(errno.ENOSYS),
     }
 
 
@@ -113,7 +159,7 @@ async def test_a_load_balancing_worker_binds_what_it_serves_on_and_nothing_else(
     exits = Exits()
     logs = WorkerLogs(data, 1 << 20, 1)
     provider = LocalProvider(exits, logs=logs.sink, sandbox=sandbox_of(data))
-    port, health, other = free_port(), free_port(), free_port()
+    port, health, other = free_port(), free_port(), pod_port()
     home = data / "workers" / "ep1" / "w1" / "home"
     launch = Launch(
         worker_id="w1",
@@ -196,7 +242,7 @@ async def test_a_pod_binds_the_ports_it_declares_and_a_second_pod_cannot_declare
     pods: tuple[LocalPodProvider, WorkerLogs, Path],
 ) -> None:
     provider, logs, data = pods
-    mine, other = free_port(), free_port()
+    mine, other = pod_port(), pod_port()
     await provider.start(pod_launch(data, "pod-1", (mine,), mine, other))
     log = logs.log_path("pod-1", "pod-1")
     for _ in range(300):
@@ -214,11 +260,30 @@ async def test_a_pod_binds_the_ports_it_declares_and_a_second_pod_cannot_declare
 
 @needs_bwrap
 @pytest.mark.skipif(reserved_ports() is None, reason="no ports are kept below this host's range")
-async def test_a_pod_cannot_declare_a_port_kept_for_load_balancing_workers(
+async def test_a_pod_cannot_declare_a_port_kept_for_others(
     pods: tuple[LocalPodProvider, WorkerLogs, Path],
 ) -> None:
     provider, _, data = pods
     kept = reserved_ports()
     assert kept is not None
-    with pytest.raises(WorkerStartError, match=f"port {kept[0]} is among the ports this host"):
+    with pytest.raises(WorkerStartError, match=f"port {kept[0]} is among .* load-balancing"):
         await provider.start(pod_launch(data, "pod-1", (kept[0],)))
+    # Any process may bind the ephemeral range: a pod serving there could be cut in on.
+    picked = free_port()
+    with pytest.raises(WorkerStartError, match=f"port {picked} is among .* any process"):
+        await provider.start(pod_launch(data, "pod-1", (picked,)))
+
+
+@needs_bwrap
+async def test_of_two_pods_started_together_with_one_port_only_one_starts(
+    pods: tuple[LocalPodProvider, WorkerLogs, Path],
+) -> None:
+    provider, _, data = pods
+    port = pod_port()
+    started = await asyncio.gather(
+        provider.start(pod_launch(data, "pod-1", (port,))),
+        provider.start(pod_launch(data, "pod-2", (port,))),
+        return_exceptions=True,
+    )
+    refused = [r for r in started if isinstance(r, WorkerStartError)]
+    assert len(refused) == 1 and f"port {port} is served by another pod" in str(refused[0])

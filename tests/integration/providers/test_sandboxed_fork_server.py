@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from eventually import eventually_async
+from pod_programs import pod_port
 from process_exits import Exits
 from skiff.domain.gpus import Gpu
-from skiff.listen import free_port
 from skiff.providers import bubblewrap, fork_server, port_fence
 from skiff.providers.base import Launch, ServedPorts
 from skiff.providers.fork_server import SandboxSpot, ZygoteKey, _Zygote
@@ -266,7 +266,7 @@ async def test_a_forked_worker_binds_no_port_of_its_own_and_one_that_serves_star
 ) -> None:
     await box.run(box.launch())
     await box.zygote_ready()
-    port = free_port()
+    port = pod_port()  # below the ephemeral range, which every process may bind
     queue = box.launch()
     queue = replace(queue, env=queue.env | {"TRY_PORT": str(port)})
     assert await box.run(queue) == 0
