@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
-from skiff.providers import bubblewrap
+from skiff.providers import bubblewrap, port_fence
 from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.fork_server import (
@@ -70,7 +70,7 @@ _SHIELDED_SHIM = _PROLOGUE + _SHIELD + _EXEC
 #: The shielded shim, which also fences the ports its process tree may bind (``port_fence.py``,
 #: whose source comes first): the ports, comma-separated, come before the command.
 _FENCED_SHIM = (
-    (Path(__file__).parent / "port_fence.py").read_text()
+    port_fence.source()
     + "\n"
     + _PROLOGUE
     + _SHIELD

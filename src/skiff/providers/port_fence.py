@@ -202,10 +202,14 @@ def fence_binds(ports: Iterable[int]) -> None:
         os.close(ruleset)
 
 
+def source() -> str:
+    """This module's text, which a shim runs before its own lines (``python -S -I -c``)."""
+    with open(__file__) as f:
+        return f.read()
+
+
 def fenced(argv: list[str]) -> list[str]:
     """``argv`` run behind the fence with no port of its own: how the sandbox's probe runs bwrap,
     so that it tries what a worker's start does (``local.py``'s shim does the same)."""
-    with open(__file__) as f:
-        source = f.read()
-    runner = f"{source}\nfence_binds(())\nos.execvp(sys.argv[1], sys.argv[1:])\n"
+    runner = f"{source()}\nfence_binds(())\nos.execvp(sys.argv[1], sys.argv[1:])\n"
     return [sys.executable, "-S", "-I", "-c", runner, *argv]
