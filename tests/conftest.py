@@ -10,11 +10,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 KINDS = ("unit", "integration", "e2e")
+#: Files whose tests share something of the machine that two of them cannot hold at once, so
+#: that ``pytest -n`` (scripts/test) runs them in one worker, one after the other: each of these
+#: starts a Ray cluster (``bench/ray_nodes.py``; the benchmarks' B7).
+ONE_AT_A_TIME = {
+    "tests/e2e/test_ray_provider.py": "ray",
+    "tests/e2e/test_bench_smoke.py": "ray",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,3 +33,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         if kind in KINDS:
             item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist hands out whole files (a module's fixtures, such as its server, are made once,
+    and its tests keep their order), and the files of ``ONE_AT_A_TIME`` as one."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFile(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return ONE_AT_A_TIME.get(path, path)
+
+    return ByFile(config, log)
