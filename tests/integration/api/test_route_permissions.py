@@ -126,27 +126,35 @@ def _permissions_of(kind: str, endpoint_id: str) -> Permissions:
 async def _check(
     keyed: Keys, method: str, url: str, need: Need, json: object | None = None
 ) -> list[str]:
-    """Each kind of key on one route: the mistakes found (empty when all is as declared)."""
+    """Each kind of key on one route, all at once: the mistakes found (empty when all is as
+    declared)."""
+    found = await asyncio.gather(
+        *(_check_kind(keyed, kind, method, url, need, json) for kind in keyed.by_kind)
+    )
+    return [mistake for mistakes in found for mistake in mistakes]
+
+
+async def _check_kind(
+    keyed: Keys, kind: str, method: str, url: str, need: Need, json: object | None
+) -> list[str]:
+    allowed = _allowed(_permissions_of(kind, keyed.endpoint_id), need, keyed.endpoint_id)
+    async with keyed.client(kind) as client:
+        sent = {"json": json} if json is not None and method in {"POST", "PUT", "PATCH"} else {}
+        try:
+            # A call let through may wait (a /runsync, a stream, a load-balancing request with
+            # no worker, an OpenAI route with no worker): past the check is all this needs to
+            # see, which is why the kinds (and the job routes) are tried side by side.
+            answer = await asyncio.wait_for(client.request(method, url, **sent), 3)  # type: ignore[arg-type]
+        except TimeoutError:
+            return [f"{kind} {method} {url}: not refused at once"] if not allowed else []
     wrong = []
-    for kind in keyed.by_kind:
-        allowed = _allowed(_permissions_of(kind, keyed.endpoint_id), need, keyed.endpoint_id)
-        async with keyed.client(kind) as client:
-            sent = {"json": json} if json is not None and method in {"POST", "PUT", "PATCH"} else {}
-            try:
-                # A call let through may wait (a /runsync, a stream, a load-balancing request
-                # with no worker): past the check is all this needs to see.
-                answer = await asyncio.wait_for(client.request(method, url, **sent), 3)  # type: ignore[arg-type]
-            except TimeoutError:
-                if not allowed:
-                    wrong.append(f"{kind} {method} {url}: not refused at once")
-                continue
-        refused = answer.status_code == 401
-        if allowed and refused:
-            wrong.append(f"{kind} {method} {url}: refused ({answer.text[:200]})")
-        if not allowed and (not refused or "lacks the permission" not in answer.text):
-            wrong.append(f"{kind} {method} {url}: {answer.status_code} {answer.text[:200]}")
-        if not allowed and f"lacks the permission {need.access}" not in answer.text:
-            wrong.append(f"{kind} {method} {url}: does not name {need.access}: {answer.text}")
+    refused = answer.status_code == 401
+    if allowed and refused:
+        wrong.append(f"{kind} {method} {url}: refused ({answer.text[:200]})")
+    if not allowed and (not refused or "lacks the permission" not in answer.text):
+        wrong.append(f"{kind} {method} {url}: {answer.status_code} {answer.text[:200]}")
+    if not allowed and f"lacks the permission {need.access}" not in answer.text:
+        wrong.append(f"{kind} {method} {url}: does not name {need.access}: {answer.text}")
     return wrong
 
 
@@ -176,7 +184,7 @@ async def test_every_v1_route_checks_its_declared_permission(keyed: Keys) -> Non
 
 
 async def test_every_job_route_checks_its_declared_permission(keyed: Keys) -> None:
-    wrong: list[str] = []
+    checks = []
     declared = v2_api.routes(keyed.app.services)
     for route in declared:
         need = need_of(route.handler)
@@ -189,7 +197,8 @@ async def test_every_job_route_checks_its_declared_permission(keyed: Keys) -> No
             assert answer.status_code == 401, (route.path, answer.text)
             continue
         url = "/v2" + _fill(route.path, keyed.endpoint_id)
-        wrong += await _check(keyed, route.method, url, need, json={"input": {}})
+        checks.append(_check(keyed, route.method, url, need, json={"input": {}}))
+    wrong = [mistake for mistakes in await asyncio.gather(*checks) for mistake in mistakes]
     assert not wrong, "\n".join(wrong)
 
 
