@@ -8,6 +8,7 @@ alternates between replicas the way a round-robin load balancer would.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -106,19 +107,28 @@ def _external_worker(server: Server, endpoint_id: str, name: str) -> subprocess.
         PYTHONUNBUFFERED="1",
     )
     log = open(server.data_dir.parent / f"{name}.log", "ab")  # noqa: SIM115
+    # A session of its own: the SDK forks its heartbeat into it, and `_stop` ends them both.
     return subprocess.Popen(
-        [sys.executable, str(WORKERS / "echo_worker.py")], env=env, stdout=log, stderr=log
+        [sys.executable, str(WORKERS / "echo_worker.py")],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """The worker and its heartbeat: a worker ended by SIGTERM's default action leaves its
+    forked heartbeat running, pinging a server long gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_exactly_one_replica_leads(replicas: list[Server]) -> None:
