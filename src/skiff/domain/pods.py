@@ -119,7 +119,13 @@ class _Changeable(StrictInput):
     dockerEntrypoint: Words | None = None
     dockerStartCmd: Words | None = None
     env: Env | None = None
-    ports: Ports | None = Field(default=None, description="N/http or N/tcp, e.g. 8888/http")
+    ports: Ports | None = Field(
+        default=None,
+        description=(
+            "N/http or N/tcp, e.g. 8888/http. A pod run as a process in a sandbox that fences "
+            "ports may not declare the ports its host keeps for others (400 naming the port)"
+        ),
+    )
     containerDiskInGb: Int | None = Field(default=None, ge=0, le=MAX_DISK_GB)
     volumeInGb: Int | None = Field(
         default=None, ge=0, le=MAX_DISK_GB, description="The pod volume, in GB; it never shrinks"

@@ -326,6 +326,12 @@ class PodProvider(Protocol):
         again); None when it can, or when only its start can tell."""
         ...
 
+    def ports_problem(self, spec: PodSpec) -> str | None:
+        """Why the pod's declared ports can never be served here (this host keeps them for
+        others), checked when a pod is created or its ports change; None when they can, or
+        when only its start can tell (another pod serves one now)."""
+        ...
+
     async def sandbox_problem(self) -> str | None:
         """As ``WorkerProvider.sandbox_problem``: None when pods are kept apart (or the sandbox
         is off); otherwise why not, and only the administrator's pods start."""

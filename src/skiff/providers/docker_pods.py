@@ -285,6 +285,9 @@ class DockerPodProvider:
     def command_problem(self, spec: PodSpec) -> str | None:
         return None  # none given: the image's own entrypoint and command run
 
+    def ports_problem(self, spec: PodSpec) -> str | None:
+        return None  # a container's ports are its own, published on ports Docker picks
+
     async def sandbox_problem(self) -> str | None:
         return None  # a container is its own sandbox
 

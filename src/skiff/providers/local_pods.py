@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from skiff.domain.pod_sessions import EntryRequest
@@ -208,19 +209,30 @@ class LocalPodProvider:
         self._instances[launch.pod_id] = (instance, process)
         return instance
 
-    def _check_ports(self, pod_id: str, ports: tuple[int, ...]) -> None:
-        """A port is one pod's on this host: the sandbox lets a pod bind the ports it declares
-        (``port_fence.py``), so a second pod declaring one that runs would be sent the first's
-        requests, or the first the second's. Whoever started first keeps it. The ports kept
-        for load-balancing workers (``served_ports.py``) are no pod's."""
+    def ports_problem(self, spec: PodSpec) -> str | None:
+        return self._kept_problem([parse_port(p).number for p in spec.ports])
+
+    def _kept_problem(self, ports: Iterable[int]) -> str | None:
+        """The ports kept for load-balancing workers (``served_ports.py``) and the ephemeral
+        range are no pod's, where the sandbox fences ports."""
         for kept, whose in self._kept_ports:
             inside = sorted(p for p in ports if p in kept)
             if inside:
-                raise WorkerStartError(
+                return (
                     f"port {inside[0]} is among the ports this host keeps for {whose} "
                     f"({kept.start}-{kept.stop - 1}): a pod run as a process serves on the "
                     "host's own ports; declare one below them in `ports`"
                 )
+        return None
+
+    def _check_ports(self, pod_id: str, ports: tuple[int, ...]) -> None:
+        """A port is one pod's on this host: the sandbox lets a pod bind the ports it declares
+        (``port_fence.py``), so a second pod declaring one that runs would be sent the first's
+        requests, or the first the second's. Whoever started first keeps it. A pod stored
+        before its ports were kept is refused here (``ports_problem`` refuses it when made)."""
+        kept = self._kept_problem(ports)
+        if kept is not None:
+            raise WorkerStartError(kept)
         held = {other_id: other.binds for other_id, (_, other) in self._instances.items()}
         for other_id, binds in (held | self._claims).items():
             shared = set(ports) & set(binds)

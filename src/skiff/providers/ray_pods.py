@@ -115,6 +115,9 @@ class RayPodProvider:
             )
         return None
 
+    def ports_problem(self, spec: PodSpec) -> str | None:
+        return None  # served on a node's ports, which are for the node to say
+
     async def sandbox_problem(self) -> str | None:
         return NOT_SANDBOXED
 

@@ -112,6 +112,7 @@ class Pods:
         if template is not None and data.volumeMountPath is None:
             spec = spec.model_copy(update={"volumeMountPath": _template_mount_path(template)})
         self._check_command(spec)
+        self._check_ports(spec)
         await self._check_auth(user, spec.containerRegistryAuthId)
         await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb and spec.networkVolumeId is None:
@@ -171,6 +172,8 @@ class Pods:
             raise Invalid(str(exc), field="volumeInGb") from None
         if _command_of(spec) != _command_of(pod.spec):
             self._check_command(spec)
+        if spec.ports != pod.spec.ports:
+            self._check_ports(spec)
         await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb > pod.spec.volumeInGb and spec.networkVolumeId is None:
             await self._check_room(spec.volumeInGb, pod.id)
@@ -251,6 +254,14 @@ class Pods:
             # Its first word is the program, in the entrypoint when there is one.
             field = "dockerEntrypoint" if spec.dockerEntrypoint else "dockerStartCmd"
             raise Invalid(f"{field}: {problem}", field=field)
+
+    def _check_ports(self, spec: PodSpec) -> None:
+        """Refused (400, ``ports``) when the provider keeps a declared port for others (a
+        process pod in a sandbox that fences ports): started, it would only fail, and be
+        started again, for ever."""
+        problem = self._runner.provider.ports_problem(spec)
+        if problem is not None:
+            raise Invalid(f"ports: {problem}", field="ports")
 
     async def _check_room(self, size_gb: int, pod_id: str | None) -> None:
         """Refused (400, ``volumeInGb``) when the disk has not that much free, what the pod's

@@ -17,7 +17,8 @@ import pytest
 from eventually import eventually_async
 from in_process import InProcess
 from pod_programs import SERVER, pod_port
-from skiff.providers import bubblewrap
+from skiff.providers import bubblewrap, port_fence
+from skiff.served_ports import reserved_ports
 
 needs_bwrap = pytest.mark.skipif(
     bubblewrap.executable() is None, reason="bubblewrap (bwrap) mounts a process pod's volume"
@@ -284,6 +285,33 @@ async def test_a_process_pod_may_run_a_program_of_its_volume_and_is_not_updated_
     )
     assert "not a program" in refusal(answer, 400, "dockerStartCmd")
     assert (await pod_of(in_process, pod_id))["dockerStartCmd"] == ["/workspace/start.sh"]
+    await in_process.http.delete(f"/v1/pods/{pod_id}")
+
+
+@needs_bwrap
+@pytest.mark.skipif(
+    port_fence.fence_problem() is not None or reserved_ports() is None,
+    reason="the sandbox fences no ports on this host, or keeps none below its range",
+)
+async def test_a_process_pod_declaring_a_port_kept_for_others_is_refused_naming_the_field(
+    in_process: InProcess,
+) -> None:
+    # Accepted, it would start, be refused its port and start again for ever.
+    kept, ephemeral = reserved_ports(), port_fence.ephemeral_ports()
+    assert kept is not None
+    for port, whose in ((kept[0], "load-balancing workers"), (ephemeral[-1], "any process")):
+        answer = await in_process.http.post("/v1/pods", json=server_pod(port))
+        assert f"port {port} is among the ports this host keeps for {whose}" in refusal(
+            answer, 400, "ports"
+        )
+    assert await in_process.services.store.list_pods(None) == []
+
+    made = await in_process.http.post("/v1/pods", json=server_pod(pod_port()))
+    assert made.status_code == 201, made.text
+    pod_id, ports = made.json()["id"], made.json()["ports"]
+    answer = await in_process.http.patch(f"/v1/pods/{pod_id}", json={"ports": [f"{kept[-1]}/tcp"]})
+    assert f"port {kept[-1]}" in refusal(answer, 400, "ports")
+    assert (await pod_of(in_process, pod_id))["ports"] == ports
     await in_process.http.delete(f"/v1/pods/{pod_id}")
 
 
