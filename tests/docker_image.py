@@ -3,14 +3,12 @@ found by its tag; skips when no Docker daemon answers (.ci/run starts one)."""
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,35 +69,28 @@ def ensure_flash_image() -> str:
     for part in parts:
         digest.update(part.read_bytes())
     tag = f"skiff-test/flash-worker:{digest.hexdigest()[:16]}"
-    with _building():
-        subprocess.run(
-            [str(FLASH_BUILD), tag],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "PYTHON": sys.executable, "BASE": BASE_TAG},
-        )
+    _build(FLASH_BUILD, tag, BASE=BASE_TAG)
     return tag
 
 
 def ensure_test_image() -> str:
     """The image's tag, building it when it is missing (about a minute, once)."""
-    with _building():
-        subprocess.run(
-            [str(SCRIPT), TAG],
-            check=True,
-            capture_output=True,
-            env={**os.environ, "PYTHON": sys.executable},
-        )
+    _build(SCRIPT, TAG)
     return TAG
 
 
-@contextlib.contextmanager
-def _building() -> Iterator[None]:
-    """One build at a time on this machine: test processes side by side (``pytest -n``) that
-    both find an image missing would otherwise both build it, and its base, at once."""
+def _build(script: Path, tag: str, **env: str) -> None:
+    """``script tag`` (which does nothing when the image is there), one build at a time on this
+    machine: test processes side by side (``pytest -n``) that both find an image missing would
+    otherwise both build it, and its base, at once."""
     with open(Path(tempfile.gettempdir()) / "skiff-test-images.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        subprocess.run(
+            [str(script), tag],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHON": sys.executable, **env},
+        )
 
 
 #: A worker for the test image that takes its time (``sleep`` seconds of its input) and answers
