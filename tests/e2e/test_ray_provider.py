@@ -193,7 +193,8 @@ def test_a_gpu_pod_runs_on_its_types_node_restarts_in_place_and_hands_its_gpu_ba
         what="the restarted pod to answer",
     )
     assert again["disk"] == "kept"
-    assert pod_state(server, pod_id)["status"] == "running"
+    # It may answer before the restart is written down.
+    server.wait_for(lambda: pod_state(server, pod_id)["status"] == "running", what="running")
     # Its log came back from the node: a line of each start.
     logs = server.http.get(f"/v1/pods/{pod_id}/logs").json()["lines"]
     assert [line["line"] for line in logs] == [f"serving on {port}"] * 2, logs

@@ -287,7 +287,8 @@ def test_the_leader_alone_runs_a_pod_and_the_next_leader_takes_it_over(
         pod_id = made.json()["id"]
         url = f"http://127.0.0.1:{port}"
         assert _served(first, url)["starts"] == 1
-        assert _pod(second, pod_id)["status"] == "running"
+        # The pod may answer before the leader has written down that it runs.
+        second.wait_for(lambda: _pod(second, pod_id)["status"] == "running", what="running")
         assert (first.data_dir / "pod-logs" / pod_id).is_dir()
         assert not (second.data_dir / "pod-logs" / pod_id).exists()
 
@@ -298,7 +299,7 @@ def test_the_leader_alone_runs_a_pod_and_the_next_leader_takes_it_over(
         # Its process died with it; the new leader starts the pod again, volume and all.
         second.wait_for(lambda: _health(second)["leader"], timeout=15, what="the takeover")
         assert second.wait_for(lambda: _served(second, url)["starts"] == 2, what="the restart")
-        assert _pod(second, pod_id)["status"] == "running"
+        second.wait_for(lambda: _pod(second, pod_id)["status"] == "running", what="running")
         assert (second.data_dir / "pod-logs" / pod_id).is_dir()
         second.http.delete(f"/v1/pods/{pod_id}")
     finally:
