@@ -306,21 +306,30 @@ def ensure_image(
 
 
 def ensure_network(client: Any) -> str:
-    """``NETWORK``, made where it is not there yet (by this server or another sharing the
-    daemon: one that made it first wins, and its network is used). One that exists with
-    containers reaching each other is refused: it would not keep tenants apart."""
+    """The id of ``NETWORK``, made where it is not there yet (by this server or another sharing
+    the daemon). One that exists with containers reaching each other is refused: it would not
+    keep tenants apart.
+
+    Two servers (or two tests) making it at the same moment can both succeed: before API 1.44
+    the daemon's duplicate check is best effort, and names need not be unique. Every server then
+    uses the first of them by id, and removes the others (``_tenant_network``)."""
     try:
-        found = client.networks.list(names=[NETWORK])
-        network = next((n for n in found if n.name == NETWORK), None)
+        network = _tenant_network(client)
         if network is None:
             try:
-                network = client.networks.create(
-                    NETWORK, driver="bridge", options=NETWORK_OPTIONS, labels={MARKER: "1"}
+                client.networks.create(
+                    NETWORK,
+                    driver="bridge",
+                    options=NETWORK_OPTIONS,
+                    labels={MARKER: "1"},
+                    check_duplicate=True,
                 )
             except APIError as exc:
                 if exc.status_code != 409:
                     raise
-                network = client.networks.get(NETWORK)
+            network = _tenant_network(client)
+            if network is None:
+                raise WorkerStartError(f"the network {NETWORK} was made and is gone")
         options = (network.attrs or {}).get("Options") or {}
     except DockerException as exc:
         raise WorkerStartError(f"the network {NETWORK} could not be made: {_explain(exc)}") from exc
@@ -330,7 +339,23 @@ def ensure_network(client: Any) -> str:
                 f"the Docker network {NETWORK} lets containers reach each other ({name} is not "
                 f"{value}): remove it (docker network rm {NETWORK}) and skiff makes it anew"
             )
-    return NETWORK
+    return str(network.id)
+
+
+def _tenant_network(client: Any) -> Any:
+    """The network named ``NETWORK`` every server uses: the first by id where there are more
+    (the name filter matches parts of names, so the name is compared whole)."""
+    found = sorted(
+        (n for n in client.networks.list(names=[NETWORK]) if n.name == NETWORK),
+        key=lambda n: str(n.id),
+    )
+    # A container's start looks its network up by name, and refuses an ambiguous one: the
+    # others go where no container uses them yet (the servers that made them use the first).
+    for extra in found[1:]:
+        if (extra.attrs or {}).get("Labels", {}).get(MARKER) == "1":
+            with contextlib.suppress(DockerException):
+                extra.remove()
+    return found[0] if found else None
 
 
 def create_container(

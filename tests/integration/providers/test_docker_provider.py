@@ -6,14 +6,18 @@ that is not skiff's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 
 from docker_image import docker_client, ensure_test_image
+from skiff.providers import docker as docker_provider
 from skiff.providers.base import ContainerSpec, Launch, WorkerStartError
-from skiff.providers.docker import NETWORK, DockerProvider
+from skiff.providers.docker import MARKER, NETWORK, NETWORK_OPTIONS, DockerProvider
 
 
 class Sink:
@@ -282,3 +286,26 @@ async def test_one_tenants_container_cannot_reach_anothers(
         assert b"not reached" in harness.sinks["w-probes"].data, harness.sinks["w-probes"].data
     finally:
         await harness.provider.stop_all(1)
+
+
+def test_tenant_networks_made_twice_at_once_leave_one_that_every_server_uses(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before API 1.44 the daemon lets two networks share a name when two servers make it at
+    the same moment, and then refuses to start a container on either ("ambiguous")."""
+    name = f"skiff-tenants-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(docker_provider, "NETWORK", name)
+    made = [
+        client.networks.create(name, driver="bridge", options=NETWORK_OPTIONS, labels={MARKER: "1"})
+        for _ in range(2)
+    ]
+    try:
+        used = docker_provider.ensure_network(client)
+        assert used == min(n.id for n in made)
+        left = [n.id for n in client.networks.list(names=[name]) if n.name == name]
+        assert left == [used]
+        assert docker_provider.ensure_network(client) == used
+    finally:
+        for network in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                network.remove()
