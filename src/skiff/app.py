@@ -16,6 +16,7 @@ import gc
 import ipaddress
 import logging
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
@@ -42,6 +43,7 @@ from skiff.datadir import make_private_dir
 from skiff.providers.base import LogSinks, PodExitCallback, PodProvider, WorkerProvider
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.capacity import host_worker_limit
+from skiff.providers.cgroups import Cgroups
 from skiff.providers.docker import HOST_GATEWAY, DockerProvider, gateway_url, server_identity
 from skiff.providers.docker_pods import DockerPodProvider
 from skiff.providers.gpus import inventory
@@ -159,7 +161,27 @@ def open_provider(
         logs=worker_logs.sink,
         sandbox=open_sandbox(settings),
         fork_servers=settings.fork_servers,
+        cgroups=open_cgroups(settings, "workers"),
+        pids_limit=settings.process_pids_limit or None,
     )
+
+
+def open_cgroups(settings: Settings, purpose: str) -> Cgroups | None:
+    """Where local ``purpose`` (workers, pods) get a cgroup each (providers/cgroups.py); None
+    when the operator turned that off or this host lets the server make none (said once)."""
+    if not settings.process_limits or sys.platform != "linux":
+        return None
+    name = f"{server_identity(socket.gethostname(), settings.data_dir)}-{purpose}"
+    opened = Cgroups.open(name)
+    if isinstance(opened, str):
+        log.warning(
+            "local %s run without caps on their processes, memory and CPU: %s "
+            "(SKIFF_PROCESS_LIMITS=off says this is meant)",
+            purpose,
+            opened,
+        )
+        return None
+    return opened
 
 
 def open_sandbox(settings: Settings) -> Sandbox | None:
@@ -202,7 +224,13 @@ def open_pod_provider(settings: Settings, ray: RayConnection | None = None) -> P
     sandbox = open_sandbox(settings)
 
     def processes(on_exit: PodExitCallback, logs: LogSinks) -> PodProvider:
-        return LocalPodProvider(on_exit, logs=logs, sandbox=sandbox)
+        return LocalPodProvider(
+            on_exit,
+            logs=logs,
+            sandbox=sandbox,
+            cgroups=open_cgroups(settings, "pods"),
+            pids_limit=settings.process_pids_limit or None,
+        )
 
     return processes
 

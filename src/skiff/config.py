@@ -189,6 +189,14 @@ class Settings(BaseSettings):
     #: host's. 0: skiff sets none, and the daemon's own default (``default-pids-limit``,
     #: unlimited unless set) applies.
     container_pids_limit: int = Field(default=DEFAULT_PIDS_LIMIT, ge=0, le=MAX_PIDS_LIMIT)
+    #: Each local worker and pod run as a process in a cgroup of its own, where the server may
+    #: make them (providers/cgroups.py): its processes capped at ``process_pids_limit``, a CPU
+    #: endpoint's or CPU pod's memory and vCPUs as its container would have them, and all it
+    #: started ended with it. ``off``: no cgroups, for a server whose users all trust each other.
+    process_limits: bool = True
+    #: The most processes and threads one local worker or pod may hold (its cgroup's
+    #: ``pids.max``). 0: no cap.
+    process_pids_limit: int = Field(default=DEFAULT_PIDS_LIMIT, ge=0, le=MAX_PIDS_LIMIT)
 
     #: SSH into pods (``skiff/ssh``; docs/pods.md): the port skiff serves SSH on itself, where
     #: the user name is the pod's id (``ssh POD_ID@HOST -p PORT``), on ``host``. Unset: no SSH
@@ -224,13 +232,13 @@ class Settings(BaseSettings):
         """Where the database's secret key comes from."""
         return key_source(self.secret_key, self.data_dir)
 
-    @field_validator("container_pids_limit")
+    @field_validator("container_pids_limit", "process_pids_limit")
     @classmethod
     def _pids_limit_is_none_or_workable(cls, value: int) -> int:
         if 0 < value < MIN_PIDS_LIMIT:
             raise ValueError(
-                f"must be 0 (no limit set by skiff) or at least {MIN_PIDS_LIMIT}: a container "
-                "counts every thread, and its runtime and the worker's own need a few dozen"
+                f"must be 0 (no limit set by skiff) or at least {MIN_PIDS_LIMIT}: the kernel "
+                "counts every thread, and a worker's runtime and its own need a few dozen"
             )
         return value
 

@@ -70,6 +70,9 @@ class Launch:
     #: A CPU endpoint's vCPUs (``domain/containers.py``), reserved where the provider can;
     #: None: no reservation.
     vcpus: int | None = None
+    #: A CPU endpoint's memory, its cap where the provider sets one (``cgroups.py``); None:
+    #: no cap.
+    memory_bytes: int | None = None
     #: Run in the sandbox that keeps a tenant's code from the server's and other tenants'
     #: files and processes (``providers/bubblewrap.py``). False only for an administrator's
     #: worker on a host that cannot make one (``sandbox_problem``).

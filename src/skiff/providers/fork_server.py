@@ -112,6 +112,8 @@ class ZygoteKey:
 
 #: How a sandboxed zygote is started: its command (``argv``) inside its key's sandbox.
 SandboxCommand = Callable[["ZygoteKey", list[str]], list[str]]
+#: Moves a forked worker (its pid on this host) where it belongs before it runs: its cgroup.
+Place = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +303,12 @@ class _Zygote:
         self._children[inner] = child
         waiter.set_result(child)
 
-    async def fork(self, forkable: Forkable, launch: Launch, log_fd: int) -> ForkedProcess:
+    async def fork(
+        self, forkable: Forkable, launch: Launch, log_fd: int, place: Place | None = None
+    ) -> ForkedProcess:
+        """The worker, forked and announced. With ``place``, the child waits at a gate (a pipe)
+        until ``place`` has been called with its pid, before anything of its own runs; when
+        ``place`` fails the child is ended and the error raised."""
         assert self._sock is not None
         env = launch.env | ({"PYTHONUNBUFFERED": "1"} if forkable.unbuffered else {})
         self._tokens += 1
@@ -314,10 +321,29 @@ class _Zygote:
         }
         waiter: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._waiting[token] = waiter
+        fds = [log_fd]
+        gate = None
+        if place is not None:
+            gate = os.pipe()
+            fds.append(gate[0])
+            request["gated"] = True
         try:
-            # One packet (SOCK_SEQPACKET): it goes whole or not at all.
-            socket.send_fds(self._sock, [orjson.dumps(request)], [log_fd])
-            return await asyncio.wait_for(waiter, _FORK_SECONDS)
+            try:
+                # One packet (SOCK_SEQPACKET): it goes whole or not at all.
+                socket.send_fds(self._sock, [orjson.dumps(request)], fds)
+            finally:
+                if gate is not None:
+                    os.close(gate[0])
+            child = await asyncio.wait_for(waiter, _FORK_SECONDS)
+            if place is not None and gate is not None:
+                try:
+                    place(child.pid)
+                except OSError:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(child.pid, signal.SIGKILL)
+                    raise
+                os.write(gate[1], b"g")
+            return child
         except TimeoutError:
             # Taken for broken: ended, with whatever it forked (``run`` reports them).
             if self._proc is not None and self._proc.returncode is None:
@@ -326,6 +352,8 @@ class _Zygote:
             raise
         finally:
             self._waiting.pop(token, None)
+            if gate is not None:
+                os.close(gate[1])
 
     async def _end(self) -> None:
         """The zygote is gone: its workers die with it (PDEATHSIG); they are reported so."""
@@ -382,9 +410,12 @@ class ForkServers:
         assert self._sandboxed is not None
         return self._sandboxed(key, argv)
 
-    async def fork(self, forkable: Forkable, launch: Launch, log_fd: int) -> ForkedProcess | None:
-        """The worker forked from its zygote; None when none is ready (one is started for the
-        next worker when none runs), and the caller starts it the plain way."""
+    async def fork(
+        self, forkable: Forkable, launch: Launch, log_fd: int, place: Place | None = None
+    ) -> ForkedProcess | None:
+        """The worker forked from its zygote (``place``: see ``_Zygote.fork``); None when none
+        is ready (one is started for the next worker when none runs), or the fork failed, and
+        the caller starts it the plain way."""
         loop = asyncio.get_running_loop()
         for idle in self._idle(loop.time()):
             self._end(idle)
@@ -403,7 +434,7 @@ class ForkServers:
         if not zygote.ready:
             return None
         try:
-            return await zygote.fork(forkable, launch, log_fd)
+            return await zygote.fork(forkable, launch, log_fd, place)
         except (OSError, TimeoutError) as exc:
             log.warning("forking a worker of %s failed: %s", forkable.key.interpreter, exc)
             return None

@@ -32,17 +32,31 @@ from pathlib import Path
 
 from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap, port_fence
-from skiff.providers.base import LOOPBACK, ExitCallback, Launch, LogSink, LogSinks, ServedAt
+from skiff.providers.base import (
+    LOOPBACK,
+    ExitCallback,
+    Launch,
+    LogSink,
+    LogSinks,
+    ServedAt,
+    WorkerStartError,
+)
 from skiff.providers.bubblewrap import Sandbox
+from skiff.providers.cgroups import Caps, Cgroups, Group
 from skiff.providers.fork_server import (
     ForkedProcess,
     ForkServers,
+    Place,
     SandboxSpot,
     ZygoteKey,
     forkable,
 )
 
 log = logging.getLogger(__name__)
+
+#: The shim's variable naming the ``cgroup.procs`` files to join, one per line; taken out of
+#: the environment before the command runs.
+CGROUP_ENV = "SKIFF_CGROUP_PROCS"
 
 # What every shim does first: arm PDEATHSIG, make sure the parent did not die before that, and
 # make what it becomes the first the kernel ends when memory runs out (``oom_score_adj`` 1000,
@@ -57,6 +71,13 @@ _PROLOGUE = (
     "    with open('/proc/self/oom_score_adj', 'w') as adj: adj.write('1000')\n"
     "except OSError:\n"
     "    pass\n"
+    # Into its cgroup (``cgroups.py``) before it runs anything of the tenant's; not at all
+    # rather than uncapped.
+    f"for g in filter(None, os.environ.pop('{CGROUP_ENV}', '').split('\\n')):\n"
+    "    try:\n"
+    "        with open(g, 'w') as procs: procs.write(str(os.getpid()))\n"
+    "    except OSError as e:\n"
+    "        sys.exit(f'skiff: could not join the cgroup {g}: {e}')\n"
 )
 # A worker behind bwrap must outlive the group's SIGTERM until the worker inside has ended
 # (providers/bubblewrap.py): it is started with SIGTERM ignored.
@@ -214,7 +235,11 @@ class LocalProvider:
         logs: LogSinks,
         sandbox: Sandbox | None = None,
         fork_servers: bool = True,
+        cgroups: Cgroups | None = None,
+        pids_limit: int | None = None,
     ) -> None:
+        """``cgroups``: where each worker gets a group of its own, capped at ``pids_limit``
+        processes and its launch's memory and vCPUs (``cgroups.py``); None: no caps."""
         self._on_exit = on_exit
         self._cwd = cwd
         #: None: the sandbox is off (``SKIFF_SANDBOX=off``), every worker runs as it is.
@@ -237,6 +262,24 @@ class LocalProvider:
         #: Set once bwrap has been seen to mount a volume (a refusal is asked again next time).
         self._mounts_volumes = False
         self._served: dict[str, ServedAt] = {}
+        self._cgroups = cgroups
+        self._pids_limit = pids_limit
+        #: Each running worker's cgroup, where it has one.
+        self._groups: dict[str, Group] = {}
+        self._groups_made = 0
+
+    async def _group(self, launch: Launch) -> Group | None:
+        """A fresh cgroup for ``launch``, named for it and this start (a restarted pod's next
+        instance never shares the directory its last one's removal may still be at)."""
+        if self._cgroups is None:
+            return None
+        caps = Caps(pids=self._pids_limit, memory_bytes=launch.memory_bytes, vcpus=launch.vcpus)
+        self._groups_made += 1
+        key = f"{launch.worker_id}.{self._groups_made}"
+        try:
+            return await asyncio.to_thread(self._cgroups.make, key, caps)
+        except OSError as exc:
+            raise WorkerStartError(f"its cgroup could not be made: {exc}") from exc
 
     async def start(self, launch: Launch) -> int:
         # The user's alone, like the data directory it is in (datadir.py).
@@ -259,9 +302,16 @@ class LocalProvider:
             raise
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
+        group: Group | None = None
         try:
+            group = await self._group(launch)
             argv, env = _command(launch, self._sandbox, self._cwd)
-            proc = await self._forked(launch, write_fd) or await asyncio.create_subprocess_exec(
+            if group is not None:
+                env = env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
+            place = group.add if group is not None else None
+            proc = await self._forked(
+                launch, write_fd, place
+            ) or await asyncio.create_subprocess_exec(
                 *argv,
                 env=env,
                 cwd=launch.cwd or self._cwd,
@@ -273,23 +323,29 @@ class LocalProvider:
         except BaseException:
             transport.close()
             sink.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
             raise
         finally:
             # Only the worker holds the write end now, so its exit is the pipe's EOF.
             os.close(write_fd)
         self._procs[launch.worker_id] = proc
+        if group is not None:
+            self._groups[launch.worker_id] = group
         if launch.serves is not None:
             # A process shares this host's network: it listens on the very ports it was given.
             self._served[launch.worker_id] = ServedAt(
                 f"{LOOPBACK}:{launch.serves.port}", f"{LOOPBACK}:{launch.serves.health_port}"
             )
         pump = asyncio.create_task(self._pump(launch.worker_id, reader, transport, sink))
-        task = asyncio.create_task(self._watch(launch.worker_id, proc, pump))
+        task = asyncio.create_task(self._watch(launch.worker_id, proc, pump, group))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
         return proc.pid
 
-    async def _forked(self, launch: Launch, log_fd: int) -> ForkedProcess | None:
+    async def _forked(
+        self, launch: Launch, log_fd: int, place: Place | None
+    ) -> ForkedProcess | None:
         """The worker forked from a zygote, when it can come from one and one is ready: the
         shared zygote for a worker outside the sandbox without a volume, the zygote in its
         endpoint's sandbox for a sandboxed CPU worker (a GPU's device nodes are bound per
@@ -310,7 +366,7 @@ class LocalProvider:
                 script="",  # forkable() fills it in
             )
             plan = forkable(launch, spot)
-        return None if plan is None else await self._forks.fork(plan, launch, log_fd)
+        return None if plan is None else await self._forks.fork(plan, launch, log_fd, place)
 
     def _zygote_in_sandbox(self, key: ZygoteKey, argv: list[str]) -> list[str]:
         """A zygote's command in the sandbox of its key's endpoint: every worker's home
@@ -351,10 +407,16 @@ class LocalProvider:
         worker_id: str,
         proc: asyncio.subprocess.Process | ForkedProcess,
         pump: asyncio.Task[None],
+        group: Group | None,
     ) -> None:
         code = await proc.wait()
-        # The leader is gone; end whatever it left in its group (the SDK's heartbeat process).
+        # The leader is gone; end whatever it left in its group (the SDK's heartbeat process),
+        # and in its cgroup whatever left that group to outlive it.
         _kill_group(proc.pid, signal.SIGKILL)
+        if group is not None:
+            if self._groups.get(worker_id) is group:
+                del self._groups[worker_id]
+            await asyncio.to_thread(group.remove)
         self._procs.pop(worker_id, None)
         self._served.pop(worker_id, None)
         # Report the exit only once the log holds the worker's last lines, so whoever handles
@@ -387,6 +449,8 @@ class LocalProvider:
             await asyncio.wait(set(self._watchers), timeout=5)
         if self._forks is not None:
             await self._forks.close()
+        if self._cgroups is not None:
+            await asyncio.to_thread(self._cgroups.close)
 
     @property
     def fork_servers(self) -> ForkServers | None:
@@ -411,7 +475,12 @@ class LocalProvider:
         home and volume, its process group its own."""
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
-        return _command(launch, self._sandbox, self._cwd)
+        argv, env = _command(launch, self._sandbox, self._cwd)
+        group = self._groups.get(launch.worker_id)
+        if group is not None:
+            # In the cgroup of the process it is started beside: within its caps, ended with it.
+            env = env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
+        return argv, env
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

@@ -45,6 +45,7 @@ from skiff.providers.base import (
     WorkerStartError,
 )
 from skiff.providers.bubblewrap import Sandbox
+from skiff.providers.cgroups import Cgroups
 from skiff.providers.local import LocalProvider
 from skiff.providers.pod_entry import (
     CONTROLLING_TERMINAL_SHIM,
@@ -126,6 +127,8 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
         volume_mount=launch.mount_path,
         cwd=home,
         gpus=launch.gpus,
+        vcpus=launch.vcpus,
+        memory_bytes=launch.memory_bytes,
         sandboxed=launch.sandboxed,
         home_also_at=POD_HOME,
         binds=tuple(parse_port(p).number for p in launch.ports),
@@ -159,12 +162,26 @@ def entry_launch(process: Launch, request: EntryRequest, environment: Path) -> L
 
 class LocalPodProvider:
     def __init__(
-        self, on_exit: PodExitCallback, *, logs: LogSinks, sandbox: Sandbox | None = None
+        self,
+        on_exit: PodExitCallback,
+        *,
+        logs: LogSinks,
+        sandbox: Sandbox | None = None,
+        cgroups: Cgroups | None = None,
+        pids_limit: int | None = None,
     ) -> None:
+        """``cgroups``, ``pids_limit``: each pod's caps, as ``LocalProvider`` has them."""
         self._on_exit = on_exit
         # A pod is a long-lived machine of its own, not a worker: started as its command
         # says, never forked from a worker's zygote.
-        self._processes = LocalProvider(self._ended, logs=logs, sandbox=sandbox, fork_servers=False)
+        self._processes = LocalProvider(
+            self._ended,
+            logs=logs,
+            sandbox=sandbox,
+            fork_servers=False,
+            cgroups=cgroups,
+            pids_limit=pids_limit,
+        )
         # Kept from pods where the sandbox fences ports (unfenced, any process binds any
         # port): load-balancing workers' own, and the ephemeral range, which every process may
         # bind (``port_fence.py``).

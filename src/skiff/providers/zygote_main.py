@@ -154,6 +154,13 @@ def main() -> None:
                 sock.close()
                 os.close(wake_r)
                 os.close(wake_w)
+                if request.get("gated"):
+                    # Nothing of the tenant's runs before the server has moved this process
+                    # into the worker's cgroup (``cgroups.py``); no go, no worker.
+                    go = os.read(fds[1], 1)
+                    os.close(fds[1])
+                    if not go:
+                        os._exit(70)
                 _become(request, fds[0], base_path)
             for fd in fds:
                 os.close(fd)

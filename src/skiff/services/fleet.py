@@ -383,6 +383,7 @@ class Fleet:
             serves=serves,
             gpus=tuple(gpus or ()),
             vcpus=limits.vcpus if (limits := cpu_limits(endpoint.spec)) else None,
+            memory_bytes=limits.memory_bytes if limits else None,
             sandboxed=verdict.sandboxed,
         )
         # Recorded as starting before the process exists: once it runs it may call any

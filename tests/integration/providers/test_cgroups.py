@@ -1,0 +1,243 @@
+"""Local workers in cgroups of their own (providers/cgroups.py), on the real kernel with real
+bubblewrap and real processes: a fork bomb stops at the worker's process cap, a runaway
+allocation ends the worker alone, what a worker started outside its process group ends with it,
+a worker forked from its endpoint's zygote is in its group before its script runs, and what a
+killed server left is removed by the next one.
+
+Where this host lets the server make no cgroup (not root, no delegated subtree) these tests
+are skipped: the caps then do not exist, and the server says so at start."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventually import eventually_async
+from process_exits import Exits
+from skiff.providers import bubblewrap, fork_server
+from skiff.providers.base import Launch
+from skiff.providers.cgroups import Caps, Cgroups
+from skiff.providers.local import LocalProvider
+from skiff.services.logs import WorkerLogs
+
+pytestmark = [
+    pytest.mark.skipif(bubblewrap.executable() is None, reason="bubblewrap is not installed"),
+    pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux's"),
+]
+
+PIDS = 64
+MIB = 1 << 20
+
+_PROBE = """\
+import json, os, subprocess, sys, time
+mode = sys.argv[1]
+def report(**fields):
+    print("REPORT " + json.dumps(fields), flush=True)
+if mode == "cgroup":
+    report(cgroup=open("/proc/self/cgroup").read())
+elif mode == "fork":
+    started, refused = [], None
+    for _ in range(4 * int(os.environ["PIDS_CAP"])):
+        try:
+            started.append(subprocess.Popen(["sleep", "30"]))
+        except OSError as exc:
+            refused = exc.errno
+            break
+    report(started=len(started), refused=refused)
+    for p in started:
+        p.kill()
+elif mode == "memory":
+    held = []
+    for n in range(64):
+        held.append(b"x" * (16 << 20))
+        print("holding", (n + 1) * 16, "MiB", flush=True)
+    report(survived=True)
+elif mode == "escape":
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(120)
+        os._exit(0)
+    os.wait()
+    report(escaped=True)
+    time.sleep(120)
+"""
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Cgroups]:
+    opened = Cgroups.open(f"test-{uuid.uuid4().hex[:12]}")
+    if isinstance(opened, str):
+        pytest.skip(opened)
+    yield opened
+    opened.sweep()
+    opened.close()
+
+
+class Box:
+    def __init__(self, tmp_path: Path, cgroups: Cgroups) -> None:
+        self.data = tmp_path / "data"
+        self.data.mkdir()
+        self.script = tmp_path / "app" / "probe.py"
+        self.script.parent.mkdir()
+        self.script.write_text(_PROBE)
+        self.exits = Exits()
+        self.logs = WorkerLogs(self.data, 1 << 20, 1)
+        sandbox = bubblewrap.Sandbox.for_server(
+            self.data, volumes_dir=self.data / "volumes", database_file=self.data / "skiff.db"
+        )
+        self.provider = LocalProvider(
+            self.exits, logs=self.logs.sink, sandbox=sandbox, cgroups=cgroups, pids_limit=PIDS
+        )
+        self.count = 0
+
+    def launch(self, mode: str, **more: object) -> Launch:
+        self.count += 1
+        worker_id = f"w{self.count}"
+        homes = self.data / "workers" / "ep1"
+        home = homes / worker_id / "home"
+        return Launch(
+            worker_id=worker_id,
+            endpoint_id="ep1",
+            argv=[sys.executable, str(self.script), mode],
+            env=dict(os.environ)
+            | {"RUNPOD_POD_ID": worker_id, "HOME": str(home), "PIDS_CAP": str(PIDS)},
+            home=home,
+            homes=homes,
+            **more,  # type: ignore[arg-type]
+        )
+
+    def log(self, worker_id: str) -> str:
+        return self.logs.log_path("ep1", worker_id).read_text()
+
+    def report(self, worker_id: str) -> dict[str, object]:
+        [line] = [line for line in self.log(worker_id).splitlines() if "REPORT " in line]
+        return dict(json.loads(line.split("REPORT ", 1)[1]))
+
+    async def run(self, launch: Launch) -> int:
+        await self.provider.start(launch)
+        await eventually_async(lambda: launch.worker_id in self.exits.codes, "the exit")
+        return self.exits.codes[launch.worker_id]
+
+
+@pytest.fixture
+async def box(tmp_path: Path, cgroups: Cgroups) -> object:
+    made = Box(tmp_path, cgroups)
+    yield made
+    await made.provider.stop_all(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_a_fork_bomb_stops_at_the_workers_process_cap(box: Box) -> None:
+    launch = box.launch("fork")
+    assert await box.run(launch) == 0, box.log(launch.worker_id)
+    report = box.report(launch.worker_id)
+    # The cap counts the sandbox's own processes and the interpreter's threads too.
+    assert report["refused"] is not None, report
+    assert 0 < int(str(report["started"])) < PIDS
+
+
+async def test_a_runaway_allocation_ends_the_worker_alone(box: Box) -> None:
+    launch = box.launch("memory", memory_bytes=128 * MIB)
+    code = await box.run(launch)
+    log = box.log(launch.worker_id)
+    # Ended by the kernel within its 128 MiB, long before the 1 GiB it asked for.
+    assert code != 0, log
+    assert "REPORT" not in log
+    assert "holding 16 MiB" in log and "holding 256 MiB" not in log
+
+
+async def test_what_a_worker_started_outside_its_process_group_ends_with_it(box: Box) -> None:
+    launch = box.launch("escape")
+    await box.provider.start(launch)
+    await eventually_async(lambda: "REPORT" in box.log(launch.worker_id), "the escape")
+    group = box.provider._groups[launch.worker_id]
+    held = group.pids()
+    # bwrap, the worker and the one that left its session (and the worker's group) behind.
+    assert len(held) >= 3, held
+    await box.provider.stop(launch.worker_id, 1)
+    await eventually_async(lambda: launch.worker_id in box.exits.codes, "the exit")
+    await eventually_async(lambda: not any(_alive(p) for p in held), "every process to end")
+    assert not any(d.exists() for d in group.dirs)
+
+
+async def test_a_forked_worker_is_in_its_group_before_its_script_runs(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fork_server, "SANDBOXED_START_SECONDS", 0.0)
+    first = box.launch("cgroup")
+    assert await box.run(first) == 0
+    servers = box.provider.fork_servers
+    assert servers is not None
+    await eventually_async(
+        lambda: any(k.sandbox is not None and servers.ready(k) for k in servers._zygotes),
+        "the endpoint's zygote",
+    )
+    forked = box.launch("cgroup")
+    pid = await box.provider.start(forked)
+    assert pid in {c.pid for z in servers._zygotes.values() for c in z._children.values()}
+    await eventually_async(lambda: forked.worker_id in box.exits.codes, "the exit")
+    # Seen from inside (its sandbox's cgroup namespace is the zygote's): below it, in a group
+    # named for the worker, as its script's first line found it.
+    seen = str(box.report(forked.worker_id)["cgroup"])
+    pids_line = next(line for line in seen.splitlines() if ":pids:" in line or line[:3] == "0::")
+    assert f"/{forked.worker_id}." in pids_line, seen
+
+
+async def test_a_worker_whose_group_cannot_be_joined_does_not_start(box: Box) -> None:
+    launch = box.launch("cgroup")
+    made = box.provider._cgroups
+    assert made is not None
+
+    class Gone(Cgroups):
+        def make(self, key: str, caps: Caps) -> object:  # type: ignore[override]
+            group = made.make(key, caps)
+            group.remove()  # made, then gone before the worker joins it
+            return group
+
+    box.provider._cgroups = Gone(made._hierarchies)
+    assert await box.run(launch) != 0
+    log = box.log(launch.worker_id)
+    assert "could not join the cgroup" in log and "REPORT" not in log
+
+
+def test_a_restarted_server_removes_the_groups_its_last_run_left(cgroups: Cgroups) -> None:
+    left = cgroups.make("w1.1", Caps(pids=PIDS))
+    assert all(d.is_dir() for d in left.dirs)
+    again = Cgroups.open(left.dirs[0].parent.name.removeprefix("skiff-"))
+    assert isinstance(again, Cgroups)
+    assert not any(d.exists() for d in left.dirs)
+
+
+def test_caps_are_written_where_the_kernel_reads_them(cgroups: Cgroups) -> None:
+    group = cgroups.make("w1.1", Caps(pids=PIDS, memory_bytes=256 * MIB, vcpus=1))
+    try:
+        wanted = {"pids.max", "memory.max", "cpu.max", "memory.limit_in_bytes", "cpu.cfs_quota_us"}
+        files = {
+            f.name: f.read_text().strip()
+            for d in group.dirs
+            for f in d.iterdir()
+            if f.name in wanted
+        }
+        assert files["pids.max"] == str(PIDS)
+        if "memory.max" in files:  # cgroup v2
+            assert files["memory.max"] == str(256 * MIB)
+            assert files["cpu.max"] == "100000 100000"
+        else:
+            assert files["memory.limit_in_bytes"] == str(256 * MIB)
+            assert files["cpu.cfs_quota_us"] == "100000"
+    finally:
+        group.remove()
