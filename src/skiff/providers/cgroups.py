@@ -18,7 +18,8 @@ Both hierarchies are handled: cgroup v2 (one tree, ``/sys/fs/cgroup``; where the
 group holds processes, the server first moves itself into a leaf of it, ``skiff-server``, as
 container runtimes do, since v2 lets only a group without processes hand controllers down) and
 v1 (a tree per controller). Groups are made under the server's own group, in a directory named
-for its data directory (``skiff-<name>``), which a restarted server empties of what it left.
+for its data directory (``skiff-<name>``), which a restarted server empties of what it left
+before it makes its first group.
 
 Where none can be made (no write access, a controller missing), processes run uncapped and the
 server says so once at start; ``SKIFF_PROCESS_LIMITS=off`` turns the caps off.
@@ -123,11 +124,16 @@ class Cgroups:
 
     def __init__(self, hierarchies: dict[str, _Hierarchy]) -> None:
         self._hierarchies = hierarchies
+        self._swept = False
 
     @classmethod
     def open(cls, name: str, proc: Path = Path("/proc/self")) -> Cgroups | str:
-        """This server's groups, made ready (leftovers of an earlier run removed); or why none
-        can be made here, in words."""
+        """This server's groups; or why none can be made here, in words.
+
+        Opened before the server has claimed its data directory (``skiff serve`` builds its
+        services first): a second server started by mistake beside a running one opens the same
+        groups, and must not touch them. What an earlier run left is removed at the first
+        ``make``, which only a server that runs workers reaches."""
         try:
             found = _find(proc)
         except OSError as exc:
@@ -149,9 +155,7 @@ class Cgroups:
                 hierarchies[controller] = _Hierarchy(base, v2)
         except OSError as exc:
             return f"this server may not make cgroups ({exc})"
-        made = cls(hierarchies)
-        made.sweep()
-        return made
+        return cls(hierarchies)
 
     def _bases(self) -> list[_Hierarchy]:
         """Each distinct directory once (v2 holds every controller in one)."""
@@ -170,6 +174,9 @@ class Cgroups:
     def make(self, key: str, caps: Caps) -> Group:
         """A fresh group for the worker or pod ``key``, with ``caps`` set; OSError when it
         cannot be made."""
+        if not self._swept:
+            self._swept = True
+            self.sweep()
         dirs: list[Path] = []
         group = Group(dirs)
         try:
