@@ -1,8 +1,8 @@
 """Local workers in cgroups of their own (providers/cgroups.py), on the real kernel with real
 bubblewrap and real processes: a fork bomb stops at the worker's process cap, a runaway
 allocation ends the worker alone, what a worker started outside its process group ends with it,
-a worker forked from its endpoint's zygote is in its group before its script runs, and what a
-killed server left is removed by the next one.
+a worker forked from its endpoint's zygote is in its group before its script runs, a session in
+a pod runs within the pod's caps, and what a killed server left is removed by the next one.
 
 Where this host lets the server make no cgroup (not root, no delegated subtree) these tests
 are skipped: the caps then do not exist, and the server says so at start."""
@@ -20,10 +20,12 @@ import pytest
 
 from eventually import eventually_async
 from process_exits import Exits
+from skiff.domain.pod_sessions import EntryRequest
 from skiff.providers import bubblewrap, fork_server
-from skiff.providers.base import Launch
+from skiff.providers.base import Launch, PodLaunch
 from skiff.providers.cgroups import Caps, Cgroups
 from skiff.providers.local import LocalProvider
+from skiff.providers.local_pods import LocalPodProvider
 from skiff.services.logs import WorkerLogs
 
 pytestmark = [
@@ -246,3 +248,42 @@ def test_caps_are_written_where_the_kernel_reads_them(cgroups: Cgroups) -> None:
             assert files["cpu.cfs_quota_us"] == "100000"
     finally:
         group.remove()
+
+
+async def test_a_session_in_a_pod_runs_within_the_pods_caps(
+    tmp_path: Path, cgroups: Cgroups
+) -> None:
+    data = tmp_path / "data"
+    home = data / "pods" / "pod-1"
+    home.mkdir(parents=True)
+    sandbox = bubblewrap.Sandbox.for_server(
+        data, volumes_dir=data / "volumes", database_file=data / "skiff.db"
+    )
+    logs = WorkerLogs(data, folder="pod-logs")
+    provider = LocalPodProvider(
+        Exits(), logs=logs.sink, sandbox=sandbox, cgroups=cgroups, pids_limit=PIDS
+    )
+    await provider.start(
+        PodLaunch(
+            pod_id="pod-1",
+            version=1,
+            image="local/python",
+            entrypoint=[],
+            command=[sys.executable, "-c", "import time; time.sleep(600)"],
+            env={"PATH": os.environ["PATH"]},
+            ports=(),
+            volume=None,
+            mount_path="/workspace",
+            home=home,
+        )
+    )
+    try:
+        group = provider._processes._groups["pod-1"]
+        alone = group.pids()
+        entry = await provider.enter("pod-1", EntryRequest("echo in; sleep 60"))
+        assert await entry.read_output() == b"in\n"
+        # The session's sandbox, shell and sleep count against the pod's cap, and end with it.
+        assert len(group.pids() - alone) >= 2
+    finally:
+        await provider.close()
+    assert not any(d.exists() for d in group.dirs)
