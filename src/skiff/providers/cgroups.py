@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 CONTROLLERS = ("pids", "memory", "cpu")
 #: cgroup v1's CPU period, in µs, against which a quota of ``vcpus`` periods is set.
 _CPU_PERIOD_US = 100_000
+GIB = 1 << 30
 #: How long ``Group.remove`` waits for its killed processes to be gone.
 _REMOVE_SECONDS = 5.0
 
@@ -93,6 +94,26 @@ class Group:
             with contextlib.suppress(OSError):
                 found |= {int(p) for p in procs.read_text().split()}
         return found
+
+    def memory_exceeded(self) -> str | None:
+        """Why the kernel ended processes of the group, in words, where it went over its memory
+        cap (cgroup v1's ``memory.oom_control``, v2's ``memory.events``); else None."""
+        for d in self.dirs:
+            for name, cap_file in (
+                ("memory.events", "memory.max"),
+                ("memory.oom_control", "memory.limit_in_bytes"),
+            ):
+                try:
+                    counts = dict(line.split() for line in (d / name).read_text().splitlines())
+                    cap = int((d / cap_file).read_text().split()[0])
+                except (OSError, ValueError):
+                    continue
+                if int(counts.get("oom_kill", "0")) > 0:
+                    return (
+                        f"ended by the kernel: it went over its memory cap of {cap / GIB:.2f} GiB "
+                        "(a CPU endpoint's or pod's instanceIds or vcpuCount)"
+                    )
+        return None
 
     def kill(self) -> None:
         """SIGKILL every process in the group, those that left the worker's process group too."""

@@ -212,15 +212,11 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
 
 
 async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
-    """Feed the worker's output to its log until EOF. The StreamReader pauses the pipe when its
-    buffer is full, so a worker writing faster than this copies is slowed down rather than held
-    in memory."""
-    try:
-        while chunk := await reader.read(_CHUNK):
-            sink.feed(chunk)
-    finally:
-        # The last line of a worker that died mid-line is kept too.
-        sink.close()
+    """Feed the worker's output to its log until EOF (the caller closes ``sink``). The
+    StreamReader pauses the pipe when its buffer is full, so a worker writing faster than this
+    copies is slowed down rather than held in memory."""
+    while chunk := await reader.read(_CHUNK):
+        sink.feed(chunk)
 
 
 class LocalProvider:
@@ -338,7 +334,7 @@ class LocalProvider:
                 f"{LOOPBACK}:{launch.serves.port}", f"{LOOPBACK}:{launch.serves.health_port}"
             )
         pump = asyncio.create_task(self._pump(launch.worker_id, reader, transport, sink))
-        task = asyncio.create_task(self._watch(launch.worker_id, proc, pump, group))
+        task = asyncio.create_task(self._watch(launch.worker_id, proc, pump, sink, group))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
         return proc.pid
@@ -407,15 +403,18 @@ class LocalProvider:
         worker_id: str,
         proc: asyncio.subprocess.Process | ForkedProcess,
         pump: asyncio.Task[None],
+        sink: LogSink,
         group: Group | None,
     ) -> None:
         code = await proc.wait()
         # The leader is gone; end whatever it left in its group (the SDK's heartbeat process),
         # and in its cgroup whatever left that group to outlive it.
         _kill_group(proc.pid, signal.SIGKILL)
+        over_memory: str | None = None
         if group is not None:
             if self._groups.get(worker_id) is group:
                 del self._groups[worker_id]
+            over_memory = await asyncio.to_thread(group.memory_exceeded)
             await asyncio.to_thread(group.remove)
         self._procs.pop(worker_id, None)
         self._served.pop(worker_id, None)
@@ -425,6 +424,11 @@ class LocalProvider:
         if not done:
             pump.cancel()
             await asyncio.wait({pump})
+        if over_memory is not None:
+            # Else a SIGKILL from nowhere: the kernel's reason, where its owner reads the rest.
+            sink.feed(f"\n[skiff] {over_memory}\n".encode())
+        # The last line of a worker that died mid-line is kept too.
+        sink.close()
         try:
             await self._on_exit(worker_id, code)
         except Exception:

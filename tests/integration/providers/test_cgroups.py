@@ -146,6 +146,7 @@ def _alive(pid: int) -> bool:
 async def test_a_fork_bomb_stops_at_the_workers_process_cap(box: Box) -> None:
     launch = box.launch("fork")
     assert await box.run(launch) == 0, box.log(launch.worker_id)
+    assert "[skiff]" not in box.log(launch.worker_id)
     report = box.report(launch.worker_id)
     # The cap counts the sandbox's own processes and the interpreter's threads too.
     assert report["refused"] is not None, report
@@ -160,6 +161,8 @@ async def test_a_runaway_allocation_ends_the_worker_alone(box: Box) -> None:
     assert code != 0, log
     assert "REPORT" not in log
     assert "holding 16 MiB" in log and "holding 256 MiB" not in log
+    # Its log says why, where a bare SIGKILL would leave its owner guessing.
+    assert "[skiff] ended by the kernel: it went over its memory cap of 0.12 GiB" in log
 
 
 async def test_what_a_worker_started_outside_its_process_group_ends_with_it(box: Box) -> None:
