@@ -36,6 +36,7 @@ import errno
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -146,6 +147,9 @@ class Cgroups:
     def __init__(self, hierarchies: dict[str, _Hierarchy]) -> None:
         self._hierarchies = hierarchies
         self._swept = False
+        # ``make`` runs in worker threads, several at once: none may make its group while the
+        # first one's sweep is still removing what it finds.
+        self._sweeping = threading.Lock()
 
     @classmethod
     def open(cls, name: str, proc: Path = Path("/proc/self")) -> Cgroups | str:
@@ -195,9 +199,10 @@ class Cgroups:
     def make(self, key: str, caps: Caps) -> Group:
         """A fresh group for the worker or pod ``key``, with ``caps`` set; OSError when it
         cannot be made."""
-        if not self._swept:
-            self._swept = True
-            self.sweep()
+        with self._sweeping:
+            if not self._swept:
+                self.sweep()
+                self._swept = True
         dirs: list[Path] = []
         group = Group(dirs)
         try:

@@ -9,6 +9,7 @@ are skipped: the caps then do not exist, and the server says so at start."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import sys
@@ -290,3 +291,20 @@ async def test_a_session_in_a_pod_runs_within_the_pods_caps(
     finally:
         await provider.close()
     assert not any(d.exists() for d in group.dirs)
+
+
+def test_groups_made_at_once_as_the_first_ones_are_not_swept_away(cgroups: Cgroups) -> None:
+    # Workers started together make their groups in threads at the same moment; the sweep of
+    # what an earlier run left, done by the first, must not take the others' fresh groups.
+    left = [cgroups.make(f"left.{n}", Caps(pids=PIDS)) for n in range(40)]
+    name = left[0].dirs[0].parent.name.removeprefix("skiff-")
+    fresh = Cgroups.open(name)
+    assert isinstance(fresh, Cgroups)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        groups = list(pool.map(lambda n: fresh.make(f"w{n}.1", Caps(pids=PIDS)), range(8)))
+    try:
+        assert all(d.is_dir() for g in groups for d in g.dirs)
+        assert not any(d.exists() for g in left for d in g.dirs)
+    finally:
+        for group in groups:
+            group.remove()
