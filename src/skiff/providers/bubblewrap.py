@@ -563,7 +563,8 @@ async def run_probe(command: list[str], env: Mapping[str, str] | None, what: str
         except OSError as exc:
             return f"bwrap could not be started: {exc}"
         try:
-            await asyncio.wait_for(proc.wait(), _PROBE_SECONDS)
+            async with asyncio.timeout(_PROBE_SECONDS):
+                await proc.wait()
         except TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()

@@ -246,7 +246,8 @@ class _Zygote:
         ours.setblocking(False)
         self._sock = ours
         try:
-            first, _sender = await asyncio.wait_for(_receive(ours), _READY_SECONDS)
+            async with asyncio.timeout(_READY_SECONDS):
+                first, _sender = await _receive(ours)
             message = orjson.loads(first) if first else {"error": "it exited"}
             if not message.get("ready"):
                 log.warning(
@@ -334,7 +335,8 @@ class _Zygote:
             finally:
                 if gate is not None:
                     os.close(gate[0])
-            child = await asyncio.wait_for(waiter, _FORK_SECONDS)
+            async with asyncio.timeout(_FORK_SECONDS):
+                child = await waiter
             if place is not None and gate is not None:
                 try:
                     place(child.pid)

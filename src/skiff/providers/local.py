@@ -440,11 +440,13 @@ class LocalProvider:
             return
         _kill_group(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(proc.wait())
         except TimeoutError:
             _kill_group(proc.pid, signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(proc.wait()), 5)
+                async with asyncio.timeout(5):
+                    await asyncio.shield(proc.wait())
 
     async def stop_all(self, grace: float) -> None:
         await asyncio.gather(*(self.stop(w, grace) for w in list(self._procs)))

@@ -58,7 +58,7 @@ Ended = Callable[[str, int], Awaitable[None]]
 
 
 def _resolved(ref: Any) -> Awaitable[Any]:
-    """An ObjectRef as something the running loop awaits (and ``asyncio.wait_for`` cancels)."""
+    """An ObjectRef as something the running loop awaits (and a timeout cancels)."""
     future: concurrent.futures.Future[Any] = ref.future()
     return asyncio.wrap_future(future)
 
@@ -67,7 +67,8 @@ async def call(ref: Any, timeout: float | None = None) -> Any:
     """The result of a remote call, awaited on the running loop."""
     if timeout is None:
         return await _resolved(ref)
-    return await asyncio.wait_for(_resolved(ref), timeout)
+    async with asyncio.timeout(timeout):
+        return await _resolved(ref)
 
 
 def _died(exc: BaseException) -> bool:
@@ -447,13 +448,15 @@ class Followed:
             # Gone already, or not answering: ended all the same.
             self._connection.kill(actor)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), 10)
+            async with asyncio.timeout(10):
+                await asyncio.shield(task)
         if not task.done():
             # Its end never came through (the actor hangs): the actor goes, and with it the
             # process and the read the watcher waits on.
             self._connection.kill(actor)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), 10)
+                async with asyncio.timeout(10):
+                    await asyncio.shield(task)
 
     async def forget(self) -> None:
         """Stop following every process (the server stops; the actors go on, for the next

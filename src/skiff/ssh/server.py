@@ -113,4 +113,5 @@ class SshServer:
             acceptor.close()
         for acceptor in acceptors:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(acceptor.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await acceptor.wait_closed()
