@@ -172,11 +172,12 @@ class Cgroups:
                 if v2:
                     _hand_down(group_dir, CONTROLLERS)
                 base = group_dir / f"skiff-{name}"
-                base.mkdir(exist_ok=True)
-                if v2:
-                    (base / "cgroup.subtree_control").write_text(
-                        " ".join(f"+{c}" for c in CONTROLLERS)
-                    )
+                try:
+                    base.mkdir()
+                except FileExistsError:
+                    pass
+                else:
+                    base.rmdir()  # only a probe that the server may: made for its first worker
                 hierarchies[controller] = _Hierarchy(base, v2)
         except OSError as exc:
             return f"this server may not make cgroups ({exc})"
@@ -203,6 +204,11 @@ class Cgroups:
             if not self._swept:
                 self.sweep()
                 self._swept = True
+            # Made here, not when opened: a server that never starts a worker leaves nothing,
+            # and one that ended its workers (``close``, when it lost the lead) and leads again
+            # has it made anew.
+            for hierarchy in self._bases():
+                _made(hierarchy)
         dirs: list[Path] = []
         group = Group(dirs)
         try:
@@ -224,9 +230,23 @@ class Cgroups:
         return group
 
     def close(self) -> None:
+        """Remove skiff's directories where they hold no group (its workers have ended)."""
         for hierarchy in self._bases():
             with contextlib.suppress(OSError):
                 hierarchy.base.rmdir()
+
+
+def _made(hierarchy: _Hierarchy) -> bool:
+    """Make skiff's directory of ``hierarchy`` where it is not there; whether it was made."""
+    try:
+        hierarchy.base.mkdir()
+    except FileExistsError:
+        return False
+    if hierarchy.v2:
+        (hierarchy.base / "cgroup.subtree_control").write_text(
+            " ".join(f"+{c}" for c in CONTROLLERS)
+        )
+    return True
 
 
 def _settings(controller: str, caps: Caps, v2: bool) -> Iterable[tuple[str, str]]:

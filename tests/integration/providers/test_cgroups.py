@@ -308,3 +308,23 @@ def test_groups_made_at_once_as_the_first_ones_are_not_swept_away(cgroups: Cgrou
     finally:
         for group in groups:
             group.remove()
+
+
+def test_a_server_that_ended_its_workers_makes_groups_again(cgroups: Cgroups) -> None:
+    # A replica that lost the lead ended its workers (and closed its groups' directory); when
+    # it leads again, its workers' groups are made as before.
+    cgroups.make("w1.1", Caps(pids=PIDS)).remove()
+    cgroups.close()
+    again = cgroups.make("w2.1", Caps(pids=PIDS))
+    try:
+        assert all(d.is_dir() for d in again.dirs)
+    finally:
+        again.remove()
+
+
+def test_opening_the_groups_leaves_nothing_behind(cgroups: Cgroups) -> None:
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    opened = Cgroups.open(name)
+    assert isinstance(opened, Cgroups)
+    # Every test server, and a second server started by mistake, opens them.
+    assert not any(h.base.exists() for h in opened._hierarchies.values())

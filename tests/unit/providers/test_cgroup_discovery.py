@@ -65,8 +65,10 @@ def test_v2_hands_its_controllers_down_and_writes_v2_caps(tmp_path: Path) -> Non
     assert isinstance(made, Cgroups)
     assert (own / "cgroup.subtree_control").read_text() == "+pids +memory +cpu"
     base = own / "skiff-s1"
-    assert (base / "cgroup.subtree_control").read_text() == "+pids +memory +cpu"
+    # Made with the first worker's group, not when opened.
+    assert not base.exists()
     group = made.make("w1.1", Caps(pids=100, memory_bytes=1 << 30, vcpus=2))
+    assert (base / "cgroup.subtree_control").read_text() == "+pids +memory +cpu"
     # One directory in the one tree, every cap in it.
     assert group.dirs == [base / "w1.1"]
     assert group.procs_files == [base / "w1.1" / "cgroup.procs"]
