@@ -29,19 +29,35 @@ def test_the_take_wait_keeps_its_bounds(monkeypatch: pytest.MonkeyPatch) -> None
         Settings()
 
 
-def test_the_container_pids_limit_is_4096_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SKIFF_CONTAINER_PIDS_LIMIT", raising=False)
-    assert Settings().container_pids_limit == 4096
-    monkeypatch.setenv("SKIFF_CONTAINER_PIDS_LIMIT", "0")  # none set by skiff
-    assert Settings().container_pids_limit == 0
+PIDS_LIMITS = ["container_pids_limit", "process_pids_limit"]
 
 
+@pytest.mark.parametrize("field", PIDS_LIMITS)
+def test_the_pids_limits_are_4096_unless_set(monkeypatch: pytest.MonkeyPatch, field: str) -> None:
+    name = f"SKIFF_{field.upper()}"
+    monkeypatch.delenv(name, raising=False)
+    assert getattr(Settings(), field) == 4096
+    monkeypatch.setenv(name, "0")  # none set by skiff
+    assert getattr(Settings(), field) == 0
+
+
+@pytest.mark.parametrize("field", PIDS_LIMITS)
 @pytest.mark.parametrize("value", ["-1", "8", "63", "4194305", "many"])
-def test_a_container_pids_limit_below_64_or_past_the_kernels_is_refused(
-    monkeypatch: pytest.MonkeyPatch, value: str
+def test_a_pids_limit_below_64_or_past_the_kernels_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str, field: str
 ) -> None:
-    monkeypatch.setenv("SKIFF_CONTAINER_PIDS_LIMIT", value)
-    with pytest.raises(ValueError, match="container_pids_limit"):
+    monkeypatch.setenv(f"SKIFF_{field.upper()}", value)
+    with pytest.raises(ValueError, match=field):
+        Settings()
+
+
+def test_process_limits_are_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKIFF_PROCESS_LIMITS", raising=False)
+    assert Settings().process_limits is True
+    monkeypatch.setenv("SKIFF_PROCESS_LIMITS", "off")
+    assert Settings().process_limits is False
+    monkeypatch.setenv("SKIFF_PROCESS_LIMITS", "sometimes")
+    with pytest.raises(ValueError, match="process_limits"):
         Settings()
 
 

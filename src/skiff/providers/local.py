@@ -118,6 +118,13 @@ def _in_sandbox(command: list[str], sandbox: Sandbox, ports: Iterable[int] = ())
     return [*_shim_prefix(_FENCED_SHIM), ",".join(str(p) for p in sorted(ports)), *command]
 
 
+def _joining(env: dict[str, str], group: Group | None) -> dict[str, str]:
+    """``env`` telling the shim which cgroup to join before it runs the command."""
+    if group is None:
+        return env
+    return env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
+
+
 def _own_ports(launch: Launch) -> set[int]:
     """The TCP ports ``launch``'s processes may bind: what it serves on, and a pod's own."""
     ports = set(launch.binds)
@@ -302,8 +309,7 @@ class LocalProvider:
         try:
             group = await self._group(launch)
             argv, env = _command(launch, self._sandbox, self._cwd)
-            if group is not None:
-                env = env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
+            env = _joining(env, group)
             place = group.add if group is not None else None
             proc = await self._forked(
                 launch, write_fd, place
@@ -482,11 +488,8 @@ class LocalProvider:
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
         argv, env = _command(launch, self._sandbox, self._cwd)
-        group = self._groups.get(launch.worker_id)
-        if group is not None:
-            # In the cgroup of the process it is started beside: within its caps, ended with it.
-            env = env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
-        return argv, env
+        # In the cgroup of the process it is started beside: within its caps, ended with it.
+        return argv, _joining(env, self._groups.get(launch.worker_id))
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

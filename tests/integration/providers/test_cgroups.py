@@ -61,6 +61,18 @@ elif mode == "memory":
         held.append(b"x" * (16 << 20))
         print("holding", (n + 1) * 16, "MiB", flush=True)
     report(survived=True)
+elif mode == "leave":
+    moved = []
+    for folder, _dirs, files in os.walk("/sys/fs/cgroup"):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
+                moved.append(folder)
+            except OSError:
+                pass
+    report(moved=moved)
+    time.sleep(60)
 elif mode == "escape":
     if os.fork() == 0:
         os.setsid()
@@ -328,3 +340,14 @@ def test_opening_the_groups_leaves_nothing_behind(cgroups: Cgroups) -> None:
     assert isinstance(opened, Cgroups)
     # Every test server, and a second server started by mistake, opens them.
     assert not any(h.base.exists() for h in opened._hierarchies.values())
+
+
+async def test_a_worker_cannot_move_itself_out_of_its_group(box: Box) -> None:
+    launch = box.launch("leave")
+    await box.provider.start(launch)
+    await eventually_async(lambda: "REPORT" in box.log(launch.worker_id), "the attempt")
+    # Its sandbox sees the cgroup files read-only: every write was refused, and it is still
+    # counted where the server put it.
+    assert box.report(launch.worker_id)["moved"] == []
+    assert len(box.provider._groups[launch.worker_id].pids()) >= 2
+    await box.provider.stop(launch.worker_id, 1)
