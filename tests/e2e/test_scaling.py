@@ -160,9 +160,14 @@ def test_flashboot_serves_from_a_standby_worker_and_keeps_one_ready(server: Serv
     served by it (no process start on the job's path), and a worker that goes idle becomes the
     standby again instead of stopping."""
     eid = server.create_endpoint(workersMax=2, idleTimeout=1, flashboot=True)["id"]
+    # Ready: started and heard from, so the job's path holds no process start.
     standby = server.wait_for(
-        lambda: [w for w in _workers(server, eid) if w["state"] == "standby"],
-        what="a standby worker",
+        lambda: [
+            w
+            for w in _workers(server, eid)
+            if w["state"] == "standby" and w.get("lastSeen") is not None
+        ],
+        what="a standby worker that has called in",
     )
     assert server.http.get(f"/v2/{eid}/health").json()["workers"]["standby"] == 1
     done = server.http.post(f"/v2/{eid}/runsync", json={"input": {"x": 1}}).json()

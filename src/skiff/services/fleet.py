@@ -254,10 +254,12 @@ class Fleet:
         return await self._launch(endpoint, worker, standby)
 
     async def promote(self, worker: Worker) -> None:
-        """Put a standby worker to work: its held take claims the next job at once. A
-        load-balancing worker that has not passed ``GET /ping`` yet (never seen) starts as
-        any new one does, and gets traffic from its first 200."""
-        unproven = worker.address is not None and worker.last_seen is None
+        """Put a standby worker to work: its held take claims the next job at once. One never
+        heard from (a queue worker that has not polled yet, a load-balancing worker that has
+        not passed ``GET /ping``) is still starting, as any new one is: ``initializing``, so
+        the scaler waits for it instead of starting another for the job it is about to take,
+        and a load-balancing one gets traffic from its first 200."""
+        unproven = worker.last_seen is None
         await self._workers.set_state(
             worker, WorkerState.INITIALIZING if unproven else WorkerState.IDLE
         )
