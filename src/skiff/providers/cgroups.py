@@ -26,7 +26,10 @@ server says so once at start; ``SKIFF_PROCESS_LIMITS=off`` turns the caps off.
 
 A process joins its group before it runs anything of the tenant's: the shim that starts it
 (``local.py``) writes its own pid into the group's ``cgroup.procs`` files first, and a worker
-forked from a zygote (``fork_server.py``) waits until the server has moved it.
+forked from a zygote (``fork_server.py``) waits until the server has moved it. A zygote has a
+group of its own too, capped at the same number of processes and at ``ZYGOTE_MEMORY_BYTES``:
+it runs the worker's interpreter, which a template may name, and with it whatever that
+interpreter runs at start (a ``sitecustomize``, a ``.pth`` file of its environment).
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ _CPU_PERIOD_US = 100_000
 GIB = 1 << 30
 #: How long ``Group.remove`` waits for its killed processes to be gone.
 _REMOVE_SECONDS = 5.0
+#: The shim's variable naming the ``cgroup.procs`` files to join, one per line (``local.py``);
+#: taken out of the environment before the command runs.
+CGROUP_ENV = "SKIFF_CGROUP_PROCS"
+#: A zygote's memory: an interpreter with the SDK's imports takes about a tenth of this. Its
+#: workers' pages are charged to their own groups once they are moved there.
+ZYGOTE_MEMORY_BYTES = GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +148,13 @@ class Group:
                         log.warning("could not remove the cgroup %s: %s", d, exc)
                         break
                     time.sleep(0.01)
+
+
+def joining(env: dict[str, str], group: Group | None) -> dict[str, str]:
+    """``env`` telling the shim which cgroup to join before it runs the command."""
+    if group is None:
+        return env
+    return env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
 
 
 class Cgroups:

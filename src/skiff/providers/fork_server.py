@@ -58,6 +58,7 @@ from pathlib import Path
 import orjson
 
 from skiff.providers.base import Launch
+from skiff.providers.cgroups import Group, joining
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ class ZygoteKey:
 SandboxCommand = Callable[["ZygoteKey", list[str]], list[str]]
 #: Moves a forked worker (its pid on this host) where it belongs before it runs: its cgroup.
 Place = Callable[[int], None]
+#: Makes a zygote's cgroup (``ForkServers``).
+MakeGroup = Callable[[], Group]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,10 +205,19 @@ async def _receive(sock: socket.socket) -> tuple[bytes, int | None]:
 
 
 class _Zygote:
-    def __init__(self, key: ZygoteKey, env: dict[str, str], cwd: Path | None) -> None:
+    def __init__(
+        self,
+        key: ZygoteKey,
+        env: dict[str, str],
+        cwd: Path | None,
+        make_group: MakeGroup | None = None,
+    ) -> None:
         self.key = key
         self._env = env
         self._cwd = cwd
+        self._make_group = make_group
+        #: Its cgroup, while it has one (removed once it has ended).
+        self.group: Group | None = None
         self.ready = False
         self.failed_at: float | None = None
         self._sock: socket.socket | None = None
@@ -230,22 +242,25 @@ class _Zygote:
         # Every packet then carries its sender's pid as this server numbers processes.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         env = self._env | dict(self.key.python_env) | {"SKIFF_ZYGOTE_FD": str(theirs.fileno())}
-        try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *command,
-                env=env,
-                cwd=self._cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
-        finally:
-            theirs.close()
-        ours.setblocking(False)
         self._sock = ours
         try:
+            try:
+                if self._make_group is not None:
+                    # Before it starts: the shim joins it before the interpreter runs.
+                    self.group = await asyncio.to_thread(self._make_group)
+                self._proc = await asyncio.create_subprocess_exec(
+                    *command,
+                    env=joining(env, self.group),
+                    cwd=self._cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
+            finally:
+                theirs.close()
+            ours.setblocking(False)
             async with asyncio.timeout(_READY_SECONDS):
                 first, _sender = await _receive(ours)
             message = orjson.loads(first) if first else {"error": "it exited"}
@@ -374,6 +389,9 @@ class _Zygote:
                 os.killpg(child.pid, signal.SIGKILL)
             child.exited(-signal.SIGKILL)
         self._children.clear()
+        if self.group is not None:
+            group, self.group = self.group, None
+            await asyncio.to_thread(group.remove)
 
     async def close(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -387,8 +405,11 @@ class ForkServers:
     """The zygotes of one provider, one per ``ZygoteKey``.
 
     ``env``: what a zygote starts with (no tenant's variables: it is shared); ``argv_prefix``:
-    what arms PDEATHSIG before the interpreter (``local.py``'s shim); ``sandboxed``: how a
-    zygote is started in an endpoint's sandbox (None: sandboxed workers are never forked)."""
+    what arms PDEATHSIG before the interpreter (``local.py``'s shim, which also joins the
+    zygote's cgroup); ``sandboxed``: how a zygote is started in an endpoint's sandbox (None:
+    sandboxed workers are never forked); ``group``: makes a zygote's cgroup (``cgroups.py``;
+    blocking, OSError when it cannot: then that zygote is not started, and its workers start
+    the plain way, each in its own group); None: zygotes run in the server's."""
 
     def __init__(
         self,
@@ -396,11 +417,13 @@ class ForkServers:
         cwd: Path | None,
         argv_prefix: list[str],
         sandboxed: SandboxCommand | None = None,
+        group: MakeGroup | None = None,
     ) -> None:
         self._env = env
         self._cwd = cwd
         self._argv_prefix = argv_prefix
         self._sandboxed = sandboxed
+        self._group = group
         self._zygotes: dict[ZygoteKey, _Zygote] = {}
         self._later: dict[ZygoteKey, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -442,7 +465,7 @@ class ForkServers:
             return None
 
     def _start(self, key: ZygoteKey) -> None:
-        zygote = self._zygotes[key] = _Zygote(key, self._env, self._cwd)
+        zygote = self._zygotes[key] = _Zygote(key, self._env, self._cwd, self._group)
         zygote.task = asyncio.create_task(zygote.run(self._command(key)))
 
     def _start_if_wanted(self, key: ZygoteKey) -> None:

@@ -42,7 +42,7 @@ from skiff.providers.base import (
     WorkerStartError,
 )
 from skiff.providers.bubblewrap import Sandbox
-from skiff.providers.cgroups import Caps, Cgroups, Group
+from skiff.providers.cgroups import CGROUP_ENV, ZYGOTE_MEMORY_BYTES, Caps, Cgroups, Group, joining
 from skiff.providers.fork_server import (
     ForkedProcess,
     ForkServers,
@@ -54,9 +54,6 @@ from skiff.providers.fork_server import (
 
 log = logging.getLogger(__name__)
 
-#: The shim's variable naming the ``cgroup.procs`` files to join, one per line; taken out of
-#: the environment before the command runs.
-CGROUP_ENV = "SKIFF_CGROUP_PROCS"
 
 # What every shim does first: arm PDEATHSIG, make sure the parent did not die before that, and
 # make what it becomes the first the kernel ends when memory runs out (``oom_score_adj`` 1000,
@@ -116,13 +113,6 @@ def _in_sandbox(command: list[str], sandbox: Sandbox, ports: Iterable[int] = ())
     if not sandbox.fenced or sys.platform != "linux":
         return _shimmed(command, _SHIELDED_SHIM)
     return [*_shim_prefix(_FENCED_SHIM), ",".join(str(p) for p in sorted(ports)), *command]
-
-
-def _joining(env: dict[str, str], group: Group | None) -> dict[str, str]:
-    """``env`` telling the shim which cgroup to join before it runs the command."""
-    if group is None:
-        return env
-    return env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
 
 
 def _own_ports(launch: Launch) -> set[int]:
@@ -257,6 +247,7 @@ class LocalProvider:
                 cwd,
                 _shim_prefix(),
                 sandboxed=self._zygote_in_sandbox if sandbox is not None else None,
+                group=self._zygote_group if cgroups is not None else None,
             )
             if fork_servers and sys.platform == "linux"
             else None
@@ -270,6 +261,13 @@ class LocalProvider:
         #: Each running worker's cgroup, where it has one.
         self._groups: dict[str, Group] = {}
         self._groups_made = 0
+
+    def _zygote_group(self) -> Group:
+        """A fresh cgroup for a zygote (blocking; OSError when it cannot be made)."""
+        assert self._cgroups is not None
+        self._groups_made += 1
+        caps = Caps(pids=self._pids_limit, memory_bytes=ZYGOTE_MEMORY_BYTES)
+        return self._cgroups.make(f"zygote.{self._groups_made}", caps)
 
     async def _group(self, launch: Launch) -> Group | None:
         """A fresh cgroup for ``launch``, named for it and this start (a restarted pod's next
@@ -309,7 +307,7 @@ class LocalProvider:
         try:
             group = await self._group(launch)
             argv, env = _command(launch, self._sandbox, self._cwd)
-            env = _joining(env, group)
+            env = joining(env, group)
             place = group.add if group is not None else None
             proc = await self._forked(
                 launch, write_fd, place
@@ -489,7 +487,7 @@ class LocalProvider:
             launch = _inside_numbering(launch)
         argv, env = _command(launch, self._sandbox, self._cwd)
         # In the cgroup of the process it is started beside: within its caps, ended with it.
-        return argv, _joining(env, self._groups.get(launch.worker_id))
+        return argv, joining(env, self._groups.get(launch.worker_id))
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

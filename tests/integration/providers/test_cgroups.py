@@ -24,7 +24,7 @@ from process_exits import Exits
 from skiff.domain.pod_sessions import EntryRequest
 from skiff.providers import bubblewrap, fork_server
 from skiff.providers.base import Launch, PodLaunch
-from skiff.providers.cgroups import Caps, Cgroups
+from skiff.providers.cgroups import ZYGOTE_MEMORY_BYTES, Caps, Cgroups, Group
 from skiff.providers.local import LocalProvider
 from skiff.providers.local_pods import LocalPodProvider
 from skiff.services.logs import WorkerLogs
@@ -213,6 +213,62 @@ async def test_a_forked_worker_is_in_its_group_before_its_script_runs(
     seen = str(box.report(forked.worker_id)["cgroup"])
     pids_line = next(line for line in seen.splitlines() if ":pids:" in line or line[:3] == "0::")
     assert f"/{forked.worker_id}." in pids_line, seen
+
+
+async def test_a_zygote_runs_in_a_capped_group_of_its_own_removed_when_it_ends(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zygote runs the worker's interpreter, whatever that runs at its start included: it is
+    capped as a worker is, and its group goes with it."""
+    monkeypatch.setattr(fork_server, "SANDBOXED_START_SECONDS", 0.0)
+    assert await box.run(box.launch("cgroup")) == 0
+    servers = box.provider.fork_servers
+    assert servers is not None
+    await eventually_async(
+        lambda: any(k.sandbox is not None and servers.ready(k) for k in servers._zygotes),
+        "the endpoint's zygote",
+    )
+    [zygote] = [z for k, z in servers._zygotes.items() if k.sandbox is not None]
+    group = zygote.group
+    assert group is not None
+    assert zygote._proc is not None and zygote._proc.pid in group.pids()
+    assert "zygote." in group.dirs[0].name
+    wanted = {"pids.max", "memory.max", "memory.limit_in_bytes"}
+    caps = {
+        f.name: f.read_text().strip() for d in group.dirs for f in d.iterdir() if f.name in wanted
+    }
+    assert caps["pids.max"] == str(PIDS)
+    assert str(ZYGOTE_MEMORY_BYTES) in (caps.get("memory.max"), caps.get("memory.limit_in_bytes"))
+
+    await servers.close()
+    assert zygote.group is None
+    assert not any(d.exists() for d in group.dirs)
+
+
+async def test_without_a_group_for_it_no_zygote_starts_and_workers_start_plainly(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fork_server, "SANDBOXED_START_SECONDS", 0.0)
+    servers = box.provider.fork_servers
+    assert servers is not None
+
+    def refused() -> Group:
+        raise OSError(28, "No space left on device")
+
+    servers._group = refused
+    assert await box.run(box.launch("cgroup")) == 0
+    await eventually_async(
+        lambda: any(z.failed_at is not None for z in servers._zygotes.values()),
+        "the zygote's start to fail",
+    )
+    assert not any(servers.ready(k) for k in servers._zygotes)
+    # The next worker starts the plain way, in its own group (its cgroup namespace's root).
+    second = box.launch("cgroup")
+    await box.provider.start(second)
+    assert second.worker_id in box.provider._groups
+    assert not any(z._children for z in servers._zygotes.values())
+    await eventually_async(lambda: second.worker_id in box.exits.codes, "the exit")
+    assert box.exits.codes[second.worker_id] == 0
 
 
 async def test_a_worker_whose_group_cannot_be_joined_does_not_start(box: Box) -> None:
