@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -350,16 +351,45 @@ async def test_a_pod_over_its_own_volume_is_ended_and_its_volume_kept(
 
 
 async def test_workers_over_both_their_disk_and_their_volume_are_ended_once(
-    services: Services,
+    services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     volume_id = await volume_of(services, size_gb=1)
     endpoint = await endpoint_of(services, disk_gb=1, workers=1, volume_id=volume_id)
     (worker,) = await started(services, endpoint, 1)
     reserve(services.fleet.home("ep1", worker.id) / "weights.bin", GIB + GIB // 8)
     reserve(services.volumes.path(volume_id) / "over.bin", GIB + GIB // 8)
+    reads = counted(services, monkeypatch, "get_endpoint")
     await watch(services).pass_once()
     # Ended for its container disk; the volume's check finds nothing of it left to end.
     assert "over containerDiskInGb (1 GB)" in await ended_as_one_failure(services)
+    # The volume's check used what the disk check read: the endpoint is read once a pass.
+    assert reads == ["ep1"]
+
+
+async def test_a_pod_and_its_network_volume_are_read_once_a_pass(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    volume_id = await volume_of(services, size_gb=1)
+    pod = await pod_of(services, disk_gb=5, networkVolumeId=volume_id)
+    reads = counted(services, monkeypatch, "find_pod")
+    await watch(services).pass_once()
+    assert reads == [pod.id]
+    assert services.pod_runner.running_ids() == [pod.id]
+
+
+def counted(services: Services, monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """The ids the disk check asks the store's ``method`` for from now on (it still answers;
+    others' reads, such as the fleet's as a worker ends, are not counted)."""
+    asked: list[str] = []
+    real = getattr(services.store, method)
+
+    async def counting(key: str) -> Any:
+        if traceback.extract_stack()[-2].filename.endswith("disk_watch.py"):
+            asked.append(key)
+        return await real(key)
+
+    monkeypatch.setattr(services.store, method, counting)
+    return asked
 
 
 async def test_one_pod_whose_check_fails_holds_up_no_volume_check(
