@@ -204,18 +204,19 @@ async def _receive(sock: socket.socket) -> tuple[bytes, int | None]:
         return data, _sender_pid(ancdata)
 
 
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """What every zygote of a provider is started with (``ForkServers``)."""
+
+    env: dict[str, str]
+    cwd: Path | None
+    make_group: MakeGroup | None
+
+
 class _Zygote:
-    def __init__(
-        self,
-        key: ZygoteKey,
-        env: dict[str, str],
-        cwd: Path | None,
-        make_group: MakeGroup | None = None,
-    ) -> None:
+    def __init__(self, key: ZygoteKey, start: _Start) -> None:
         self.key = key
-        self._env = env
-        self._cwd = cwd
-        self._make_group = make_group
+        self._start = start
         #: Its cgroup, while it has one (removed once it has ended).
         self.group: Group | None = None
         self.ready = False
@@ -241,17 +242,18 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Every packet then carries its sender's pid as this server numbers processes.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        env = self._env | dict(self.key.python_env) | {"SKIFF_ZYGOTE_FD": str(theirs.fileno())}
+        env = self._start.env | dict(self.key.python_env)
+        env["SKIFF_ZYGOTE_FD"] = str(theirs.fileno())
         self._sock = ours
         try:
             try:
-                if self._make_group is not None:
+                if self._start.make_group is not None:
                     # Before it starts: the shim joins it before the interpreter runs.
-                    self.group = await asyncio.to_thread(self._make_group)
+                    self.group = await asyncio.to_thread(self._start.make_group)
                 self._proc = await asyncio.create_subprocess_exec(
                     *command,
                     env=joining(env, self.group),
-                    cwd=self._cwd,
+                    cwd=self._start.cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -333,7 +335,7 @@ class _Zygote:
             "fork": token,
             "argv": forkable.argv,
             "env": env,
-            "cwd": str(launch.cwd or self._cwd or "."),
+            "cwd": str(launch.cwd or self._start.cwd or "."),
         }
         waiter: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._waiting[token] = waiter
@@ -419,11 +421,9 @@ class ForkServers:
         sandboxed: SandboxCommand | None = None,
         group: MakeGroup | None = None,
     ) -> None:
-        self._env = env
-        self._cwd = cwd
+        self._starts_with = _Start(env, cwd, group)
         self._argv_prefix = argv_prefix
         self._sandboxed = sandboxed
-        self._group = group
         self._zygotes: dict[ZygoteKey, _Zygote] = {}
         self._later: dict[ZygoteKey, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
@@ -465,7 +465,7 @@ class ForkServers:
             return None
 
     def _start(self, key: ZygoteKey) -> None:
-        zygote = self._zygotes[key] = _Zygote(key, self._env, self._cwd, self._group)
+        zygote = self._zygotes[key] = _Zygote(key, self._starts_with)
         zygote.task = asyncio.create_task(zygote.run(self._command(key)))
 
     def _start_if_wanted(self, key: ZygoteKey) -> None:

@@ -10,6 +10,7 @@ are skipped: the caps then do not exist, and the server says so at start."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 import sys
@@ -255,7 +256,7 @@ async def test_without_a_group_for_it_no_zygote_starts_and_workers_start_plainly
     def refused() -> Group:
         raise OSError(28, "No space left on device")
 
-    servers._group = refused
+    servers._starts_with = dataclasses.replace(servers._starts_with, make_group=refused)
     assert await box.run(box.launch("cgroup")) == 0
     await eventually_async(
         lambda: any(z.failed_at is not None for z in servers._zygotes.values()),

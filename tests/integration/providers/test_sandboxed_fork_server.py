@@ -24,7 +24,7 @@ from process_exits import Exits
 from skiff.domain.gpus import Gpu
 from skiff.providers import bubblewrap, fork_server, port_fence
 from skiff.providers.base import Launch, ServedPorts
-from skiff.providers.fork_server import SandboxSpot, ZygoteKey, _Zygote
+from skiff.providers.fork_server import SandboxSpot, ZygoteKey, _Start, _Zygote
 from skiff.providers.local import LocalProvider
 from skiff.services.logs import WorkerLogs
 
@@ -236,7 +236,7 @@ async def test_beyond_the_cap_a_new_zygote_ends_the_one_idle_longest(
 
 def test_what_a_zygote_says_is_checked_and_garbage_is_dropped() -> None:
     spot = SandboxSpot("/h", "/c", None, "/runpod-volume", "/c/s.py")
-    zygote = _Zygote(ZygoteKey("/usr/bin/python3", (), spot), {}, None)
+    zygote = _Zygote(ZygoteKey("/usr/bin/python3", (), spot), _Start({}, None, None))
     for packet, sender in (
         (b"not json", 10),
         (b'{"forked": "x", "pid": 3}', 10),
@@ -254,7 +254,7 @@ async def test_a_worker_announced_for_no_waiting_fork_is_killed(box: Box) -> Non
         sys.executable, "-c", "import time; time.sleep(60)", start_new_session=True
     )
     spot = SandboxSpot("/h", "/c", None, "/runpod-volume", "/c/s.py")
-    zygote = _Zygote(ZygoteKey("/usr/bin/python3", (), spot), {}, None)
+    zygote = _Zygote(ZygoteKey("/usr/bin/python3", (), spot), _Start({}, None, None))
     zygote._on_message(b'{"forked": 7, "pid": 3}', proc.pid, 0.0)
     assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGKILL
     assert not zygote._children
