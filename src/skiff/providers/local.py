@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import itertools
 import logging
 import os
 import signal
@@ -260,14 +261,15 @@ class LocalProvider:
         self._pids_limit = pids_limit
         #: Each running worker's cgroup, where it has one.
         self._groups: dict[str, Group] = {}
-        self._groups_made = 0
+        #: Numbers the groups made (a zygote's is made on a worker thread: ``next`` on a
+        #: ``count`` is one step, where ``+= 1`` could hand two groups one name).
+        self._group_numbers = itertools.count(1)
 
     def _zygote_group(self) -> Group:
         """A fresh cgroup for a zygote (blocking; OSError when it cannot be made)."""
         assert self._cgroups is not None
-        self._groups_made += 1
         caps = Caps(pids=self._pids_limit, memory_bytes=ZYGOTE_MEMORY_BYTES)
-        return self._cgroups.make(f"zygote.{self._groups_made}", caps)
+        return self._cgroups.make(f"zygote.{next(self._group_numbers)}", caps)
 
     async def _group(self, launch: Launch) -> Group | None:
         """A fresh cgroup for ``launch``, named for it and this start (a restarted pod's next
@@ -275,8 +277,7 @@ class LocalProvider:
         if self._cgroups is None:
             return None
         caps = Caps(pids=self._pids_limit, memory_bytes=launch.memory_bytes, vcpus=launch.vcpus)
-        self._groups_made += 1
-        key = f"{launch.worker_id}.{self._groups_made}"
+        key = f"{launch.worker_id}.{next(self._group_numbers)}"
         try:
             return await asyncio.to_thread(self._cgroups.make, key, caps)
         except OSError as exc:
