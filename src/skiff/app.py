@@ -241,7 +241,13 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
     service keeps it), its GPUs and the most workers it runs at once. Nothing here touches the
     event loop, so it is built before the server starts."""
     exits = WorkerExits()
-    worker_logs = WorkerLogs(settings.data_dir, settings.log_max_bytes, settings.log_backups)
+    worker_logs = WorkerLogs(
+        settings.data_dir,
+        settings.log_max_bytes,
+        settings.log_backups,
+        bytes_per_second=settings.log_bytes_per_second,
+        burst_bytes=settings.log_burst_bytes,
+    )
     ray = open_ray(settings)
     return Services.build(
         settings,

@@ -6,13 +6,30 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skiff.databases import sqlite_file_of
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
+from skiff.domain.log_pace import MIN_LOG_BYTES_PER_SECOND
 from skiff.secret_keys import key_source, parse_keys
 from skiff.store.sealing import KeySource
+
+#: Limits that 0 turns off and that cannot work below a floor: the floor, what 0 means, and why.
+_FLOORS: dict[str, tuple[int, str, str]] = {
+    name: (
+        MIN_PIDS_LIMIT,
+        "(no limit set by skiff)",
+        "the kernel counts every thread, and a worker's runtime and its own need a few dozen",
+    )
+    for name in ("container_pids_limit", "process_pids_limit")
+} | {
+    "log_bytes_per_second": (
+        MIN_LOG_BYTES_PER_SECOND,
+        "(no limit)",
+        "the output a worker leaves in its pipe when it ends is read at this pace, within 2 s",
+    )
+}
 
 
 class Settings(BaseSettings):
@@ -130,6 +147,14 @@ class Settings(BaseSettings):
     log_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     #: Rotated log files kept per worker (WORKER.log.1 … .N); older ones are dropped.
     log_backups: int = Field(default=2, ge=0)
+    #: How fast each worker's (and pod's) output is copied into its log, in bytes a second,
+    #: after ``log_burst_bytes`` at once; a worker printing faster is held up in its writes
+    #: (nothing is dropped). The server copies every log on its own CPU. A worker at the
+    #: runpod SDK's default level writes about 2 KB a job: 1 MiB/s is some 500 jobs a
+    #: second. 0: no limit.
+    log_bytes_per_second: int = Field(default=1024 * 1024, ge=0)
+    #: The output a worker may write at once before ``log_bytes_per_second`` holds it up.
+    log_burst_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
     #: The logs of a user's ended workers, on all of their endpoints, kept on this host,
     #: newest first, up to this many bytes together (the newest ended worker's is always
     #: kept); older ones are removed.
@@ -232,14 +257,13 @@ class Settings(BaseSettings):
         """Where the database's secret key comes from."""
         return key_source(self.secret_key, self.data_dir)
 
-    @field_validator("container_pids_limit", "process_pids_limit")
+    @field_validator(*_FLOORS)
     @classmethod
-    def _pids_limit_is_none_or_workable(cls, value: int) -> int:
-        if 0 < value < MIN_PIDS_LIMIT:
-            raise ValueError(
-                f"must be 0 (no limit set by skiff) or at least {MIN_PIDS_LIMIT}: the kernel "
-                "counts every thread, and a worker's runtime and its own need a few dozen"
-            )
+    def _off_or_workable(cls, value: int, info: ValidationInfo) -> int:
+        assert info.field_name is not None
+        least, off, why = _FLOORS[info.field_name]
+        if 0 < value < least:
+            raise ValueError(f"must be 0 {off} or at least {least}: {why}")
         return value
 
     def ssh_pod_port_range(self) -> range | None:

@@ -51,6 +51,22 @@ def test_a_pids_limit_below_64_or_past_the_kernels_is_refused(
         Settings()
 
 
+def test_each_log_is_paced_at_1_mib_a_second_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKIFF_LOG_BYTES_PER_SECOND", raising=False)
+    assert Settings().log_bytes_per_second == 1024 * 1024
+    monkeypatch.setenv("SKIFF_LOG_BYTES_PER_SECOND", "0")  # no pace
+    assert Settings().log_bytes_per_second == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "1", "262143", "fast"])
+def test_a_log_pace_too_slow_to_drain_an_ended_worker_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("SKIFF_LOG_BYTES_PER_SECOND", value)
+    with pytest.raises(ValueError, match="log_bytes_per_second"):
+        Settings()
+
+
 def test_process_limits_are_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SKIFF_PROCESS_LIMITS", raising=False)
     assert Settings().process_limits is True

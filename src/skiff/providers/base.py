@@ -132,9 +132,11 @@ class LogSink(Protocol):
     lines, stamps, caps and rotation, and where the log lives, so every provider's workers log
     alike."""
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> float:
         """Keep ``data``. A log that cannot be written is turned off rather than raise: the
-        worker's output must keep flowing."""
+        worker's output must keep flowing. The seconds the provider waits before it reads more
+        of this output (0: go on), so that a worker printing faster than its log's pace
+        (``SKIFF_LOG_BYTES_PER_SECOND``) waits in its own writes, not the server's CPU."""
         ...
 
     def close(self) -> None:

@@ -502,7 +502,10 @@ class DockerProvider:
                 container.logs, stream=True, follow=True, stdout=True, stderr=True
             )
             while (chunk := await asyncio.to_thread(next, stream, None)) is not None:
-                sink.feed(chunk)
+                if hold := sink.feed(chunk):
+                    # Docker keeps the rest meanwhile, in its own log (and the container's
+                    # writes wait on its pipe once that is full).
+                    await asyncio.sleep(hold)
         except Exception:
             log.exception("copying the output of worker %s failed", worker_id)
         finally:

@@ -23,6 +23,7 @@ container: when the pod stops or restarts.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -130,16 +131,31 @@ def declared_ports(container: Any) -> list[str]:
     return declared.split(",") if declared else []
 
 
+def _feed_on(loop: asyncio.AbstractEventLoop, sink: LogSink, chunk: bytes) -> float:
+    """From the output's thread: ``chunk`` fed on the loop (the sink is the loop's), and the
+    log's pace to wait out. RuntimeError once the loop is gone (the server stopped)."""
+    fed: concurrent.futures.Future[float] = concurrent.futures.Future()
+    loop.call_soon_threadsafe(lambda: fed.set_result(sink.feed(chunk)))
+    while True:
+        try:
+            return fed.result(timeout=1.0)
+        except concurrent.futures.TimeoutError:
+            if loop.is_closed():
+                raise RuntimeError("the event loop is closed") from None
+
+
 def _copy_output(
     loop: asyncio.AbstractEventLoop, container: Any, sink: LogSink, since: int | None
 ) -> None:
     """A daemon thread's work: the container's output into ``sink``, on the loop, until the
     container stops. A thread of its own because a pod may outlive the server: a pool thread
-    blocked on its output would hold up the server's exit."""
+    blocked on its output would hold up the server's exit. Each chunk is fed before the next is
+    read, and the log's pace is waited out here (Docker keeps the rest meanwhile)."""
     try:
         stream = container.logs(stream=True, follow=True, stdout=True, stderr=True, since=since)
         for chunk in stream:
-            loop.call_soon_threadsafe(sink.feed, chunk)
+            if hold := _feed_on(loop, sink, chunk):
+                time.sleep(hold)
     except Exception as exc:  # the container went, the daemon restarted: the copy ends
         log.info("the output of %s is no longer followed: %s", container.name, exc)
     finally:

@@ -212,9 +212,10 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
 async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
     """Feed the worker's output to its log until EOF (the caller closes ``sink``). The
     StreamReader pauses the pipe when its buffer is full, so a worker writing faster than this
-    copies is slowed down rather than held in memory."""
+    copies, or than its log's pace allows, is slowed down rather than held in memory."""
     while chunk := await reader.read(_CHUNK):
-        sink.feed(chunk)
+        if hold := sink.feed(chunk):
+            await asyncio.sleep(hold)
 
 
 class LocalProvider:

@@ -413,8 +413,8 @@ class Followed:
                     await asyncio.sleep(1.0)
                     continue
                 failing_since = None
-                if data:
-                    sink.feed(data)
+                if data and (hold := sink.feed(data)):
+                    await asyncio.sleep(hold)
         except asyncio.CancelledError:
             sink.close()
             raise

@@ -218,7 +218,12 @@ class Services:
         )
         peer_logs = PeerLogs(cluster)
         pod_log_files = WorkerLogs(
-            settings.data_dir, settings.log_max_bytes, settings.log_backups, folder="pod-logs"
+            settings.data_dir,
+            settings.log_max_bytes,
+            settings.log_backups,
+            folder="pod-logs",
+            bytes_per_second=settings.log_bytes_per_second,
+            burst_bytes=settings.log_burst_bytes,
         )
 
         async def pod_exited(pod_id: str, code: int) -> None:

@@ -8,9 +8,11 @@ import io
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from skiff.datadir import private_opener
+from skiff.domain.log_pace import LogPace
 from skiff.domain.logs import MAX_LINE_BYTES, rotated, stamp
 
 log = logging.getLogger(__name__)
@@ -18,6 +20,8 @@ log = logging.getLogger(__name__)
 #: Defaults of ``SKIFF_LOG_MAX_BYTES`` and ``SKIFF_LOG_BACKUPS``.
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
 DEFAULT_LOG_BACKUPS = 2
+#: Default of ``SKIFF_LOG_BURST_BYTES``.
+DEFAULT_LOG_BURST_BYTES = 4 * 1024 * 1024
 
 
 class LogFile:
@@ -25,21 +29,34 @@ class LogFile:
     ``max_bytes`` (a file holds at least one line, so one is never above the cap by more than
     a line). ``WORKER.log`` becomes ``.log.1``, ``.1`` becomes ``.2`` …, the oldest past
     ``backups`` is dropped. A write that fails (disk full, the endpoint's folder removed) turns
-    the log off rather than stop reading the worker's output, which would block the worker."""
+    the log off rather than stop reading the worker's output, which would block the worker.
 
-    def __init__(self, path: Path, max_bytes: int, backups: int) -> None:
+    ``pace``: how fast the output may come (``domain/log_pace.py``), timed by ``monotonic``;
+    None: as fast as it is written."""
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int,
+        backups: int,
+        pace: LogPace | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
         self._max_bytes = max_bytes
         self._backups = backups
+        self._pace = pace
+        self._monotonic = monotonic
         # 0600 from the start: a worker's output can hold whatever its handler printed.
         self._file: io.FileIO | None = io.FileIO(path, "ab", opener=private_opener)
         self._size = os.fstat(self._file.fileno()).st_size
         #: The output fed since its last newline.
         self._pending = b""
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes) -> float:
         """The worker's output as it comes: complete lines are written, stamped now. Lines are
-        cut at MAX_LINE_BYTES, so one line never holds more memory than that."""
+        cut at MAX_LINE_BYTES, so one line never holds more memory than that. The seconds its
+        copier waits before it reads more (``LogSink.feed``)."""
         pending = self._pending + data
         lines = pending.split(b"\n")
         pending = lines.pop()
@@ -58,6 +75,7 @@ class LogFile:
             pending = pending[MAX_LINE_BYTES:]
         self._pending = pending
         self.write(out, time.time())
+        return 0.0 if self._pace is None else self._pace.spend(len(data), self._monotonic())
 
     def write(self, lines: list[bytes], ts: float) -> None:
         """Append ``lines`` (without their newlines), stamped ``ts`` (epoch seconds)."""

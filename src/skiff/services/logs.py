@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
+from skiff.domain.log_pace import LogPace
 from skiff.domain.logs import (
     LogLine,
     LogQuery,
@@ -34,7 +35,12 @@ from skiff.domain.logs import (
 )
 from skiff.errors import NotFound
 from skiff.services.log_reader import LogFollower, collect
-from skiff.services.log_writer import DEFAULT_LOG_BACKUPS, DEFAULT_LOG_MAX_BYTES, LogFile
+from skiff.services.log_writer import (
+    DEFAULT_LOG_BACKUPS,
+    DEFAULT_LOG_BURST_BYTES,
+    DEFAULT_LOG_MAX_BYTES,
+    LogFile,
+)
 from skiff.services.peer_logs import PeerLogs
 from skiff.services.wakeups import Wakeups
 from skiff.store.base import Store
@@ -58,12 +64,21 @@ class WorkerLogs:
         max_bytes: int = DEFAULT_LOG_MAX_BYTES,
         backups: int = DEFAULT_LOG_BACKUPS,
         folder: str = "logs",
+        *,
+        bytes_per_second: int = 0,
+        burst_bytes: int = DEFAULT_LOG_BURST_BYTES,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``folder`` (under ``data_dir``): ``logs`` for workers, ``pod-logs`` for pods, whose
-        logs are kept the same way, one "endpoint" per pod."""
+        logs are kept the same way, one "endpoint" per pod. ``bytes_per_second``: how fast each
+        worker's (or pod's) output is copied, after ``burst_bytes`` at once
+        (``domain/log_pace.py``); 0: as fast as it comes."""
         self._root = data_dir / folder
         self._max_bytes = max_bytes
         self._backups = backups
+        self._bytes_per_second = bytes_per_second
+        self._burst_bytes = burst_bytes
+        self._monotonic = monotonic
 
     def log_dir(self, endpoint_id: str) -> Path:
         return self._root / endpoint_id
@@ -75,7 +90,13 @@ class WorkerLogs:
         """A new worker's log, opened for its provider to write into (``LogSinks``)."""
         # The user's alone, like the data directory it is in (datadir.py).
         make_private_dirs(self.log_dir(endpoint_id))
-        return LogFile(self.log_path(endpoint_id, worker_id), self._max_bytes, self._backups)
+        pace = (
+            LogPace.full(self._bytes_per_second, self._burst_bytes, self._monotonic())
+            if self._bytes_per_second > 0
+            else None
+        )
+        path = self.log_path(endpoint_id, worker_id)
+        return LogFile(path, self._max_bytes, self._backups, pace, self._monotonic)
 
     def note(self, endpoint_id: str, worker_id: str, text: str, ts: float) -> None:
         """One line written into a worker's (or pod's) log by skiff itself."""

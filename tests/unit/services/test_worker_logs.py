@@ -224,3 +224,22 @@ def test_one_budget_holds_the_ended_logs_of_all_the_endpoints_given(tmp_path: Pa
 
 def test_pruning_an_endpoint_without_logs_removes_nothing(tmp_path: Path) -> None:
     assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0) == []
+
+
+def test_a_paced_log_keeps_every_line_and_tells_its_copier_to_wait(tmp_path: Path) -> None:
+    now = [0.0]
+    logs = WorkerLogs(tmp_path, bytes_per_second=1000, burst_bytes=2000, monotonic=lambda: now[0])
+    sink = logs.sink("ep1", "w1")
+    line = b"x" * 99 + b"\n"
+    assert sink.feed(line * 20) == 0.0  # 2,000 bytes: the burst
+    assert sink.feed(line * 5) == pytest.approx(0.5)
+    now[0] += 0.5
+    assert sink.feed(line) == pytest.approx(0.1)
+    sink.close()
+    assert len(logs.log_path("ep1", "w1").read_bytes().splitlines()) == 26
+
+
+def test_an_unpaced_log_never_asks_to_wait(tmp_path: Path) -> None:
+    sink = WorkerLogs(tmp_path).sink("ep1", "w1")
+    assert sink.feed(b"y" * 10_000_000 + b"\n") == 0.0
+    sink.close()
