@@ -18,9 +18,8 @@ from skiff.console import forms
 from skiff.console.base import Console, Visitor, json_answer
 from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
 from skiff.console.pod_connect import connect_of
-from skiff.console.resource_pages import DeletePage, ListPage
+from skiff.console.resource_pages import ItemPages, ListPage
 from skiff.domain.pods import Pod, PodCreate, runtime_status
-from skiff.domain.users import User
 from skiff.errors import Conflict, NotFound
 
 #: The actions a pod's page offers, and what each says it did.
@@ -48,6 +47,10 @@ def pod_name(pod: Pod) -> str:
     return pod.spec.name
 
 
+def pod_id(pod: Pod) -> str:
+    return pod.id
+
+
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
@@ -63,10 +66,6 @@ def routes(console: Console) -> list[BaseRoute]:
             uptime = max(0.0, services.clock.now() - pod.lastStartedAt)
         return PodView(pod, status, ports, uptime)
 
-    async def shown(request: Request, visitor: Visitor) -> Pod:
-        """The pod the path names, if it is the visitor's (else 404)."""
-        return await services.pods.get(visitor.user, request.path_params["pod_id"])
-
     async def shows(visitor: Visitor) -> dict[str, Any]:
         gpus = await services.gpu_report.rows(visitor.user)
         return {
@@ -81,6 +80,7 @@ def routes(console: Console) -> list[BaseRoute]:
         return {"computeType": "GPU" if listed["gpus"] else "CPU"}
 
     page = ListPage(console, "/pods", "pods.html", "Pods", shows, defaults)
+    pods = ItemPages(console, "/pods", "pod_id", services.pods, pod_name, pod_id)
 
     async def pod_page(
         request: Request, visitor: Visitor, pod: Pod, error: str | None = None, status: int = 200
@@ -109,16 +109,9 @@ def routes(console: Console) -> list[BaseRoute]:
             return None, errors
         return forms.validate(PodCreate, data, forms.POD_FIELDS, "imageName")
 
-    async def make(user: User, model: PodCreate) -> str:
-        return (await services.pods.create(user, model)).spec.name
-
-    async def detail(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        return await pod_page(request, visitor, await shown(request, visitor))
-
     async def act(request: Request) -> Response:
         visitor = await console.signed_in(request)
-        pod = await shown(request, visitor)
+        pod = await pods.find(request, visitor)
         action = request.path_params["action"]
         if action not in ACTIONS:
             raise NotFound(f"no action {action!r}: {', '.join(ACTIONS)}")
@@ -132,7 +125,7 @@ def routes(console: Console) -> list[BaseRoute]:
     async def log_lines(request: Request) -> Response:
         """Lines stamped at or after ``since`` (epoch seconds), for the follow."""
         visitor = await console.signed_in(request)
-        pod = await shown(request, visitor)
+        pod = await pods.find(request, visitor)
         try:
             since = float(request.query_params.get("since", ""))
         except ValueError:
@@ -143,17 +136,14 @@ def routes(console: Console) -> list[BaseRoute]:
     async def delete_shows(visitor: Visitor, pod: Pod) -> dict[str, Any]:
         return {"pod": pod}
 
-    async def remove(user: User, pod: Pod) -> None:
-        await services.pods.delete(user, pod.id)
-
-    deleting = DeletePage(
-        console, "pod_delete.html", "pod", shown, pod_name, remove, delete_shows, "/pods"
-    )
+    deleting = pods.deleting("pod_delete.html", "pod", delete_shows)
 
     return [
         Route("/pods", page.show, methods=["GET"]),
-        Route("/pods", page.create(read, make, "gpuTypeIds", forms.POD_FIELDS), methods=["POST"]),
-        Route("/pods/{pod_id}", detail, methods=["GET"]),
+        Route(
+            "/pods", page.create(read, pods.make, "gpuTypeIds", forms.POD_FIELDS), methods=["POST"]
+        ),
+        Route("/pods/{pod_id}", pods.show(pod_page), methods=["GET"]),
         Route("/pods/{pod_id}/log/lines.json", log_lines, methods=["GET"]),
         Route("/pods/{pod_id}/delete", deleting.show, methods=["GET"]),
         Route("/pods/{pod_id}/delete", deleting.delete, methods=["POST"]),

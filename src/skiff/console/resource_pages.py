@@ -1,14 +1,15 @@
 """What the pages of a resource (templates, registry auths, network volumes, pods, endpoints)
 share: the list page with its create form below, the create and the delete handlers, the
-delete page that asks for the name typed again, and the way back to the list saying what was
-done. A ``*_pages.py`` module states only what is particular to its resource: what the list
-shows, how the form reads, which service calls make and remove."""
+delete page that asks for the name typed again, an item's own page with the form that changes
+it, and the way back to the list saying what was done. A ``*_pages.py`` module states only
+what is particular to its resource: what the pages show, how the forms read, which service
+calls make, change and remove."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from starlette.requests import Request
@@ -22,6 +23,9 @@ from skiff.errors import Conflict, Invalid
 Handler = Callable[[Request], Awaitable[Response]]
 Model = TypeVar("Model")
 Item = TypeVar("Item")
+Changes = TypeVar("Changes")
+Found = TypeVar("Found", covariant=True)
+Input = TypeVar("Input", contravariant=True)
 
 
 def back_to_list(request: Request, path: str, notice: str, name: str, raw: bool) -> Response:
@@ -184,3 +188,94 @@ class DeletePage(Generic[Item]):
         except Conflict as exc:
             return await self.answer(request, visitor, item, exc.message, exc.status_code)
         return back_to_list(request, self.list_path, "deleted", name, self.raw_notice)
+
+
+class Service(Protocol[Found, Input]):
+    """What ``ItemPages`` asks of a resource's service (``services.pods`` and the like)."""
+
+    async def get(self, user: User, item_id: str, /) -> Found: ...
+
+    async def create(self, user: User, data: Input, /) -> Found: ...
+
+    async def delete(self, user: User, item_id: str, /) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPages(Generic[Item, Model]):
+    """The pages of one of a resource's items, at ``{list_path}/{id}`` with the id in the path
+    parameter ``param``: the item's own page and the form on it, its delete page, and the name
+    its create gives back to the list."""
+
+    console: Console
+    list_path: str
+    param: str
+    service: Service[Item, Model]
+    name_of: Callable[[Item], str]
+    id_of: Callable[[Item], str]
+
+    async def find(self, request: Request, visitor: Visitor) -> Item:
+        """The item the path names, if it is the visitor's (else the service's 404)."""
+        return await self.service.get(visitor.user, request.path_params[self.param])
+
+    async def make(self, user: User, model: Model) -> str:
+        """``ListPage.create``'s ``make``: the service's create, naming what it made."""
+        return self.name_of(await self.service.create(user, model))
+
+    async def remove(self, user: User, item: Item) -> None:
+        await self.service.delete(user, self.id_of(item))
+
+    def show(self, answer: Callable[[Request, Visitor, Item], Awaitable[Response]]) -> Handler:
+        """The item's page's GET: the page ``answer`` gives for the item the path names."""
+
+        async def handler(request: Request) -> Response:
+            visitor = await self.console.signed_in(request)
+            return await answer(request, visitor, await self.find(request, visitor))
+
+        return handler
+
+    def update(
+        self,
+        answer: Callable[[Request, Visitor, Item, forms.Refused], Awaitable[Response]],
+        read: Callable[[dict[str, str]], tuple[Changes | None, forms.Errors]],
+        save: Callable[[User, str, Changes], Awaitable[object]],
+        refused_at: str,
+        kept: Collection[str],
+    ) -> Handler:
+        """The POST of the form on the item's page: ``read`` the form into the service's
+        changes (or field errors), ``save`` them by the item's id, and back to the item's page
+        saying so (``?saved=1``); a refusal comes back as the page ``answer`` gives, status 400,
+        with the errors (a service's at its field, else ``refused_at``) and the form's values
+        ``kept``."""
+
+        async def handler(request: Request) -> Response:
+            visitor = await self.console.signed_in(request)
+            item = await self.find(request, visitor)
+            form = await self.console.form(request, visitor)
+            changes, errors = read(form)
+            if changes is not None and not errors:
+                item_id = self.id_of(item)
+                try:
+                    await save(visitor.user, item_id, changes)
+                except (Invalid, Conflict) as exc:
+                    errors = forms.service_error(exc, refused_at)
+                else:
+                    return Console.redirect(request, f"{self.list_path}/{item_id}?saved=1")
+            shown = {k: form.get(k, "") for k in kept}
+            return await answer(request, visitor, item, forms.Refused(shown, errors))
+
+        return handler
+
+    def deleting(
+        self, template: str, noun: str, shows: Callable[[Visitor, Item], Awaitable[dict[str, Any]]]
+    ) -> DeletePage[Item]:
+        """The item's delete page (``DeletePage``), back to the list at ``list_path``."""
+        return DeletePage(
+            self.console,
+            template,
+            noun,
+            self.find,
+            self.name_of,
+            self.remove,
+            shows,
+            self.list_path,
+        )

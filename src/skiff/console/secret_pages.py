@@ -12,10 +12,8 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
-from skiff.console.resource_pages import DeletePage, ListPage
+from skiff.console.resource_pages import ItemPages, ListPage
 from skiff.domain.secrets import Secret, SecretCreate, SecretValue, references
-from skiff.domain.users import User
-from skiff.errors import Invalid
 
 FIELDS = ("name", "value")
 #: What a refused form shows again: not the value.
@@ -24,6 +22,10 @@ KEPT = ("name",)
 
 def secret_name(secret: Secret) -> str:
     return secret.name
+
+
+def secret_id(secret: Secret) -> str:
+    return secret.id
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -48,17 +50,11 @@ def routes(console: Console) -> list[BaseRoute]:
         }
 
     page = ListPage(console, "/secrets", "secrets.html", "Secrets", shows)
+    secrets = ItemPages(console, "/secrets", "secret_id", services.secrets, secret_name, secret_id)
 
     def read(form: dict[str, str]) -> tuple[SecretCreate | None, forms.Errors]:
         data = {field: form.get(field, "") for field in FIELDS}
         return forms.validate(SecretCreate, data, FIELDS, "name")
-
-    async def make(user: User, model: SecretCreate) -> str:
-        return (await services.secrets.create(user, model)).name
-
-    async def find(request: Request, visitor: Visitor) -> Secret:
-        """The secret the path names, if it is the visitor's (else 404)."""
-        return await services.secrets.get(visitor.user, request.path_params["secret_id"])
 
     async def secret_page(
         request: Request,
@@ -77,41 +73,21 @@ def routes(console: Console) -> list[BaseRoute]:
             saved=request.query_params.get("saved"),
         )
 
-    async def detail(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        return await secret_page(request, visitor, await find(request, visitor))
+    def read_value(form: dict[str, str]) -> tuple[SecretValue | None, forms.Errors]:
+        return forms.validate(SecretValue, {"value": form.get("value", "")}, ("value",), "value")
 
-    async def update(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        secret = await find(request, visitor)
-        form = await console.form(request, visitor)
-        model, errors = forms.validate(
-            SecretValue, {"value": form.get("value", "")}, ("value",), "value"
-        )
-        if model is not None:
-            try:
-                await services.secrets.update(visitor.user, secret.id, model)
-            except Invalid as exc:
-                errors = forms.service_error(exc, "value")
-            else:
-                return Console.redirect(request, f"/secrets/{secret.id}?saved=1")
-        # The value is never shown again, not even as typed.
-        return await secret_page(request, visitor, secret, forms.Refused({}, errors))
+    # The value is never shown again, not even as typed: no field is kept.
+    update = secrets.update(secret_page, read_value, services.secrets.update, "value", ())
 
     async def delete_shows(visitor: Visitor, secret: Secret) -> dict[str, Any]:
         return {"secret": secret, "used_by": (await referred_by(visitor)).get(secret.name, [])}
 
-    async def remove(user: User, secret: Secret) -> None:
-        await services.secrets.delete(user, secret.id)
-
-    deleting = DeletePage(
-        console, "secret_delete.html", "secret", find, secret_name, remove, delete_shows, "/secrets"
-    )
+    deleting = secrets.deleting("secret_delete.html", "secret", delete_shows)
 
     return [
         Route("/secrets", page.show, methods=["GET"]),
-        Route("/secrets", page.create(read, make, "name", KEPT), methods=["POST"]),
-        Route("/secrets/{secret_id}", detail, methods=["GET"]),
+        Route("/secrets", page.create(read, secrets.make, "name", KEPT), methods=["POST"]),
+        Route("/secrets/{secret_id}", secrets.show(secret_page), methods=["GET"]),
         Route("/secrets/{secret_id}", update, methods=["POST"]),
         Route("/secrets/{secret_id}/delete", deleting.show, methods=["GET"]),
         Route("/secrets/{secret_id}/delete", deleting.delete, methods=["POST"]),

@@ -12,12 +12,10 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
-from skiff.console.resource_pages import DeletePage, ListPage
+from skiff.console.resource_pages import ItemPages, ListPage
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.pods import Pod
-from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolumeCreate, NetworkVolumeUpdate, VolumeReport
-from skiff.errors import Conflict, Invalid
 
 
 def attached(endpoints: list[Endpoint]) -> dict[str, list[Endpoint]]:
@@ -43,6 +41,10 @@ def volume_name(shown: VolumeReport) -> str:
     return shown.volume.name
 
 
+def volume_id(shown: VolumeReport) -> str:
+    return shown.volume.id
+
+
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
@@ -53,10 +55,6 @@ def routes(console: Console) -> list[BaseRoute]:
         # The pods service's list: a pod being deleted is left out, as the delete leaves it.
         return mounted(await services.pods.all(visitor.user))
 
-    async def report(request: Request, visitor: Visitor) -> VolumeReport:
-        """The volume the path names, if it is the visitor's (else 404)."""
-        return await services.volumes.get(visitor.user, request.path_params["volume_id"])
-
     async def shows(visitor: Visitor) -> dict[str, Any]:
         return {
             "reports": await services.volumes.all(visitor.user),
@@ -65,6 +63,7 @@ def routes(console: Console) -> list[BaseRoute]:
         }
 
     page = ListPage(console, "/volumes", "volumes.html", "Network volumes", shows)
+    volumes = ItemPages(console, "/volumes", "volume_id", services.volumes, volume_name, volume_id)
 
     async def volume_page(
         request: Request,
@@ -90,29 +89,13 @@ def routes(console: Console) -> list[BaseRoute]:
         data = forms.volume_data(form)
         return forms.validate(NetworkVolumeCreate, data, forms.VOLUME_FIELDS, "name")
 
-    async def make(user: User, model: NetworkVolumeCreate) -> str:
-        return (await services.volumes.create(user, model)).volume.name
+    def read_changes(form: dict[str, str]) -> tuple[NetworkVolumeUpdate | None, forms.Errors]:
+        data = forms.volume_data(form)
+        return forms.validate(NetworkVolumeUpdate, data, forms.VOLUME_FIELDS, "name")
 
-    async def detail(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        return await volume_page(request, visitor, await report(request, visitor))
-
-    async def update(request: Request) -> Response:
-        visitor = await console.signed_in(request)
-        current = await report(request, visitor)
-        form = await console.form(request, visitor)
-        shown = {field: form.get(field, "") for field in forms.VOLUME_FIELDS}
-        model, errors = forms.validate(
-            NetworkVolumeUpdate, forms.volume_data(form), forms.VOLUME_FIELDS, "name"
-        )
-        if model is not None:
-            try:
-                await services.volumes.update(visitor.user, current.volume.id, model)
-            except (Invalid, Conflict) as exc:
-                errors = forms.service_error(exc, "size")
-            else:
-                return Console.redirect(request, f"/volumes/{current.volume.id}?saved=1")
-        return await volume_page(request, visitor, current, forms.Refused(shown, errors))
+    update = volumes.update(
+        volume_page, read_changes, services.volumes.update, "size", forms.VOLUME_FIELDS
+    )
 
     async def delete_shows(visitor: Visitor, shown: VolumeReport) -> dict[str, Any]:
         return {
@@ -121,24 +104,16 @@ def routes(console: Console) -> list[BaseRoute]:
             "pods": (await mounted_by(visitor)).get(shown.volume.id, []),
         }
 
-    async def remove(user: User, shown: VolumeReport) -> None:
-        await services.volumes.delete(user, shown.volume.id)
-
-    deleting = DeletePage(
-        console,
-        "volume_delete.html",
-        "volume",
-        report,
-        volume_name,
-        remove,
-        delete_shows,
-        "/volumes",
-    )
+    deleting = volumes.deleting("volume_delete.html", "volume", delete_shows)
 
     return [
         Route("/volumes", page.show, methods=["GET"]),
-        Route("/volumes", page.create(read, make, "name", forms.VOLUME_FIELDS), methods=["POST"]),
-        Route("/volumes/{volume_id}", detail, methods=["GET"]),
+        Route(
+            "/volumes",
+            page.create(read, volumes.make, "name", forms.VOLUME_FIELDS),
+            methods=["POST"],
+        ),
+        Route("/volumes/{volume_id}", volumes.show(volume_page), methods=["GET"]),
         Route("/volumes/{volume_id}", update, methods=["POST"]),
         Route("/volumes/{volume_id}/delete", deleting.show, methods=["GET"]),
         Route("/volumes/{volume_id}/delete", deleting.delete, methods=["POST"]),

@@ -1,6 +1,6 @@
 """What a resource's console pages are built from (console/resource_pages.py): the list, its
-create and delete handlers, and the delete page; around a console that signs everyone in and
-answers a page with what it would render it with."""
+create and delete handlers, the delete page, and an item's own page with its form; around a
+console that signs everyone in and answers a page with what it would render it with."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
-from skiff.console.resource_pages import DeletePage, ListPage
+from skiff.console.resource_pages import DeletePage, ItemPages, ListPage
 from skiff.errors import Conflict, Invalid, NotFound
 
 USER: Any = SimpleNamespace(id="u1", name="ann")
@@ -252,3 +252,129 @@ def test_the_typed_name_deletes_and_goes_back_to_the_list_naming_it(
     assert answer.status_code == 303
     assert answer.headers["location"] == location
     assert "t1" not in things.names
+
+
+class Boxes:
+    """A service of boxes ``(id, name, size)``: a size over 10 is refused as invalid, and the
+    box named "in use" is not deleted."""
+
+    def __init__(self) -> None:
+        self.boxes = {"b1": ("b1", "first box", 1), "b2": ("b2", "in use", 2)}
+
+    async def get(self, user: Any, box_id: str) -> tuple[str, str, int]:
+        if box_id not in self.boxes:
+            raise NotFound("box not found")
+        return self.boxes[box_id]
+
+    async def create(self, user: Any, data: dict[str, str]) -> tuple[str, str, int]:
+        box = (f"b{len(self.boxes) + 1}", data["name"], 0)
+        self.boxes[box[0]] = box
+        return box
+
+    async def delete(self, user: Any, box_id: str) -> None:
+        if self.boxes[box_id][1] == "in use":
+            raise Conflict(f"box {box_id} is used by pod p1")
+        del self.boxes[box_id]
+
+    async def resize(self, user: Any, box_id: str, size: int) -> None:
+        if size > 10:
+            raise Invalid("size: at most 10", field="size")
+        box_id, name, _ = self.boxes[box_id]
+        self.boxes[box_id] = (box_id, name, size)
+
+
+def read_size(form: dict[str, str]) -> tuple[int | None, forms.Errors]:
+    size = form.get("size", "")
+    return (int(size), {}) if size.isdigit() else (None, {"size": "a number is needed"})
+
+
+def item_client() -> tuple[TestClient, Boxes]:
+    boxes = Boxes()
+    items = ItemPages(PageContext(), "/boxes", "box_id", boxes, lambda b: b[1], lambda b: b[0])
+
+    async def box_page(
+        request: Request,
+        visitor: Visitor,
+        box: tuple[str, str, int],
+        refused: forms.Refused | None = None,
+    ) -> Response:
+        return items.console.form_page(request, "box.html", visitor, refused, box=list(box))
+
+    async def make(request: Request) -> Response:
+        return PlainTextResponse(await items.make(USER, {"name": "new box"}))
+
+    async def shows(visitor: Visitor, box: tuple[str, str, int]) -> dict[str, Any]:
+        return {"box": list(box)}
+
+    deleting = items.deleting("box_delete.html", "box", shows)
+    app = Starlette(
+        routes=[
+            Route("/boxes/new", make, methods=["POST"]),
+            Route("/boxes/{box_id}", items.show(box_page), methods=["GET"]),
+            Route(
+                "/boxes/{box_id}",
+                items.update(box_page, read_size, boxes.resize, "size", ("size",)),
+                methods=["POST"],
+            ),
+            Route("/boxes/{box_id}/delete", deleting.show, methods=["GET"]),
+            Route("/boxes/{box_id}/delete", deleting.delete, methods=["POST"]),
+        ]
+    )
+    return TestClient(app, root_path="/console", follow_redirects=False), boxes
+
+
+def test_an_items_page_shows_the_item_the_path_names() -> None:
+    answer = item_client()[0].get("/boxes/b1")
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "page": "box.html",
+        "box": ["b1", "first box", 1],
+        "values": {},
+        "errors": {},
+    }
+
+
+def test_an_items_page_of_an_item_not_there_is_the_services_not_found() -> None:
+    with pytest.raises(NotFound):
+        item_client()[0].get("/boxes/b9")
+
+
+def test_a_saved_change_goes_back_to_the_items_page_saying_so() -> None:
+    web, boxes = item_client()
+    answer = web.post("/boxes/b1", data={"size": "7"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/boxes/b1?saved=1"
+    assert boxes.boxes["b1"] == ("b1", "first box", 7)
+
+
+@pytest.mark.parametrize(
+    ("size", "errors"),
+    [("big", {"size": "a number is needed"}), ("11", {"size": "at most 10"})],
+)
+def test_a_refused_change_comes_back_on_the_items_page_with_its_errors_and_kept_values(
+    size: str, errors: dict[str, str]
+) -> None:
+    web, boxes = item_client()
+    answer = web.post("/boxes/b1", data={"size": size, "other": "x"})
+    assert answer.status_code == 400
+    assert answer.json()["values"] == {"size": size}
+    assert answer.json()["errors"] == errors
+    assert answer.json()["box"] == ["b1", "first box", 1]
+    assert boxes.boxes["b1"] == ("b1", "first box", 1)
+
+
+def test_a_make_names_what_the_services_create_made() -> None:
+    web, boxes = item_client()
+    assert web.post("/boxes/new").text == "new box"
+    assert boxes.boxes["b3"] == ("b3", "new box", 0)
+
+
+def test_the_items_delete_page_removes_it_by_its_id_and_goes_back_to_the_list() -> None:
+    web, boxes = item_client()
+    assert web.get("/boxes/b1/delete").json()["title"] == "Delete first box"
+    answer = web.post("/boxes/b1/delete", data={"confirm_name": "first box"})
+    assert answer.headers["location"] == "/console/boxes?deleted=first+box"
+    assert "b1" not in boxes.boxes
+    refused = web.post("/boxes/b2/delete", data={"confirm_name": "in use"})
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "box b2 is used by pod p1"
