@@ -4,6 +4,7 @@ the page's script keeps up to date by asking for the lines since the last one it
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.requests import Request
@@ -24,6 +25,14 @@ def tail_of(request: Request) -> int:
     return int(raw) if raw.isdigit() and int(raw) in TAIL_CHOICES else TAIL_DEFAULT
 
 
+def since_of(request: Request) -> float | None:
+    """The follow's ``since`` (epoch seconds); None without one (its first ask) or a number."""
+    try:
+        return float(request.query_params.get("since", ""))
+    except ValueError:
+        return None
+
+
 def line_view(line: LogLine) -> dict[str, Any]:
     return {
         "worker": line.worker,
@@ -31,6 +40,11 @@ def line_view(line: LogLine) -> dict[str, Any]:
         "stamp": iso(line.time) if line.time is not None else "",
         "line": line.line,
     }
+
+
+def lines_answer(lines: Iterable[LogLine]) -> Response:
+    """The follow's answer, for the pages' script (worker logs and a pod's log alike)."""
+    return json_answer({"lines": [line_view(x) for x in lines]})
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -70,12 +84,7 @@ def routes(console: Console) -> list[BaseRoute]:
         visitor = await console.signed_in(request)
         endpoint = await console.endpoint(visitor, request)
         worker = request.query_params.get("worker") or None
-        try:
-            since = float(request.query_params.get("since", ""))
-        except ValueError:
-            since = None
-        found = await read(endpoint, worker, since, tail_of(request))
-        return json_answer({"lines": [line_view(x) for x in found]})
+        return lines_answer(await read(endpoint, worker, since_of(request), tail_of(request)))
 
     return [
         Route("/endpoints/{endpoint_id}/logs", logs_page, methods=["GET"]),

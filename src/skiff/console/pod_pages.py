@@ -15,8 +15,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
-from skiff.console.base import Console, Visitor, json_answer
-from skiff.console.log_pages import TAIL_CHOICES, line_view, tail_of
+from skiff.console.base import Console, Visitor
+from skiff.console.log_pages import TAIL_CHOICES, line_view, lines_answer, since_of, tail_of
 from skiff.console.pod_connect import connect_of
 from skiff.console.resource_pages import ItemPages, ListPage
 from skiff.domain.pods import Pod, PodCreate, runtime_status
@@ -126,12 +126,9 @@ def routes(console: Console) -> list[BaseRoute]:
         """Lines stamped at or after ``since`` (epoch seconds), for the follow."""
         visitor = await console.signed_in(request)
         pod = await pods.find(request, visitor)
-        try:
-            since = float(request.query_params.get("since", ""))
-        except ValueError:
-            since = None
-        found = await services.pod_logs.lines(pod.id, since, tail_of(request))
-        return json_answer({"lines": [line_view(x) for x in found]})
+        return lines_answer(
+            await services.pod_logs.lines(pod.id, since_of(request), tail_of(request))
+        )
 
     async def delete_shows(visitor: Visitor, pod: Pod) -> dict[str, Any]:
         return {"pod": pod}
