@@ -36,12 +36,17 @@ T = TypeVar("T")
 
 class RowReader(Generic[T]):
     """Makes a ``T`` from a row by column name: the columns are the parameter names of
-    ``make``, so the one function says which column becomes what."""
+    ``make`` (a dataclass whose fields are named as the columns, or a function), so the one
+    callable says which column becomes what. ``convert`` turns the stored value of a column
+    into what ``make`` takes: an enum from its value, a bool from SQLite's 0 or 1."""
 
-    def __init__(self, make: Callable[..., T]) -> None:
-        self._make = make
+    def __init__(self, make: Callable[..., T], /, **convert: Callable[[Any], Any]) -> None:
         self.columns = tuple(inspect.signature(make).parameters)
         self._by_name = operator.itemgetter(*self.columns)
+        unknown = convert.keys() - set(self.columns)
+        if unknown:
+            raise ValueError(f"not columns of {make!r}: {sorted(unknown)}")
+        self._make = _converting(make, [(self.columns.index(c), f) for c, f in convert.items()])
 
     def __call__(self, row: Any) -> T:
         """From a row read by name (asyncpg's Record, a dict)."""
@@ -53,6 +58,34 @@ class RowReader(Generic[T]):
         pick = operator.itemgetter(*(columns.index(name) for name in self.columns))
         make = self._make
         return lambda row: make(*pick(row))
+
+
+def _converting(
+    make: Callable[..., T], steps: list[tuple[int, Callable[[Any], Any]]]
+) -> Callable[..., T]:
+    """``make`` taking its arguments as stored, each position in ``steps`` converted first."""
+    if not steps:
+        return make
+
+    def converted(*values: Any) -> T:
+        args = list(values)
+        for at, step in steps:
+            args[at] = step(args[at])
+        return make(*args)
+
+    return converted
+
+
+def _stored(value: object) -> object:
+    """A value as a query binds it: an enum as its value, anything else as it is (both drivers
+    take a bool as is)."""
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def _params(obj: object, *names: str) -> dict[str, Any]:
+    """The named parameters of a write whose columns are named as ``obj``'s attributes: each
+    attribute of ``names`` under its own name, as stored (``_stored``)."""
+    return {name: _stored(getattr(obj, name)) for name in names}
 
 
 def _job(
@@ -184,25 +217,9 @@ WORKER_FIELDS = frozenset(
 
 
 def worker_params(worker: Worker) -> dict[str, Any]:
-    """The named parameters of ``save_worker`` and ``add_worker`` (both drivers take the bool
-    as is)."""
-    return {
-        "id": worker.id,
-        "endpoint_id": worker.endpoint_id,
-        "kind": worker.kind.value,
-        "state": worker.state.value,
-        "version": worker.version,
-        "started_at": worker.started_at,
-        "last_seen": worker.last_seen,
-        "idle_since": worker.idle_since,
-        "pid": worker.pid,
-        "gpu": worker.gpu,
-        "recycle": worker.recycle,
-        "gpu_ids": worker.gpu_ids,
-        "owner": worker.owner,
-        "address": worker.address,
-        "health_address": worker.health_address,
-    }
+    """The named parameters of ``save_worker`` and ``add_worker``: the columns fixed when a
+    worker is made, and those ``update_worker`` may set."""
+    return _params(worker, "id", "endpoint_id", "kind", *sorted(WORKER_FIELDS))
 
 
 def worker_update_sql(fields: Iterable[str]) -> str:
@@ -218,50 +235,11 @@ def worker_update_sql(fields: Iterable[str]) -> str:
 
 
 def worker_field_values(fields: Mapping[str, object]) -> dict[str, object]:
-    """``update_worker``'s values as stored: enums as their value."""
-    return {
-        name: value.value if isinstance(value, enum.Enum) else value
-        for name, value in fields.items()
-    }
+    """``update_worker``'s values as stored (``_stored``)."""
+    return {name: _stored(value) for name, value in fields.items()}
 
 
-def _worker(
-    id: str,
-    endpoint_id: str,
-    kind: str,
-    state: str,
-    version: int,
-    started_at: float,
-    last_seen: float | None,
-    idle_since: float | None,
-    pid: int | None,
-    gpu: str | None,
-    recycle: bool | int,
-    gpu_ids: str | None,
-    owner: str | None,
-    address: str | None,
-    health_address: str | None,
-) -> Worker:
-    return Worker(
-        id=id,
-        endpoint_id=endpoint_id,
-        kind=WorkerKind(kind),
-        state=WorkerState(state),
-        version=version,
-        started_at=started_at,
-        last_seen=last_seen,
-        idle_since=idle_since,
-        pid=pid,
-        gpu=gpu,
-        recycle=bool(recycle),
-        gpu_ids=gpu_ids,
-        owner=owner,
-        address=address,
-        health_address=health_address,
-    )
-
-
-worker_from_row = RowReader(_worker)
+worker_from_row = RowReader(Worker, kind=WorkerKind, state=WorkerState, recycle=bool)
 
 
 def stream_chunk_from_row(row: Any) -> StreamChunk:
@@ -290,23 +268,8 @@ def webhook_delivery_params(job: Job, user_id: str, finished_at: float) -> dict[
     }
 
 
-def webhook_delivery_from_row(row: Any) -> WebhookDelivery:
-    """A delivery from a row of ``due_webhook_deliveries``."""
-    return WebhookDelivery(
-        id=row["id"],
-        job_id=row["job_id"],
-        endpoint_id=row["endpoint_id"],
-        user_id=row["user_id"],
-        url=row["url"],
-        payload=row["payload"],
-        status=row["status"],
-        attempts=row["attempts"],
-        next_attempt_at=row["next_attempt_at"],
-        last_error=row["last_error"],
-        created_at=row["created_at"],
-        finished_at=row["finished_at"],
-        secret=row["secret"],
-    )
+#: A delivery from a row of ``due_webhook_deliveries``.
+webhook_delivery_from_row = RowReader(WebhookDelivery)
 
 
 def job_counts_from(rows: Iterable[Any]) -> JobCounts:
@@ -334,10 +297,7 @@ def job_counts_from(rows: Iterable[Any]) -> JobCounts:
     )
 
 
-def user_from_row(row: Any) -> User:
-    return User(
-        row["id"], row["name"], bool(row["is_admin"]), row["created_at"], row["disabled_at"]
-    )
+user_from_row = RowReader(User, is_admin=bool)
 
 
 def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
@@ -365,50 +325,28 @@ def api_key_from_row(row: Any) -> tuple[ApiKey, User]:
     )
 
 
-def secret_from_row(row: Any) -> Secret:
-    """A secret from a row of ``list_user_secrets`` / ``get_user_secret`` (never its value)."""
-    return Secret(row["id"], row["name"], row["created_at"], row["updated_at"])
+#: A secret from a row of ``list_user_secrets`` / ``get_user_secret`` (never its value).
+secret_from_row = RowReader(Secret)
 
-
-def registry_auth_from_row(row: Any) -> RegistryAuthRecord:
-    return RegistryAuthRecord(
-        row["id"], row["user_id"], row["name"], row["username"], row["password"], row["created_at"]
-    )
+registry_auth_from_row = RowReader(RegistryAuthRecord)
 
 
 # Named parameters of the account and template writes, one mapping for both adapters' queries
 # (store/queries/*.sql).
 def user_params(user: User) -> dict[str, Any]:
-    return {
-        "id": user.id,
-        "name": user.name,
-        "is_admin": user.is_admin,
-        "created_at": user.created_at,
-    }
+    return _params(user, "id", "name", "is_admin", "created_at")
 
 
 def api_key_params(key: ApiKey, key_hash: str) -> dict[str, Any]:
-    return {
-        "id": key.id,
-        "user_id": key.user_id,
+    return _params(key, "id", "user_id", "hint", "label", "created_at") | {
         "key_hash": key_hash,
-        "hint": key.hint,
-        "label": key.label,
-        "created_at": key.created_at,
         "permissions": str(key.permissions.kind),
         "endpoints": orjson.dumps(key.permissions.grants_json()).decode(),
     }
 
 
 def registry_auth_params(auth: RegistryAuthRecord) -> dict[str, Any]:
-    return {
-        "id": auth.id,
-        "user_id": auth.user_id,
-        "name": auth.name,
-        "username": auth.username,
-        "password": auth.password,
-        "created_at": auth.created_at,
-    }
+    return _params(auth, *registry_auth_from_row.columns)
 
 
 def template_params(user_id: str, template: Template) -> dict[str, Any]:
@@ -479,63 +417,19 @@ def pod_params(pod: Pod) -> dict[str, Any]:
     }
 
 
+usage_from_row = RowReader(Usage, kind=UsageKind)
+
+
 def usage_params(usage: Usage, subject: str, last_seen: float) -> dict[str, Any]:
-    return {
-        "id": usage.id,
-        "subject": subject,
-        "user_id": usage.user_id,
-        "kind": usage.kind.value,
-        "started_at": usage.started_at,
-        "ended_at": usage.ended_at,
-        "last_seen": last_seen,
-        "endpoint_id": usage.endpoint_id,
-        "pod_id": usage.pod_id,
-        "instance_id": usage.instance_id,
-        "volume_id": usage.volume_id,
-        "gpu_type": usage.gpu_type,
-        "gpu_count": usage.gpu_count,
-        "cpu_flavor": usage.cpu_flavor,
-        "vcpus": usage.vcpus,
-        "disk_gb": usage.disk_gb,
-    }
+    """``open_usage``: the interval's columns, and what it is the use of (``subject``)."""
+    return _params(usage, *usage_from_row.columns) | {"subject": subject, "last_seen": last_seen}
 
 
-def usage_from_row(row: Any) -> Usage:
-    return Usage(
-        id=row["id"],
-        user_id=row["user_id"],
-        kind=UsageKind(row["kind"]),
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        endpoint_id=row["endpoint_id"],
-        pod_id=row["pod_id"],
-        instance_id=row["instance_id"],
-        volume_id=row["volume_id"],
-        gpu_type=row["gpu_type"],
-        gpu_count=row["gpu_count"],
-        cpu_flavor=row["cpu_flavor"],
-        vcpus=row["vcpus"],
-        disk_gb=row["disk_gb"],
-    )
-
-
-def _public_model(
-    model_id: str, endpoint_id: str, description: str, published_by: str, created_at: float
-) -> PublicModel:
-    return PublicModel(model_id, endpoint_id, description, published_by, created_at)
-
-
-public_model_from_row = RowReader(_public_model)
+public_model_from_row = RowReader(PublicModel)
 
 
 def public_model_params(model: PublicModel) -> dict[str, Any]:
-    return {
-        "model_id": model.model_id,
-        "endpoint_id": model.endpoint_id,
-        "description": model.description,
-        "published_by": model.published_by,
-        "created_at": model.created_at,
-    }
+    return _params(model, *public_model_from_row.columns)
 
 
 #: How long a load-balancing demand row outlives its last refresh before it is dropped (its
