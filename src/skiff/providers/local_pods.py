@@ -47,6 +47,7 @@ from skiff.providers.base import (
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.cgroups import Cgroups
 from skiff.providers.local import LocalProvider
+from skiff.providers.pod_commands import process_argv
 from skiff.providers.pod_entry import (
     CONTROLLING_TERMINAL_SHIM,
     ENVIRONMENT_FILE,
@@ -102,12 +103,7 @@ def command_problem(spec: PodSpec, inherited: dict[str, str]) -> str | None:
 def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
     """The pod as a process: its command, the server's environment minus its secrets under
     the pod's variables, its home as ``HOME`` and working directory."""
-    argv = [*launch.entrypoint, *launch.command]
-    if not argv:
-        raise WorkerStartError(
-            "a pod run as a process runs its dockerEntrypoint and dockerStartCmd, and this pod "
-            "has neither (the local provider does not use the image)"
-        )
+    argv = process_argv(launch, runs_as="a pod run as a process", provider="local")
     if launch.volume is not None:
         problem = bubblewrap.mount_problem(launch.mount_path)
         if problem is not None:

@@ -26,6 +26,7 @@ from skiff.providers.base import (
     PodLaunch,
     WorkerStartError,
 )
+from skiff.providers.pod_commands import process_argv
 from skiff.providers.ray_cluster import NOT_SANDBOXED, Followed, Placed, RayConnection
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,7 @@ class RayPodProvider:
         await self._on_exit(pod_id, code)
 
     async def start(self, launch: PodLaunch) -> PodInstance:
-        argv = [*launch.entrypoint, *launch.command]
-        if not argv:
-            raise WorkerStartError(
-                "a pod on a Ray node runs its dockerEntrypoint and dockerStartCmd, and this pod "
-                "has neither (the Ray provider does not use the image)"
-            )
+        argv = process_argv(launch, runs_as="a pod on a Ray node", provider="Ray")
         if launch.volume is not None:
             raise WorkerStartError(
                 "a pod on a Ray node has no volume (the nodes share no disk with the server): "
