@@ -105,29 +105,25 @@ class ProcessEntry:
     ) -> ProcessEntry:
         """``argv`` in a process group (a session) of its own; on a new terminal of that size
         when ``terminal`` is given, run through ``CONTROLLING_TERMINAL_SHIM`` by the caller."""
-        if terminal is None:
-            proc = await asyncio.create_subprocess_exec(
+
+        async def spawn(stdio: int) -> asyncio.subprocess.Process:
+            """The process, ``stdio`` (pipes, or the terminal's slave side) its three streams."""
+            return await asyncio.create_subprocess_exec(
                 *argv,
                 env=dict(env),
                 cwd=cwd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdin=stdio,
+                stdout=stdio,
+                stderr=stdio,
                 start_new_session=True,
             )
-            return cls(proc, None, None)
+
+        if terminal is None:
+            return cls(await spawn(subprocess.PIPE), None, None)
         master, slave = os.openpty()
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, _packed(terminal))
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                env=dict(env),
-                cwd=cwd,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                start_new_session=True,
-            )
+            proc = await spawn(slave)
         except BaseException:
             os.close(master)
             raise
