@@ -255,6 +255,13 @@ class DockerPodProvider:
         except Exception:
             log.exception("handling the exit of pod %s failed", pod_id)
 
+    async def _watched_out(self, pod_id: str) -> None:
+        """The end of a container skiff stopped or restarted (``_quiet``) seen by its watcher,
+        its output drained, so that its next watcher (after a restart) is the only one."""
+        watcher = self._watchers.pop(pod_id, None)
+        if watcher is not None:
+            await asyncio.wait({watcher}, timeout=_DRAIN_SECONDS + 5)
+
     async def restart(self, pod_id: str, grace: float) -> PodInstance | None:
         found = self._running.get(pod_id)
         if found is None:
@@ -263,9 +270,7 @@ class DockerPodProvider:
         self._quiet.add(pod_id)
         try:
             await asyncio.to_thread(container.restart, timeout=max(0, round(grace)))
-            watcher = self._watchers.pop(pod_id, None)
-            if watcher is not None:
-                await asyncio.wait({watcher}, timeout=_DRAIN_SECONDS + 5)
+            await self._watched_out(pod_id)
             await asyncio.to_thread(container.reload)
         except DockerException as exc:
             raise WorkerStartError(f"the container could not restart: {_explain(exc)}") from exc
@@ -288,9 +293,7 @@ class DockerPodProvider:
         try:
             with contextlib.suppress(NotFound):
                 await asyncio.to_thread(container.stop, timeout=max(0, round(grace)))
-            watcher = self._watchers.pop(pod_id, None)
-            if watcher is not None:
-                await asyncio.wait({watcher}, timeout=_DRAIN_SECONDS + 5)
+            await self._watched_out(pod_id)
             with contextlib.suppress(NotFound):
                 await asyncio.to_thread(container.remove, force=True)
         except DockerException as exc:
