@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from skiff.domain.pods import PodSpec
+from skiff.providers.base import PodLaunch, WorkerStartError
 from skiff.providers.local_pods import NO_COMMAND, command_problem
+from skiff.providers.pod_commands import process_argv
 
 
 def spec(*command: str, **fields: Any) -> PodSpec:
@@ -44,3 +48,39 @@ def test_a_program_in_the_pods_volume_is_taken_and_dot_dot_does_not_leave_it() -
     escaping = spec("/workspace/../etc/passwd", volumeInGb=1)
     refused = command_problem(escaping, {})
     assert refused is not None and "not an executable file" in refused
+
+
+def pod_launch(tmp_path: Path, entrypoint: list[str], command: list[str]) -> PodLaunch:
+    return PodLaunch(
+        pod_id="p1",
+        version=1,
+        image="x",
+        entrypoint=entrypoint,
+        command=command,
+        env={},
+        ports=(),
+        volume=None,
+        mount_path="/workspace",
+        home=tmp_path,
+    )
+
+
+def test_a_pod_started_as_a_process_runs_its_entrypoint_then_its_command(
+    tmp_path: Path,
+) -> None:
+    launch = pod_launch(tmp_path, ["python", "-u"], ["serve.py"])
+    assert process_argv(launch, runs_as="a pod", provider="local") == ["python", "-u", "serve.py"]
+
+
+@pytest.mark.parametrize(
+    ("runs_as", "provider"), [("a pod run as a process", "local"), ("a pod on a Ray node", "Ray")]
+)
+def test_a_pod_with_no_command_is_refused_at_its_start_saying_why(
+    tmp_path: Path, runs_as: str, provider: str
+) -> None:
+    with pytest.raises(WorkerStartError) as refused:
+        process_argv(pod_launch(tmp_path, [], []), runs_as=runs_as, provider=provider)
+    assert str(refused.value) == (
+        f"{runs_as} runs its dockerEntrypoint and dockerStartCmd, and this pod has neither"
+        f" (the {provider} provider does not use the image)"
+    )

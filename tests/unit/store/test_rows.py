@@ -3,8 +3,11 @@ read by name (asyncpg's Record, a dict) or from a plain tuple (sqlite3)."""
 
 from __future__ import annotations
 
+import pytest
+
 from skiff.domain.jobs import JobStatus
-from skiff.store.rows import job_from_row, worker_from_row
+from skiff.domain.workers import WorkerKind, WorkerState
+from skiff.store.rows import RowReader, job_from_row, worker_from_row, worker_params
 
 JOB_ROW = {
     "seq": 7,
@@ -69,3 +72,42 @@ def test_a_worker_reads_its_columns_by_name() -> None:
     assert (worker.id, worker.version, worker.owner, worker.recycle) == ("w-1", 2, "r-1", False)
     assert (worker.address, worker.health_address) == ("127.0.0.1:9000", "127.0.0.1:9001")
     assert worker_from_row.for_columns(tuple(row))(tuple(row.values())) == worker
+
+
+def test_a_worker_written_is_read_back_the_same_from_the_columns_it_wrote() -> None:
+    row = {
+        "id": "w-1",
+        "endpoint_id": "ep-1",
+        "kind": "local",
+        "state": "running",
+        "version": 3,
+        "started_at": 1.0,
+        "last_seen": 2.0,
+        "idle_since": None,
+        "pid": 7,
+        "gpu": "NVIDIA A40",
+        "recycle": 1,
+        "gpu_ids": "0,1",
+        "owner": "r-1",
+        "address": None,
+        "health_address": None,
+    }
+    worker = worker_from_row(row)
+    assert worker.kind is WorkerKind.LOCAL and worker.state is WorkerState.RUNNING
+    assert worker.recycle is True
+    params = worker_params(worker)
+    assert set(params) == set(row)
+    # Stored as the drivers bind them: enums by their value, the bool as a bool.
+    assert params["kind"] == "local" and params["state"] == "running"
+    assert worker_from_row(params) == worker
+
+
+def test_a_reader_refuses_a_conversion_of_a_column_it_does_not_read() -> None:
+    def make(a: int, b: str) -> tuple[int, str]:
+        return (a, b)
+
+    reader = RowReader(make, b=str.upper)
+    assert reader({"b": "x", "a": 1}) == (1, "X")
+    assert reader.for_columns(("b", "a"))(("y", 2)) == (2, "Y")
+    with pytest.raises(ValueError, match="not columns"):
+        RowReader(make, c=int)
