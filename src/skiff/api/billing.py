@@ -45,30 +45,45 @@ def record_out(record: BillingRecord) -> BillingRecordOut:
 BAD: dict[int | str, dict[str, Any]] = {
     400: {"description": "A query parameter cannot be answered; `field` names it"}
 }
-BucketSizeQuery = Annotated[
-    BucketSize | None, Query(description="hour, day (the default), week, month or year (UTC)")
-]
-TimeQuery = Annotated[
-    str | None,
-    Query(description="RFC 3339 (UTC if it names no zone); default: the last 30 days to now"),
-]
+_TIME = "RFC 3339 (UTC if it names no zone); default: the last 30 days to now"
+
+
+class Buckets(BaseModel):
+    """The query parameters every billing route takes: the buckets' size and the time they
+    span. A query model, so that each route's own filters follow them in the OpenAPI
+    description as they always have (a dependency's parameters would come after)."""
+
+    bucketSize: BucketSize | None = Field(
+        default=None, description="hour, day (the default), week, month or year (UTC)"
+    )
+    startTime: str | None = Field(default=None, description=_TIME)
+    endTime: str | None = Field(default=None, description=_TIME)
+
+
+BucketsQuery = Annotated[Buckets, Query()]
 
 
 def router(services: Services, user_dep: Any) -> APIRouter:
     billing = APIRouter(prefix="/billing", tags=["billing"])
     UserDep = Annotated[User, Depends(user_dep)]
 
-    async def answer(user: User, resource: Resource, **params: str | None) -> list[Any]:
-        query = services.billing.query(resource, **params)
+    async def answer(
+        user: User, resource: Resource, buckets: Buckets, **params: str | None
+    ) -> list[Any]:
+        query = services.billing.query(
+            resource,
+            bucket_size=buckets.bucketSize,
+            start_time=buckets.startTime,
+            end_time=buckets.endTime,
+            **params,
+        )
         return [record_out(r) for r in await services.billing.records(user, query)]
 
     @billing.get("/endpoints", response_model=list[BillingRecordOut], responses=BAD)
     @needs(READ)
     async def endpoint_billing(
         user: UserDep,
-        bucketSize: BucketSizeQuery = None,
-        startTime: TimeQuery = None,
-        endTime: TimeQuery = None,
+        buckets: BucketsQuery,
         grouping: Annotated[
             str | None, Query(description="endpointId (the default), podId or gpuTypeId")
         ] = None,
@@ -82,9 +97,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return await answer(
             user,
             Resource.ENDPOINTS,
-            bucket_size=bucketSize,
-            start_time=startTime,
-            end_time=endTime,
+            buckets,
             grouping=grouping,
             endpointId=endpointId,
             podId=podId,
@@ -95,9 +108,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @needs(READ)
     async def pod_billing(
         user: UserDep,
-        bucketSize: BucketSizeQuery = None,
-        startTime: TimeQuery = None,
-        endTime: TimeQuery = None,
+        buckets: BucketsQuery,
         grouping: Annotated[
             str | None, Query(description="podId (the default) or gpuTypeId")
         ] = None,
@@ -109,9 +120,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         return await answer(
             user,
             Resource.PODS,
-            bucket_size=bucketSize,
-            start_time=startTime,
-            end_time=endTime,
+            buckets,
             grouping=grouping,
             podId=podId,
             gpuTypeId=gpuTypeId,
@@ -121,18 +130,14 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @needs(READ)
     async def network_volume_billing(
         user: UserDep,
-        bucketSize: BucketSizeQuery = None,
-        startTime: TimeQuery = None,
-        endTime: TimeQuery = None,
+        buckets: BucketsQuery,
         networkVolumeId: str | None = None,
     ) -> list[Any]:
         """Your network volumes' storage, per volume and bucket (GB-months at the table)."""
         return await answer(
             user,
             Resource.NETWORK_VOLUMES,
-            bucket_size=bucketSize,
-            start_time=startTime,
-            end_time=endTime,
+            buckets,
             networkVolumeId=networkVolumeId,
         )
 
