@@ -6,25 +6,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
-from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.documented_errors import BAD, BAD_ID, IN_USE, NAME_TAKEN, NOT_FOUND
 from skiff.api.needs import needs
 from skiff.domain.permissions import READ, WRITE
 from skiff.domain.registry_auths import RegistryAuth, RegistryAuthCreate
 from skiff.domain.users import User
 from skiff.services.hub import Services
 
-BAD_ID: dict[int | str, dict[str, Any]] = {
-    400: {"description": "invalid ID supplied: not the shape of an id (`field` is `id`)"}
-}
-
 
 def router(services: Services, user_dep: Any) -> APIRouter:
     auths = APIRouter(prefix="/containerregistryauth", tags=["container registry auths"])
     UserDep = Annotated[User, Depends(user_dep)]
 
-    @auths.post(
-        "", response_model=RegistryAuth, responses={**BAD, 409: {"description": "Name taken"}}
-    )
+    @auths.post("", response_model=RegistryAuth, responses={**BAD, **NAME_TAKEN})
     @needs(WRITE)
     async def create_registry_auth(body: RegistryAuthCreate, user: UserDep) -> RegistryAuth:
         """Store credentials for a private registry. The password is never returned."""
@@ -45,7 +39,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     @auths.delete(
         "/{auth_id}",
         status_code=204,
-        responses={**BAD_ID, **NOT_FOUND, 409: {"description": "In use"}},
+        responses={**BAD_ID, **NOT_FOUND, **IN_USE},
     )
     @needs(WRITE)
     async def delete_registry_auth(auth_id: str, user: UserDep) -> Response:

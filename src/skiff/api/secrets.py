@@ -8,17 +8,13 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
-from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.documented_errors import BAD, BAD_ID, NAME_TAKEN, NOT_FOUND
 from skiff.api.needs import needs
 from skiff.domain import times
 from skiff.domain.permissions import READ, WRITE
 from skiff.domain.secrets import Secret, SecretCreate, SecretValue
 from skiff.domain.users import User
 from skiff.services.hub import Services
-
-BAD_ID: dict[int | str, dict[str, Any]] = {
-    400: {"description": "invalid ID supplied: not the shape of an id (`field` is `id`)"}
-}
 
 
 class SecretOut(BaseModel):
@@ -43,9 +39,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     secrets = APIRouter(prefix="/secrets", tags=["secrets"])
     UserDep = Annotated[User, Depends(user_dep)]
 
-    @secrets.post(
-        "", response_model=SecretOut, responses={**BAD, 409: {"description": "Name taken"}}
-    )
+    @secrets.post("", response_model=SecretOut, responses={**BAD, **NAME_TAKEN})
     @needs(WRITE)
     async def create_secret(body: SecretCreate, user: UserDep) -> SecretOut:
         """Store a secret, encrypted. Its value is never returned: a template's or pod's `env`

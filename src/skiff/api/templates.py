@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
-from skiff.api.documented_errors import BAD, NOT_FOUND
+from skiff.api.documented_errors import BAD, IN_USE, NAME_TAKEN, NOT_FOUND
 from skiff.api.needs import needs
 from skiff.domain.permissions import READ, WRITE
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
@@ -18,9 +18,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     templates = APIRouter(prefix="/templates", tags=["templates"])
     UserDep = Annotated[User, Depends(user_dep)]
 
-    @templates.post(
-        "", response_model=Template, responses={**BAD, 409: {"description": "Name taken"}}
-    )
+    @templates.post("", response_model=Template, responses={**BAD, **NAME_TAKEN})
     @needs(WRITE)
     async def create_template(body: TemplateCreate, user: UserDep) -> Template:
         """The local provider runs `dockerEntrypoint + dockerStartCmd` as a process."""
@@ -52,9 +50,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         """The same as PATCH."""
         return await services.templates.update(user, template_id, body)
 
-    @templates.delete(
-        "/{template_id}", status_code=204, responses={**NOT_FOUND, 409: {"description": "In use"}}
-    )
+    @templates.delete("/{template_id}", status_code=204, responses={**NOT_FOUND, **IN_USE})
     @needs(WRITE)
     async def delete_template(template_id: str, user: UserDep) -> Response:
         await services.templates.delete(user, template_id)
