@@ -20,6 +20,7 @@ from skiff.api.log_lines import (
 )
 from skiff.api.needs import needs
 from skiff.api.responses import json_response
+from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
@@ -193,27 +194,18 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         endpoint = await services.endpoints.get(user, endpoint_id)
         return await render(user, endpoint, include_template, include_workers)
 
-    # POST .../update is the reference's other spelling of PATCH: one answer for both.
-    updated: dict[str, Any] = {
-        "response_model": EndpointOut,
-        "response_model_exclude_none": True,
-        "responses": {**BAD, **NOT_FOUND},
-    }
-
-    @endpoints.patch("/{endpoint_id}", **updated)
+    @patch_or_post_update(
+        endpoints,
+        "/{endpoint_id}",
+        response_model=EndpointOut,
+        response_model_exclude_none=True,
+        responses={**BAD, **NOT_FOUND},
+    )
     @needs(WRITE)
     async def update_endpoint(endpoint_id: str, body: EndpointUpdate, user: UserDep) -> EndpointOut:
         """Changing the template, env, GPU settings or network volume bumps `version` and
         rolls the workers: new ones start with the new settings, old ones finish their job and
         stop. The answer's `warnings` are those of create."""
-        return await saved(user, await services.endpoints.update(user, endpoint_id, body))
-
-    @endpoints.post("/{endpoint_id}/update", **updated)
-    @needs(WRITE)
-    async def update_endpoint_post(
-        endpoint_id: str, body: EndpointUpdate, user: UserDep
-    ) -> EndpointOut:
-        """The same as PATCH."""
         return await saved(user, await services.endpoints.update(user, endpoint_id, body))
 
     @endpoints.delete("/{endpoint_id}", status_code=204, responses=NOT_FOUND)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from skiff.api.documented_errors import BAD
 from skiff.api.log_lines import (
     FOLLOWED,
     LogsOut,
@@ -19,6 +20,7 @@ from skiff.api.log_lines import (
 )
 from skiff.api.needs import needs
 from skiff.api.responses import json_response
+from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.containers import DEFAULT_FLAVOR, MEMORY_GB_PER_VCPU
 from skiff.domain.endpoints import ComputeType
@@ -168,9 +170,6 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
 
 
 NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Pod not found (or not yours)"}}
-BAD: dict[int | str, dict[str, Any]] = {
-    400: {"description": "A field is invalid; `field` names it"}
-}
 BUSY: dict[int | str, dict[str, Any]] = {
     409: {"description": "No GPU of the wanted types is free, or the pod is locked"}
 }
@@ -229,24 +228,15 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     async def get_pod(pod_id: str, user: UserDep) -> PodOut:
         return out(await services.pods.get(user, pod_id))
 
-    async def update(pod_id: str, body: PodUpdate, user: User) -> PodOut:
-        pod, restart = await services.pods.update(user, pod_id, body)
-        return out(pod, restart)
-
-    @pods.patch("/{pod_id}", response_model=PodOut, responses={**BAD, **NOT_FOUND})
+    @patch_or_post_update(pods, "/{pod_id}", response_model=PodOut, responses={**BAD, **NOT_FOUND})
     @needs(WRITE)
     async def update_pod(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
         """Change its settings. A change to what runs (image, command, env, ports, disk, volume
         size or path, registry auth) restarts a running pod fresh (its container disk wiped,
         its volume kept) and is named in `restartedFor`; a name or `locked` restarts nothing.
         A volume never shrinks (400, `volumeInGb`)."""
-        return await update(pod_id, body, user)
-
-    @pods.post("/{pod_id}/update", response_model=PodOut, responses={**BAD, **NOT_FOUND})
-    @needs(WRITE)
-    async def update_pod_post(pod_id: str, body: PodUpdate, user: UserDep) -> PodOut:
-        """The same as PATCH."""
-        return await update(pod_id, body, user)
+        pod, restart = await services.pods.update(user, pod_id, body)
+        return out(pod, restart)
 
     @pods.delete("/{pod_id}", status_code=204, responses={**NOT_FOUND, **BUSY})
     @needs(WRITE)

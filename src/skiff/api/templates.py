@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD, IN_USE, NAME_TAKEN, NOT_FOUND
 from skiff.api.needs import needs
+from skiff.api.updates import patch_or_post_update
 from skiff.domain.permissions import READ, WRITE
 from skiff.domain.templates import Template, TemplateCreate, TemplateUpdate
 from skiff.domain.users import User
@@ -34,20 +35,12 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     async def get_template(template_id: str, user: UserDep) -> Template:
         return await services.templates.get(user, template_id)
 
-    @templates.patch("/{template_id}", response_model=Template, responses={**BAD, **NOT_FOUND})
+    @patch_or_post_update(
+        templates, "/{template_id}", response_model=Template, responses={**BAD, **NOT_FOUND}
+    )
     @needs(WRITE)
     async def update_template(template_id: str, body: TemplateUpdate, user: UserDep) -> Template:
         """Changing what the template runs rolls the workers of the endpoints using it."""
-        return await services.templates.update(user, template_id, body)
-
-    @templates.post(
-        "/{template_id}/update", response_model=Template, responses={**BAD, **NOT_FOUND}
-    )
-    @needs(WRITE)
-    async def update_template_post(
-        template_id: str, body: TemplateUpdate, user: UserDep
-    ) -> Template:
-        """The same as PATCH."""
         return await services.templates.update(user, template_id, body)
 
     @templates.delete("/{template_id}", status_code=204, responses={**NOT_FOUND, **IN_USE})

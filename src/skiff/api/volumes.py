@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.api.needs import needs
+from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.permissions import READ, WRITE
 from skiff.domain.users import User
@@ -62,7 +63,9 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     async def get_network_volume(volume_id: str, user: UserDep) -> NetworkVolumeOut:
         return volume_out(await services.volumes.get(user, volume_id))
 
-    @volumes.patch("/{volume_id}", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND})
+    @patch_or_post_update(
+        volumes, "/{volume_id}", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND}
+    )
     @needs(WRITE)
     async def update_network_volume(
         volume_id: str, body: NetworkVolumeUpdate, user: UserDep
@@ -70,16 +73,6 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         """Rename, grow, or both. A volume never shrinks (400, `size`), and what it grows by
         must fit in the disk's free space (400, `size`). Its workers see the new size at once:
         nothing restarts."""
-        return volume_out(await services.volumes.update(user, volume_id, body))
-
-    @volumes.post(
-        "/{volume_id}/update", response_model=NetworkVolumeOut, responses={**BAD, **NOT_FOUND}
-    )
-    @needs(WRITE)
-    async def update_network_volume_post(
-        volume_id: str, body: NetworkVolumeUpdate, user: UserDep
-    ) -> NetworkVolumeOut:
-        """The same as PATCH."""
         return volume_out(await services.volumes.update(user, volume_id, body))
 
     @volumes.delete(
