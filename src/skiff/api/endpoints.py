@@ -14,12 +14,11 @@ from skiff.api.log_lines import (
     Since,
     Tail,
     key_still_reads,
-    log_line,
+    lines_json,
     ndjson_stream,
     parse_since,
 )
 from skiff.api.needs import needs
-from skiff.api.responses import json_response
 from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
@@ -252,7 +251,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         query = LogQuery(endpoint_id, worker, since_ts, tail)
         if not follow:
             lines = await services.logs.lines(query, local_only=local_only, credentials=auth)
-            return json_response({"lines": [log_line(line) for line in lines]})
+            return lines_json(lines)
         followed = await services.logs.follow(
             query,
             local_only=local_only,

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 import orjson
 from fastapi import Query
 from pydantic import BaseModel, Field
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from skiff.api.credentials import api_key
+from skiff.api.responses import json_response
 from skiff.domain.keys import hash_key
 from skiff.domain.logs import LogLine, iso, parse_time
 from skiff.domain.permissions import Access
@@ -77,6 +78,11 @@ def log_line(line: LogLine) -> dict[str, Any]:
         "time": iso(line.time) if line.time is not None else None,
         "line": line.line,
     }
+
+
+def lines_json(lines: list[LogLine]) -> Response:
+    """A log read once: ``{"lines": [...]}``, oldest first."""
+    return json_response({"lines": [log_line(line) for line in lines]})
 
 
 def ndjson(lines: list[LogLine]) -> bytes:

@@ -14,12 +14,11 @@ from skiff.api.log_lines import (
     Since,
     Tail,
     key_still_reads,
-    log_line,
+    lines_json,
     ndjson_stream,
     parse_since,
 )
 from skiff.api.needs import needs
-from skiff.api.responses import json_response
 from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.containers import DEFAULT_FLAVOR, MEMORY_GB_PER_VCPU
@@ -294,8 +293,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         await services.pods.get(user, pod_id)
         since_ts = parse_since(since)
         if not follow:
-            lines = await services.pod_logs.lines(pod_id, since_ts, tail)
-            return json_response({"lines": [log_line(line) for line in lines]})
+            return lines_json(await services.pod_logs.lines(pod_id, since_ts, tail))
         reads = key_still_reads(services.auth, request.headers.get("authorization"), None)
         batches = await services.pod_logs.follow(user.id, pod_id, since_ts, tail, reads)
         return ndjson_stream(batches)
