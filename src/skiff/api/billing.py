@@ -49,9 +49,9 @@ _TIME = "RFC 3339 (UTC if it names no zone); default: the last 30 days to now"
 
 
 class Buckets(BaseModel):
-    """The query parameters every billing route takes: the buckets' size and the time they
-    span. A query model, so that each route's own filters follow them in the OpenAPI
-    description as they always have (a dependency's parameters would come after)."""
+    """The query parameters every billing route takes, the buckets' size and the time they
+    span, before each route's own filters (its subclass's fields). Query models, whose fields
+    FastAPI lists in the OpenAPI description in this order, as the routes always had them."""
 
     bucketSize: BucketSize | None = Field(
         default=None, description="hour, day (the default), week, month or year (UTC)"
@@ -59,86 +59,67 @@ class Buckets(BaseModel):
     startTime: str | None = Field(default=None, description=_TIME)
     endTime: str | None = Field(default=None, description=_TIME)
 
+    def params(self) -> dict[str, str | None]:
+        """What ``BillingService.query`` takes: the buckets, and the filters by their names."""
+        filters = self.model_dump(exclude={"bucketSize", "startTime", "endTime"})
+        return {
+            "bucket_size": self.bucketSize,
+            "start_time": self.startTime,
+            "end_time": self.endTime,
+            **filters,
+        }
 
-BucketsQuery = Annotated[Buckets, Query()]
+
+class EndpointBilling(Buckets):
+    grouping: str | None = Field(
+        default=None, description="endpointId (the default), podId or gpuTypeId"
+    )
+    endpointId: str | None = None
+    podId: str | None = None
+    gpuTypeId: str | None = None
+
+
+class PodBilling(Buckets):
+    grouping: str | None = Field(default=None, description="podId (the default) or gpuTypeId")
+    podId: str | None = None
+    gpuTypeId: str | None = None
+
+
+class NetworkVolumeBilling(Buckets):
+    networkVolumeId: str | None = None
 
 
 def router(services: Services, user_dep: Any) -> APIRouter:
     billing = APIRouter(prefix="/billing", tags=["billing"])
     UserDep = Annotated[User, Depends(user_dep)]
 
-    async def answer(
-        user: User, resource: Resource, buckets: Buckets, **params: str | None
-    ) -> list[Any]:
-        query = services.billing.query(
-            resource,
-            bucket_size=buckets.bucketSize,
-            start_time=buckets.startTime,
-            end_time=buckets.endTime,
-            **params,
-        )
+    async def answer(user: User, resource: Resource, asked: Buckets) -> list[Any]:
+        query = services.billing.query(resource, **asked.params())
         return [record_out(r) for r in await services.billing.records(user, query)]
 
     @billing.get("/endpoints", response_model=list[BillingRecordOut], responses=BAD)
     @needs(READ)
     async def endpoint_billing(
-        user: UserDep,
-        buckets: BucketsQuery,
-        grouping: Annotated[
-            str | None, Query(description="endpointId (the default), podId or gpuTypeId")
-        ] = None,
-        endpointId: str | None = None,
-        podId: str | None = None,
-        gpuTypeId: str | None = None,
+        user: UserDep, asked: Annotated[EndpointBilling, Query()]
     ) -> list[Any]:
         """Your serverless workers' time: from each worker's start until it is gone (a
         flashboot standby counts, as it holds its GPU; a throttled worker holds nothing), per
         bucket and group, at most 1,000 buckets."""
-        return await answer(
-            user,
-            Resource.ENDPOINTS,
-            buckets,
-            grouping=grouping,
-            endpointId=endpointId,
-            podId=podId,
-            gpuTypeId=gpuTypeId,
-        )
+        return await answer(user, Resource.ENDPOINTS, asked)
 
     @billing.get("/pods", response_model=list[BillingRecordOut], responses=BAD)
     @needs(READ)
-    async def pod_billing(
-        user: UserDep,
-        buckets: BucketsQuery,
-        grouping: Annotated[
-            str | None, Query(description="podId (the default) or gpuTypeId")
-        ] = None,
-        podId: str | None = None,
-        gpuTypeId: str | None = None,
-    ) -> list[Any]:
+    async def pod_billing(user: UserDep, asked: Annotated[PodBilling, Query()]) -> list[Any]:
         """Your pods: each instance's time while it runs, and its volume's storage until the
         pod is deleted, stopped or not, per bucket and group."""
-        return await answer(
-            user,
-            Resource.PODS,
-            buckets,
-            grouping=grouping,
-            podId=podId,
-            gpuTypeId=gpuTypeId,
-        )
+        return await answer(user, Resource.PODS, asked)
 
     @billing.get("/networkvolumes", response_model=list[BillingRecordOut], responses=BAD)
     @needs(READ)
     async def network_volume_billing(
-        user: UserDep,
-        buckets: BucketsQuery,
-        networkVolumeId: str | None = None,
+        user: UserDep, asked: Annotated[NetworkVolumeBilling, Query()]
     ) -> list[Any]:
         """Your network volumes' storage, per volume and bucket (GB-months at the table)."""
-        return await answer(
-            user,
-            Resource.NETWORK_VOLUMES,
-            buckets,
-            networkVolumeId=networkVolumeId,
-        )
+        return await answer(user, Resource.NETWORK_VOLUMES, asked)
 
     return billing
