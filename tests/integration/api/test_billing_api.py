@@ -117,6 +117,23 @@ async def test_endpoint_records_are_per_bucket_and_priced(priced: InProcess) -> 
     assert filtered.json() == []
 
 
+async def test_each_filter_of_a_billing_query_reaches_the_records(priced: InProcess) -> None:
+    me = await admin_id(priced)
+    await worker_usage(priced, me, "u1", DAY + 3600, DAY + 7200)
+
+    async def seconds(route: str, **filters: str) -> list[int]:
+        answer = await priced.http.get(f"/v1/billing/{route}", params={**filters, **THE_DAY})
+        assert answer.status_code == 200, answer.text
+        return [record["timeBilledMs"] // 1000 for record in answer.json()]
+
+    assert await seconds("endpoints", endpointId="ep1") == [3600]
+    assert await seconds("endpoints", gpuTypeId=RTX) == [3600]
+    assert await seconds("endpoints", gpuTypeId="NVIDIA A40") == []
+    assert await seconds("endpoints", podId="a-pod") == []
+    assert await seconds("pods", podId="a-pod", gpuTypeId=RTX) == []
+    assert await seconds("networkvolumes", networkVolumeId="a-volume") == []
+
+
 async def test_a_user_sees_only_their_own_usage(priced: InProcess) -> None:
     await worker_usage(priced, await admin_id(priced), "mine", DAY, DAY + 60)
     issued = await priced.services.auth.issue_key("bob", is_admin=False, label="test")
