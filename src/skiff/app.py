@@ -40,6 +40,7 @@ from skiff.config import Settings
 from skiff.console import mount as console_mount
 from skiff.databases import Backend, backend_of
 from skiff.datadir import make_private_dir
+from skiff.domain.log_pace import PacesByUser
 from skiff.providers.base import LogSinks, PodExitCallback, PodProvider, WorkerProvider
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.capacity import host_worker_limit
@@ -247,6 +248,9 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
         settings.log_backups,
         bytes_per_second=settings.log_bytes_per_second,
         burst_bytes=settings.log_burst_bytes,
+        user_paces=PacesByUser(settings.log_user_bytes_per_second, settings.log_burst_bytes)
+        if settings.log_user_bytes_per_second
+        else None,
     )
     ray = open_ray(settings)
     return Services.build(

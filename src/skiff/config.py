@@ -24,11 +24,12 @@ _FLOORS: dict[str, tuple[int, str, str]] = {
     )
     for name in ("container_pids_limit", "process_pids_limit")
 } | {
-    "log_bytes_per_second": (
+    name: (
         MIN_LOG_BYTES_PER_SECOND,
         "(no limit)",
         "the output a worker leaves in its pipe when it ends is read at this pace, within 2 s",
     )
+    for name in ("log_bytes_per_second", "log_user_bytes_per_second")
 }
 
 
@@ -155,6 +156,10 @@ class Settings(BaseSettings):
     log_bytes_per_second: int = Field(default=1024 * 1024, ge=0)
     #: The output a worker may write at once before ``log_bytes_per_second`` holds it up.
     log_burst_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    #: How fast the output of all of one user's workers and pods on this server together is
+    #: copied, after ``log_burst_bytes`` at once: many workers do not multiply what one
+    #: user's prints may cost the server. 0: no limit.
+    log_user_bytes_per_second: int = Field(default=4 * 1024 * 1024, ge=0)
     #: The logs of a user's ended workers, on all of their endpoints, kept on this host,
     #: newest first, up to this many bytes together (the newest ended worker's is always
     #: kept); older ones are removed.

@@ -4,8 +4,10 @@ The server copies every worker's output itself (``services/log_writer.py``), on 
 so a worker printing as fast as it can would spend the server's CPU, which every user shares, at
 the rate of its own prints (a whole core for one worker, measured in docs/performance.md). A
 worker may write ``burst`` bytes at once and ``rate`` bytes a second over time; past that, its
-copier waits before reading more. Nothing is dropped: the worker's output waits in its pipe, and
-a worker that keeps printing is held up in its own ``write`` until the rate allows more.
+copier waits before reading more. A user's workers and pods together have a pace too
+(``PacesByUser``): many workers do not multiply what one user's output may cost. Nothing is
+dropped: the worker's output waits in its pipe, and a worker that keeps printing is held up in
+its own ``write`` until the rate allows more.
 """
 
 from __future__ import annotations
@@ -44,3 +46,20 @@ class LogPace:
         self.tokens = min(self.burst, self.tokens + elapsed * self.rate) - n
         self.at = max(self.at, now)
         return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+
+class PacesByUser:
+    """One pace per user, shared by all of that user's logs on this server, so that a user's
+    output costs the server at most ``rate`` however many workers and pods they run. Each is
+    made full at its user's first log and kept (a few numbers a user)."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self._rate = rate
+        self._burst = burst
+        self._paces: dict[str, LogPace] = {}
+
+    def of(self, user_id: str, now: float) -> LogPace:
+        pace = self._paces.get(user_id)
+        if pace is None:
+            pace = self._paces[user_id] = LogPace.full(self._rate, self._burst, now)
+        return pace

@@ -92,6 +92,8 @@ class Launch:
     #: own command does, given as ``reach``).
     reach: tuple[str, ...] = ()
     argv_needed: bool = True
+    #: The user whose worker (or pod) it is: whose output pace its log shares (``LogSinks``).
+    user_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +146,14 @@ class LogSink(Protocol):
         ...
 
 
-#: Opens the log of (endpoint id, worker id) for a worker about to start.
-LogSinks = Callable[[str, str], LogSink]
+class LogSinks(Protocol):
+    """Opens the log of (endpoint id, worker id) for a worker about to start (a pod's: its id
+    twice). ``user_id``: whose it is, so that all of a user's output on this server shares one
+    pace (``SKIFF_LOG_USER_BYTES_PER_SECOND``); None where the provider cannot tell (a worker
+    found again on a Ray node, a container pod followed again after a restart), which keeps
+    only the log's own pace."""
+
+    def __call__(self, endpoint_id: str, worker_id: str, user_id: str | None = None) -> LogSink: ...
 
 
 class WorkerProvider(Protocol):
@@ -281,6 +289,8 @@ class PodLaunch:
     gpus: tuple[Gpu, ...] = ()
     #: In the sandbox, as ``Launch.sandboxed``.
     sandboxed: bool = True
+    #: As ``Launch.user_id``.
+    user_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -462,7 +462,7 @@ class DockerProvider:
         spec = launch.container
         if spec is None:
             raise WorkerStartError("the container provider was given no image to run")
-        sink = self._logs(launch.endpoint_id, launch.worker_id)
+        sink = self._logs(launch.endpoint_id, launch.worker_id, launch.user_id)
         container = await bring_up_in_daemon(
             lambda handover: self._bring_up(launch, spec, sink, handover), sink
         )

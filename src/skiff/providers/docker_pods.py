@@ -194,7 +194,7 @@ class DockerPodProvider:
         return self._daemon.client
 
     async def start(self, launch: PodLaunch) -> PodInstance:
-        sink = self._logs(launch.pod_id, launch.pod_id)
+        sink = self._logs(launch.pod_id, launch.pod_id, launch.user_id)
         # Stopped or deleted during the start: the container is removed once it exists.
         container = await bring_up_in_daemon(
             lambda handover: self._bring_up(launch, sink, handover), sink

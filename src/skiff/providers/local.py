@@ -287,7 +287,7 @@ class LocalProvider:
     async def start(self, launch: Launch) -> int:
         # The user's alone, like the data directory it is in (datadir.py).
         make_private_dirs(launch.home)
-        sink = self._logs(launch.endpoint_id, launch.worker_id)
+        sink = self._logs(launch.endpoint_id, launch.worker_id, launch.user_id)
         # A pipe of our own rather than stdout=PIPE: asyncio's Process.wait() would then wait
         # for the pipe to close too, which a leftover child of the worker can hold open.
         read_fd, write_fd = os.pipe()

@@ -128,6 +128,7 @@ def process_launch(launch: PodLaunch, inherited: dict[str, str]) -> Launch:
         sandboxed=launch.sandboxed,
         home_also_at=POD_HOME,
         binds=tuple(parse_port(p).number for p in launch.ports),
+        user_id=launch.user_id,
     )
 
 

@@ -387,6 +387,7 @@ class Fleet:
             vcpus=limits.vcpus if (limits := cpu_limits(endpoint.spec)) else None,
             memory_bytes=limits.memory_bytes if limits else None,
             sandboxed=verdict.sandboxed,
+            user_id=endpoint.userId,
         )
         # Recorded as starting before the process exists: once it runs it may call any
         # replica, which then only moves it on from there.

@@ -224,6 +224,8 @@ class Services:
             folder="pod-logs",
             bytes_per_second=settings.log_bytes_per_second,
             burst_bytes=settings.log_burst_bytes,
+            # One pace per user across their workers' and their pods' logs.
+            user_paces=worker_logs.user_paces,
         )
 
         async def pod_exited(pod_id: str, code: int) -> None:

@@ -31,21 +31,21 @@ class LogFile:
     ``backups`` is dropped. A write that fails (disk full, the endpoint's folder removed) turns
     the log off rather than stop reading the worker's output, which would block the worker.
 
-    ``pace``: how fast the output may come (``domain/log_pace.py``), timed by ``monotonic``;
-    None: as fast as it is written."""
+    ``paces``: how fast the output may come (``domain/log_pace.py``: the log's own, its
+    user's), timed by ``monotonic``; none: as fast as it is written."""
 
     def __init__(
         self,
         path: Path,
         max_bytes: int,
         backups: int,
-        pace: LogPace | None = None,
+        paces: tuple[LogPace, ...] = (),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
         self._max_bytes = max_bytes
         self._backups = backups
-        self._pace = pace
+        self._paces = paces
         self._monotonic = monotonic
         # 0600 from the start: a worker's output can hold whatever its handler printed.
         self._file: io.FileIO | None = io.FileIO(path, "ab", opener=private_opener)
@@ -75,7 +75,12 @@ class LogFile:
             pending = pending[MAX_LINE_BYTES:]
         self._pending = pending
         self.write(out, time.time())
-        return 0.0 if self._pace is None else self._pace.spend(len(data), self._monotonic())
+        if not self._paces:
+            return 0.0
+        now = self._monotonic()
+        # Every pace counts the bytes (a list, not a generator: none is skipped); the slowest
+        # says how long to wait.
+        return max([pace.spend(len(data), now) for pace in self._paces])
 
     def write(self, lines: list[bytes], ts: float) -> None:
         """Append ``lines`` (without their newlines), stamped ``ts`` (epoch seconds)."""

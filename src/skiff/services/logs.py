@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
-from skiff.domain.log_pace import LogPace
+from skiff.domain.log_pace import LogPace, PacesByUser
 from skiff.domain.logs import (
     LogLine,
     LogQuery,
@@ -67,17 +67,21 @@ class WorkerLogs:
         *,
         bytes_per_second: int = 0,
         burst_bytes: int = DEFAULT_LOG_BURST_BYTES,
+        user_paces: PacesByUser | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``folder`` (under ``data_dir``): ``logs`` for workers, ``pod-logs`` for pods, whose
         logs are kept the same way, one "endpoint" per pod. ``bytes_per_second``: how fast each
         worker's (or pod's) output is copied, after ``burst_bytes`` at once
-        (``domain/log_pace.py``); 0: as fast as it comes."""
+        (``domain/log_pace.py``); 0: as fast as it comes. ``user_paces``: the pace each user's
+        logs share, here and in any other ``WorkerLogs`` given the same (workers' and pods');
+        None: none."""
         self._root = data_dir / folder
         self._max_bytes = max_bytes
         self._backups = backups
         self._bytes_per_second = bytes_per_second
         self._burst_bytes = burst_bytes
+        self.user_paces = user_paces
         self._monotonic = monotonic
 
     def log_dir(self, endpoint_id: str) -> Path:
@@ -86,17 +90,19 @@ class WorkerLogs:
     def log_path(self, endpoint_id: str, worker_id: str) -> Path:
         return self.log_dir(endpoint_id) / log_name(worker_id)
 
-    def sink(self, endpoint_id: str, worker_id: str) -> LogFile:
-        """A new worker's log, opened for its provider to write into (``LogSinks``)."""
+    def sink(self, endpoint_id: str, worker_id: str, user_id: str | None = None) -> LogFile:
+        """A new worker's log, opened for its provider to write into (``LogSinks``), paced
+        on its own and with its user's other logs."""
         # The user's alone, like the data directory it is in (datadir.py).
         make_private_dirs(self.log_dir(endpoint_id))
-        pace = (
-            LogPace.full(self._bytes_per_second, self._burst_bytes, self._monotonic())
-            if self._bytes_per_second > 0
-            else None
-        )
+        now = self._monotonic()
+        paces: list[LogPace] = []
+        if self._bytes_per_second > 0:
+            paces.append(LogPace.full(self._bytes_per_second, self._burst_bytes, now))
+        if user_id is not None and self.user_paces is not None:
+            paces.append(self.user_paces.of(user_id, now))
         path = self.log_path(endpoint_id, worker_id)
-        return LogFile(path, self._max_bytes, self._backups, pace, self._monotonic)
+        return LogFile(path, self._max_bytes, self._backups, tuple(paces), self._monotonic)
 
     def note(self, endpoint_id: str, worker_id: str, text: str, ts: float) -> None:
         """One line written into a worker's (or pod's) log by skiff itself."""

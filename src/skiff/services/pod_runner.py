@@ -361,6 +361,7 @@ class PodRunner:
             memory_bytes=memory,
             disk_gb=spec.containerDiskInGb or None,
             credentials=credentials,
+            user_id=pod.userId,
         )
 
     def environment(self, pod: Pod, gpus: list[Gpu]) -> dict[str, str]:

@@ -44,7 +44,7 @@ def image() -> str:
 async def provider(image: str) -> AsyncIterator[DockerPodProvider]:
     client = docker_client()
     provider = DockerPodProvider(
-        Exits(), logs=lambda _pod, _worker: Sink(), server=SERVER, client=client
+        Exits(), logs=lambda _pod, _worker, _user=None: Sink(), server=SERVER, client=client
     )
     yield provider
     await provider.close()

@@ -44,7 +44,7 @@ class Harness:
             self.exits.append((worker_id, code))
             self.exited.set()
 
-        def sink(_endpoint: str, worker: str) -> Sink:
+        def sink(_endpoint: str, worker: str, _user: str | None = None) -> Sink:
             return self.sinks.setdefault(worker, Sink())
 
         self.provider = DockerProvider(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skiff.domain.log_pace import LogPace
+from skiff.domain.log_pace import LogPace, PacesByUser
 
 KIB = 1024
 
@@ -51,3 +51,11 @@ def test_a_clock_that_steps_back_takes_nothing_away() -> None:
 def test_a_pace_needs_a_rate_and_a_burst(rate: float, burst: float) -> None:
     with pytest.raises(ValueError, match="rate and a burst"):
         LogPace.full(rate=rate, burst=burst, now=0.0)
+
+
+def test_a_user_has_one_pace_for_all_of_their_logs_and_another_user_another() -> None:
+    paces = PacesByUser(rate=100 * KIB, burst=100 * KIB)
+    first = paces.of("alice", 0.0)
+    assert paces.of("alice", 5.0) is first
+    first.spend(100 * KIB, 0.0)
+    assert paces.of("bob", 0.0).spend(100 * KIB, 0.0) == 0.0

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from skiff.domain.log_pace import PacesByUser
 from skiff.domain.logs import parse_time, rotated, stamp
 from skiff.services import log_reader
 from skiff.services.log_writer import LogFile
@@ -243,3 +244,24 @@ def test_an_unpaced_log_never_asks_to_wait(tmp_path: Path) -> None:
     sink = WorkerLogs(tmp_path).sink("ep1", "w1")
     assert sink.feed(b"y" * 10_000_000 + b"\n") == 0.0
     sink.close()
+
+
+def test_a_users_logs_share_one_pace_besides_their_own(tmp_path: Path) -> None:
+    now = [0.0]
+    logs = WorkerLogs(
+        tmp_path,
+        bytes_per_second=1000,
+        burst_bytes=1000,
+        user_paces=PacesByUser(rate=1000, burst=1500),
+        monotonic=lambda: now[0],
+    )
+    a = logs.sink("ep1", "a", "alice")
+    b = logs.sink("ep2", "b", "alice")
+    other = logs.sink("ep3", "c", "bob")
+    line = b"x" * 99 + b"\n"
+    assert a.feed(line * 10) == 0.0  # within its own burst and alice's
+    # Within b's own burst, past what alice has left: b waits for alice's pace.
+    assert b.feed(line * 10) == pytest.approx(0.5)
+    assert other.feed(line * 10) == 0.0  # bob's pace is his own
+    for sink in (a, b, other):
+        sink.close()
