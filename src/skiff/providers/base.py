@@ -150,8 +150,8 @@ class LogSinks(Protocol):
     """Opens the log of (endpoint id, worker id) for a worker about to start (a pod's: its id
     twice). ``user_id``: whose it is, so that all of a user's output on this server shares one
     pace (``SKIFF_LOG_USER_BYTES_PER_SECOND``); None where the provider cannot tell (a worker
-    found again on a Ray node, a container pod followed again after a restart), which keeps
-    only the log's own pace."""
+    found again on a Ray node, where only the administrator's run), which keeps only the log's
+    own pace. A container pod says whose it is in a label, read when it is followed again."""
 
     def __call__(self, endpoint_id: str, worker_id: str, user_id: str | None = None) -> LogSink: ...
 

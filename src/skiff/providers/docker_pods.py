@@ -69,6 +69,9 @@ POD_LABEL = "dev.skiff.pod-id"
 VERSION_LABEL = "dev.skiff.pod-version"
 #: The pod's ports (``8888/http,22/tcp``): an adopted container says which ports it publishes.
 PORTS_LABEL = "dev.skiff.pod-ports"
+#: Whose pod it is: a container followed again after a restart of the server shares its
+#: user's log pace (``LogSinks``) as at its start.
+USER_LABEL = "dev.skiff.pod-user"
 _DRAIN_SECONDS = 2.0
 
 
@@ -79,7 +82,14 @@ def pod_labels(launch: PodLaunch, server: str) -> dict[str, str]:
         VERSION_LABEL: str(launch.version),
         PORTS_LABEL: ",".join(launch.ports),
         SERVER_LABEL: server,
+        USER_LABEL: launch.user_id or "",
     }
+
+
+def _log_of(logs: LogSinks, pod_id: str, container: Any) -> LogSink:
+    """The log of a pod's container followed again (restarted, or found at the server's
+    start), with its user's pace as its label says."""
+    return logs(pod_id, pod_id, container.labels.get(USER_LABEL) or None)
 
 
 def pod_create_options(
@@ -280,7 +290,9 @@ class DockerPodProvider:
         restarted = PodInstance(
             pod_id, instance.version, port_mappings(container.attrs, declared_ports(container))
         )
-        self._follow(container, restarted, self._logs(pod_id, pod_id), since=int(time.time()))
+        self._follow(
+            container, restarted, _log_of(self._logs, pod_id, container), since=int(time.time())
+        )
         return restarted
 
     async def stop(self, pod_id: str, grace: float) -> None:
@@ -352,7 +364,9 @@ class DockerPodProvider:
                 pod_id, version, port_mappings(container.attrs, declared_ports(container))
             )
             # Its output from now on (what it wrote while no server ran is in Docker's log).
-            self._follow(container, instance, self._logs(pod_id, pod_id), since=int(time.time()))
+            self._follow(
+                container, instance, _log_of(self._logs, pod_id, container), since=int(time.time())
+            )
             adopted.append(instance)
         return adopted
 

@@ -15,6 +15,7 @@ from skiff.providers.docker_pods import (
     POD_LABEL,
     POD_MARKER,
     PORTS_LABEL,
+    USER_LABEL,
     VERSION_LABEL,
     pod_create_options,
     port_mappings,
@@ -44,11 +45,14 @@ def test_ports_are_published_on_host_ports_of_dockers_choosing() -> None:
     assert options["command"] == ["python", "serve.py"] and "entrypoint" not in options
 
 
-def test_the_labels_name_the_pod_its_version_ports_and_server() -> None:
+def test_the_labels_name_the_pod_its_version_ports_server_and_user() -> None:
     labels = pod_create_options(launch(), "server-1")["labels"]
     assert labels[POD_MARKER] == "1" and labels[POD_LABEL] == "p1"
     assert labels[VERSION_LABEL] == "3" and labels[PORTS_LABEL] == "8888/http,22/tcp"
     assert labels["dev.skiff.server"] == "server-1"
+    # Whose it is, for its log's pace when a restarted server follows it again.
+    assert labels[USER_LABEL] == ""
+    assert pod_create_options(launch(user_id="u1"), "s")["labels"][USER_LABEL] == "u1"
     # Not a worker's marker: the workers' leftover sweep never sees a pod.
     assert "dev.skiff.worker" not in labels
 
