@@ -217,16 +217,8 @@ class Services:
             storage=settings.rate_limit_storage,
         )
         peer_logs = PeerLogs(cluster)
-        pod_log_files = WorkerLogs(
-            settings.data_dir,
-            settings.log_max_bytes,
-            settings.log_backups,
-            folder="pod-logs",
-            bytes_per_second=settings.log_bytes_per_second,
-            burst_bytes=settings.log_burst_bytes,
-            # One pace per user across their workers' and their pods' logs.
-            user_paces=worker_logs.user_paces,
-        )
+        # Kept as the workers' are, one pace per user across both.
+        pod_log_files = worker_logs.beside("pod-logs")
 
         async def pod_exited(pod_id: str, code: int) -> None:
             await pod_runner.on_exit(pod_id, code)

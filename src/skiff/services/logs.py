@@ -76,6 +76,7 @@ class WorkerLogs:
         (``domain/log_pace.py``); 0: as fast as it comes. ``user_paces``: the pace each user's
         logs share, here and in any other ``WorkerLogs`` given the same (workers' and pods');
         None: none."""
+        self._data_dir = data_dir
         self._root = data_dir / folder
         self._max_bytes = max_bytes
         self._backups = backups
@@ -83,6 +84,20 @@ class WorkerLogs:
         self._burst_bytes = burst_bytes
         self.user_paces = user_paces
         self._monotonic = monotonic
+
+    def beside(self, folder: str) -> WorkerLogs:
+        """Logs kept as these are (caps, rotation, paces, each user's pace shared with these)
+        in another ``folder`` of the data directory: the pods' beside the workers'."""
+        return WorkerLogs(
+            self._data_dir,
+            self._max_bytes,
+            self._backups,
+            folder,
+            bytes_per_second=self._bytes_per_second,
+            burst_bytes=self._burst_bytes,
+            user_paces=self.user_paces,
+            monotonic=self._monotonic,
+        )
 
     def log_dir(self, endpoint_id: str) -> Path:
         return self._root / endpoint_id
