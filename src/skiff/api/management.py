@@ -113,18 +113,22 @@ def build(services: Services) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
-    app.include_router(registry_auths.router(services, current_user))
-    app.include_router(templates.router(services, current_user))
-    app.include_router(endpoints.router(services, current_user))
-    app.include_router(volumes.router(services, current_user))
-    app.include_router(webhooks.router(services, current_user))
-    app.include_router(pods.router(services, current_user))
-    app.include_router(billing.router(services, current_user))
-    app.include_router(models.router(services, current_user))
-    app.include_router(secrets.router(services, current_user))
-    app.include_router(user.router(services, current_user))
+    # One router module per resource; the API keys' answers depend on the key that calls.
+    for resource in (
+        registry_auths,
+        templates,
+        endpoints,
+        volumes,
+        webhooks,
+        pods,
+        billing,
+        models,
+        secrets,
+        user,
+        worker_logs,
+    ):
+        app.include_router(resource.router(services, current_user))
     app.include_router(api_keys.router(services, current_caller))
-    app.include_router(worker_logs.router(services, current_user))
     for route in app.routes:  # the interactive documentation is for anyone, as /openapi.json
         if isinstance(route, APIRoute) and route.path.startswith("/docs"):
             needs(DOCUMENTATION)(route.endpoint)
