@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import logging
+import os
 import re
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -311,25 +314,12 @@ def ensure_network(client: Any) -> str:
     keep tenants apart.
 
     Two servers (or two tests) making it at the same moment can both succeed: before API 1.44
-    the daemon's duplicate check is best effort, and names need not be unique. Every server then
-    uses the first of them by id, and removes the others (``_tenant_network``)."""
+    the daemon's duplicate check is best effort, and names need not be unique. On one host the
+    look and the make are one step under a file lock, so only one is made; servers on other
+    hosts sharing a daemon use the first by id, and remove the others (``_tenant_network``)."""
     try:
-        network = _tenant_network(client)
-        if network is None:
-            try:
-                client.networks.create(
-                    NETWORK,
-                    driver="bridge",
-                    options=NETWORK_OPTIONS,
-                    labels={MARKER: "1"},
-                    check_duplicate=True,
-                )
-            except APIError as exc:
-                if exc.status_code != 409:
-                    raise
-            network = _tenant_network(client)
-            if network is None:
-                raise WorkerStartError(f"the network {NETWORK} was made and is gone")
+        with _host_lock("skiff-tenant-network.lock"):
+            network = _make_network_once(client)
         options = (network.attrs or {}).get("Options") or {}
     except DockerException as exc:
         raise WorkerStartError(f"the network {NETWORK} could not be made: {_explain(exc)}") from exc
@@ -340,6 +330,39 @@ def ensure_network(client: Any) -> str:
                 f"{value}): remove it (docker network rm {NETWORK}) and skiff makes it anew"
             )
     return str(network.id)
+
+
+@contextlib.contextmanager
+def _host_lock(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process of this host (a file in its temporary
+    directory), held for a brief step; released with the file's descriptor, even on a crash."""
+    # Read-only: the file may be another user's, and a lock needs no write access.
+    fd = os.open(Path(tempfile.gettempdir()) / name, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _make_network_once(client: Any) -> Any:
+    network = _tenant_network(client)
+    if network is None:
+        try:
+            client.networks.create(
+                NETWORK,
+                driver="bridge",
+                options=NETWORK_OPTIONS,
+                labels={MARKER: "1"},
+                check_duplicate=True,
+            )
+        except APIError as exc:
+            if exc.status_code != 409:
+                raise
+        network = _tenant_network(client)
+        if network is None:
+            raise WorkerStartError(f"the network {NETWORK} was made and is gone")
+    return network
 
 
 def _tenant_network(client: Any) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -307,5 +308,23 @@ def test_tenant_networks_made_twice_at_once_leave_one_that_every_server_uses(
         assert docker_provider.ensure_network(client) == used
     finally:
         for network in made:
+            with contextlib.suppress(docker.errors.NotFound):
+                network.remove()
+
+
+def test_servers_on_one_host_making_the_tenant_network_at_once_make_it_once(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look and the make are one step under a host-wide lock: a start that finds two
+    networks of one name fails ("ambiguous") until one of them is removed."""
+    name = f"skiff-tenants-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr(docker_provider, "NETWORK", name)
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            used = set(pool.map(lambda _: docker_provider.ensure_network(client), range(4)))
+        made = [n.id for n in client.networks.list(names=[name]) if n.name == name]
+        assert made == list(used), (made, used)
+    finally:
+        for network in client.networks.list(names=[name]):
             with contextlib.suppress(docker.errors.NotFound):
                 network.remove()
