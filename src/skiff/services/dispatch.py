@@ -103,7 +103,7 @@ class Dispatch:
         jobs = await self._take(
             endpoint, worker_id, limit, wait, still_connected, jobs_in_progress, line_up
         )
-        self.result_holds.take_answered(worker_id, len(jobs))
+        self.result_holds.take_answered(worker_id, limit, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 

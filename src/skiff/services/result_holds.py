@@ -109,11 +109,18 @@ class ResultHolds:
             state.polls.remove(asked)
             self._drop_if_unused(worker_id, state)
 
-    def take_answered(self, worker_id: str, delivered: int) -> None:
-        """A take of this worker was answered: arm the release (jobs were given) and watch for
-        its next take."""
+    def take_answered(self, worker_id: str, asked: int, delivered: int) -> None:
+        """A take of this worker that asked for ``asked`` jobs was answered: arm the release
+        (jobs were given) and watch for its next take.
+
+        A worker with room is armed by any take that brought it jobs, answers held or not:
+        until its next take arrives it may not have queued them yet, and a job-done answered
+        in that moment would end its last running task first, leaving the SDK's loop asleep
+        on its tick when the jobs reach its queue (a job's time at the worker was 100 ms)."""
         state = self._workers.get(worker_id)
-        if state is None or state.held == 0:
+        if state is None and delivered > 0 and asked >= _MIN_ROOM and self.enabled:
+            state = self._workers[worker_id] = _Worker()
+        elif state is None or (state.held == 0 and (delivered == 0 or asked < _MIN_ROOM)):
             return
         if delivered > 0:
             state.armed = True
@@ -125,12 +132,12 @@ class ResultHolds:
 
     async def hold(self, worker_id: str) -> None:
         """Return when this worker's job-done may be answered: at once unless it is polling
-        here with room to spare, else once its next job has reached it (or a rule above
-        releases it)."""
+        here with room to spare or was just handed jobs (armed), else once its next job has
+        reached it (or a rule above releases it)."""
         if not self.enabled:
             return
         state = self._workers.get(worker_id)
-        if state is None or not any(asked >= _MIN_ROOM for asked in state.polls):
+        if state is None or not (state.armed or any(asked >= _MIN_ROOM for asked in state.polls)):
             return
         waiters = state.release
         if waiters is None:

@@ -46,7 +46,7 @@ async def test_the_next_take_after_a_job_was_handed_over_releases_the_answer() -
     holds = ResultHolds(LONG)
     with holds.polling("w1", 3):
         task = await held_answer(holds)
-    holds.take_answered("w1", delivered=1)
+    holds.take_answered("w1", 3, delivered=1)
     await settle()
     assert not task.done(), "released before the worker showed it queued the job"
     holds.take_arrived("w1")
@@ -58,12 +58,12 @@ async def test_a_take_answered_with_nothing_keeps_the_answer_held_for_the_next_j
     holds = ResultHolds(LONG, watch=5.0)
     with holds.polling("w1", 3):
         task = await held_answer(holds)
-    holds.take_answered("w1", delivered=0)
+    holds.take_answered("w1", 3, delivered=0)
     holds.take_arrived("w1")  # the worker polls again at once, as the SDK does after a 204
     with holds.polling("w1", 3):
         await settle()
         assert not task.done()
-    holds.take_answered("w1", delivered=2)
+    holds.take_answered("w1", 3, delivered=2)
     holds.take_arrived("w1")
     await asyncio.wait_for(task, 1)
 
@@ -73,7 +73,7 @@ async def test_a_worker_that_does_not_poll_again_soon_is_released_by_the_watch()
     holds = ResultHolds(LONG, watch=0.01)
     with holds.polling("w1", 2):
         task = await held_answer(holds)
-    holds.take_answered("w1", delivered=0)
+    holds.take_answered("w1", 3, delivered=0)
     await asyncio.wait_for(task, 1)
 
 
@@ -148,3 +148,35 @@ async def test_a_held_answer_whose_request_is_cancelled_no_longer_counts_and_oth
     holds.release("w1")
     await asyncio.wait_for(stays, 1)
     assert holds.held("w1") == 0 and holds.tracked == 0
+
+
+async def test_an_answer_between_a_take_with_jobs_and_the_next_take_waits_for_that_take() -> None:
+    # The worker was handed jobs and has not polled again: it may not have queued them yet, and
+    # answering now would end its last task first, so its loop would sleep on the SDK's tick.
+    holds = ResultHolds(LONG)
+    with holds.polling("w1", 3):
+        pass
+    holds.take_answered("w1", 3, delivered=1)
+    task = await held_answer(holds)
+    assert not task.done()
+    holds.take_arrived("w1")
+    await asyncio.wait_for(task, 1)
+    # The next take has come: a later answer waits only while that take polls.
+    await asyncio.wait_for(holds.hold("w1"), 1)
+
+
+async def test_an_answer_after_a_take_with_jobs_is_released_by_the_watch_without_a_next_take() -> (
+    None
+):
+    holds = ResultHolds(LONG, watch=0.01)
+    holds.take_answered("w1", 3, delivered=2)
+    task = await held_answer(holds)
+    await asyncio.wait_for(task, 1)
+    assert holds.tracked == 0
+
+
+async def test_a_take_with_jobs_for_a_worker_with_room_for_one_holds_nothing_back() -> None:
+    holds = ResultHolds(LONG)
+    holds.take_answered("w1", 1, delivered=1)
+    await asyncio.wait_for(holds.hold("w1"), 1)
+    assert holds.tracked == 0
