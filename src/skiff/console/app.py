@@ -75,44 +75,35 @@ def _error_handlers(
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return console.redirect(request, f"/?next={quote(target, safe='')}")
 
+    async def error_page(request: Request, status: int, title: str, message: str) -> Response:
+        visitor = await console.visitor(request)
+        return console.page(request, "error.html", visitor, status, title=title, message=message)
+
+    async def told(request: Request, status: int, title: str, message: str) -> Response:
+        """A refusal in the caller's terms: its words as JSON to a script, else a page."""
+        if wants_json(request):
+            return json_answer({"error": message}, status)
+        return await error_page(request, status, title, message)
+
     async def csrf_rejected(request: Request, _exc: Exception) -> Response:
         message = "This form is out of date (or came from another site). Reload and try again."
-        if wants_json(request):
-            return json_answer({"error": message}, 403)
-        visitor = await console.visitor(request)
-        return console.page(request, "error.html", visitor, 403, title="Refused", message=message)
+        return await told(request, 403, "Refused", message)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         message = exc.message if isinstance(exc, NotFound) else "There is no such page."
-        if wants_json(request):
-            return json_answer({"error": message}, 404)
-        visitor = await console.visitor(request)
-        return console.page(request, "error.html", visitor, 404, title="Not found", message=message)
+        return await told(request, 404, "Not found", message)
 
     async def refused(request: Request, exc: Exception) -> Response:
         """A service's refusal the page could not foresee (a job no longer retryable, a
         template still in use): said on a page of its own, with the way back."""
         assert isinstance(exc, Conflict | Invalid)
-        if wants_json(request):
-            return json_answer({"error": exc.message}, exc.status_code)
-        visitor = await console.visitor(request)
-        return console.page(
-            request,
-            "error.html",
-            visitor,
-            exc.status_code,
-            title="Not possible",
-            message=exc.message,
-        )
+        return await told(request, exc.status_code, "Not possible", exc.message)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
             return await not_found(request, exc)
-        visitor = await console.visitor(request)
-        return console.page(
-            request, "error.html", visitor, exc.status_code, title="Error", message=exc.detail
-        )
+        return await error_page(request, exc.status_code, "Error", exc.detail)
 
     return {
         SignInNeeded: sign_in_needed,
