@@ -42,6 +42,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,6 +85,8 @@ HOST_GATEWAY = "host.docker.internal"
 #: Docker's default bridge every container reaches every other.
 NETWORK = "skiff-tenants"
 NETWORK_OPTIONS = {"com.docker.network.bridge.enable_icc": "false"}
+#: How long a start waits for another process of this host to make the tenant network.
+_HOST_LOCK_WAIT_SECONDS = 30.0
 #: Hosts that mean "this machine" to the server but the container itself inside it.
 _LOOPBACK = {"127.0.0.1", "localhost", "0.0.0.0", "::1", "::", ""}
 _DRAIN_SECONDS = 2.0
@@ -318,8 +321,12 @@ def ensure_network(client: Any) -> str:
     look and the make are one step under a file lock, so only one is made; servers on other
     hosts sharing a daemon use the first by id, and remove the others (``_tenant_network``)."""
     try:
-        with _host_lock("skiff-tenant-network.lock"):
-            network = _make_network_once(client)
+        network = _tenant_network(client)
+        if network is None:
+            # Only the make is locked: a start that finds the network takes no lock, and a
+            # slow daemon holds up no start that needs none.
+            with _host_lock("skiff-tenant-network.lock"):
+                network = _make_network_once(client)
         options = (network.attrs or {}).get("Options") or {}
     except DockerException as exc:
         raise WorkerStartError(f"the network {NETWORK} could not be made: {_explain(exc)}") from exc
@@ -335,14 +342,43 @@ def ensure_network(client: Any) -> str:
 @contextlib.contextmanager
 def _host_lock(name: str) -> Iterator[None]:
     """An exclusive lock shared by every process of this host (a file in its temporary
-    directory), held for a brief step; released with the file's descriptor, even on a crash."""
-    # Read-only: the file may be another user's, and a lock needs no write access.
-    fd = os.open(Path(tempfile.gettempdir()) / name, os.O_RDONLY | os.O_CREAT, 0o644)
+    directory), held for a brief step; released with the file's descriptor, even on a crash.
+    Best effort: where the file cannot be opened (another user's, under protected_regular) or
+    the lock is not had within ``_HOST_LOCK_WAIT_SECONDS`` (a hung daemon behind its holder),
+    the step goes on without it, as servers on different hosts always do."""
+    path = Path(tempfile.gettempdir()) / name
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = _open_lock_file(path)
+    except OSError as exc:
+        log.warning("going on without the host lock %s: %s", path, exc)
+        yield
+        return
+    try:
+        deadline = time.monotonic() + _HOST_LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    log.warning("going on without the host lock %s: still held", path)
+                    break
+                time.sleep(0.05)
         yield
     finally:
         os.close(fd)
+
+
+def _open_lock_file(path: Path) -> int:
+    # Read-only, and made only where missing: the file may be another user's (a lock needs no
+    # write access, and O_CREAT on another's file in a sticky directory can be refused).
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o644)  # readable by other users' servers whatever the umask
+        return fd
 
 
 def _make_network_once(client: Any) -> Any:

@@ -328,3 +328,22 @@ def test_servers_on_one_host_making_the_tenant_network_at_once_make_it_once(
         for network in client.networks.list(names=[name]):
             with contextlib.suppress(docker.errors.NotFound):
                 network.remove()
+
+
+def test_the_host_lock_goes_on_without_a_lock_file_it_cannot_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's file, refused under protected_regular: the make is not refused with it."""
+    monkeypatch.setattr(docker_provider.tempfile, "gettempdir", lambda: str(tmp_path / "gone"))
+    with docker_provider._host_lock("x.lock"):
+        pass
+
+
+def test_the_host_lock_is_given_up_after_its_wait_rather_than_held_up_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(docker_provider.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(docker_provider, "_HOST_LOCK_WAIT_SECONDS", 0.1)
+    with docker_provider._host_lock("x.lock"), docker_provider._host_lock("x.lock"):
+        pass
+    assert (tmp_path / "x.lock").stat().st_mode & 0o777 == 0o644
