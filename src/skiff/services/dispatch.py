@@ -100,9 +100,16 @@ class Dispatch:
         up behind the first (services/lineup.py)."""
         self.result_holds.take_arrived(worker_id)
         line_up = may_line_up and limit == 1 and jobs_in_progress is False
-        jobs = await self._take(
-            endpoint, worker_id, limit, wait, still_connected, jobs_in_progress, line_up
-        )
+        try:
+            jobs = await self._take(
+                endpoint, worker_id, limit, wait, still_connected, jobs_in_progress, line_up
+            )
+        except BaseException:
+            # Its arrival stopped the watch on the worker's held answers: a take that ends
+            # without an answer (the worker gone, the request cancelled) restarts it, or they
+            # would wait out max_hold.
+            self.result_holds.take_answered(worker_id, limit, 0)
+            raise
         self.result_holds.take_answered(worker_id, limit, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs

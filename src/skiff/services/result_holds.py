@@ -117,8 +117,10 @@ class ResultHolds:
         until its next take arrives it may not have queued them yet, and a job-done answered
         in that moment would end its last running task first, leaving the SDK's loop asleep
         on its tick when the jobs reach its queue (a job's time at the worker was 100 ms)."""
+        if not self.enabled:
+            return
         state = self._workers.get(worker_id)
-        if state is None and delivered > 0 and asked >= _MIN_ROOM and self.enabled:
+        if state is None and delivered > 0 and asked >= _MIN_ROOM:
             state = self._workers[worker_id] = _Worker()
         elif state is None or (state.held == 0 and (delivered == 0 or asked < _MIN_ROOM)):
             return

@@ -180,3 +180,20 @@ async def test_a_take_with_jobs_for_a_worker_with_room_for_one_holds_nothing_bac
     holds.take_answered("w1", 1, delivered=1)
     await asyncio.wait_for(holds.hold("w1"), 1)
     assert holds.tracked == 0
+
+
+async def test_a_take_that_ends_without_an_answer_restarts_the_watch_on_held_answers() -> None:
+    # dispatch.take calls take_answered(..., 0) when its take fails or is cancelled.
+    holds = ResultHolds(LONG, watch=0.01)
+    with holds.polling("w1", 3):
+        task = await held_answer(holds)
+    holds.take_answered("w1", 3, delivered=0)
+    holds.take_arrived("w1")  # the next take stops the watch ...
+    holds.take_answered("w1", 3, delivered=0)  # ... and, failing, starts it again
+    await asyncio.wait_for(task, 1)
+
+
+async def test_nothing_is_armed_once_holding_is_off() -> None:
+    holds = ResultHolds(0)
+    holds.take_answered("w1", 3, delivered=2)
+    assert holds.tracked == 0
