@@ -317,9 +317,10 @@ def ensure_network(client: Any) -> str:
     keep tenants apart.
 
     Two servers (or two tests) making it at the same moment can both succeed: before API 1.44
-    the daemon's duplicate check is best effort, and names need not be unique. On one host the
-    look and the make are one step under a file lock, so only one is made; servers on other
-    hosts sharing a daemon use the first by id, and remove the others (``_tenant_network``)."""
+    the daemon's duplicate check is best effort, and names need not be unique. On one host a
+    start that does not find it looks again and makes it under a file lock, so only one is
+    made; servers on other hosts sharing a daemon use the first by id, and remove the others
+    (``_tenant_network``)."""
     try:
         network = _tenant_network(client)
         if network is None:

@@ -119,10 +119,13 @@ class ResultHolds:
         on its tick when the jobs reach its queue (a job's time at the worker was 100 ms)."""
         if not self.enabled:
             return
+        arms = delivered > 0 and asked >= _MIN_ROOM
         state = self._workers.get(worker_id)
-        if state is None and delivered > 0 and asked >= _MIN_ROOM:
+        if state is None:
+            if not arms:
+                return
             state = self._workers[worker_id] = _Worker()
-        elif state is None or (state.held == 0 and (delivered == 0 or asked < _MIN_ROOM)):
+        elif state.held == 0 and not arms:
             return
         if delivered > 0:
             state.armed = True
