@@ -14,10 +14,12 @@ Keeping an answer back has costs the rules below keep small:
 
 - The held job still counts against the worker's concurrency (the SDK removes it from its
   ``JobsProgress`` only when the task ends). An answer is therefore held only while the worker
-  has a take waiting here that asked for at least two jobs (``batch_size >= 2``): a worker with
-  room for one job or fewer is never held back, so a ``concurrency_modifier`` of 1 (the SDK's
-  default) sees no difference. While it holds results, a take is given at most ``room - 1``
-  jobs, so the worker still has room after queueing them and polls again at once.
+  has a take waiting here that asked for at least two jobs (``batch_size >= 2``), or after a
+  take brought it jobs and left it room, so that it polls again at once: a worker with room
+  for one job or fewer, or one a take just filled, is never held back, so a
+  ``concurrency_modifier`` of 1 (the SDK's default) sees no difference. While it holds
+  results, a take is given at most ``room - 1`` jobs, so the worker still has room after
+  queueing them and polls again at once.
 - Release happens when the proof arrives that the worker queued what it was given: its next
   take. If that take does not come within ``watch`` seconds (the worker is full and sleeping,
   its ``concurrency_modifier`` changed and it waits for its jobs to drain, it is shutting down,
@@ -116,10 +118,13 @@ class ResultHolds:
         A worker with room is armed by any take that brought it jobs, answers held or not:
         until its next take arrives it may not have queued them yet, and a job-done answered
         in that moment would end its last running task first, leaving the SDK's loop asleep
-        on its tick when the jobs reach its queue (a job's time at the worker was 100 ms)."""
+        on its tick when the jobs reach its queue (a job's time at the worker was 100 ms).
+        A take that got all it asked for arms nothing: the worker is full, and the SDK sleeps
+        a second before it asks again, so a held answer would wait out the whole watch while
+        the jobs just handed over wait for a running task to end."""
         if not self.enabled:
             return
-        arms = delivered > 0 and asked >= _MIN_ROOM
+        arms = 0 < delivered < asked
         state = self._workers.get(worker_id)
         if state is None:
             if not arms:

@@ -193,3 +193,22 @@ async def test_a_progress_update_is_answered_at_once(rig: Rig) -> None:
         rig.dispatch.done(rig.endpoint, "w1", first, parse_worker_result(update)), 2
     )
     polling.cancel()
+
+
+async def test_a_take_cancelled_while_an_answer_is_held_lets_the_watch_release_it(
+    rig: Rig,
+) -> None:
+    # The take's arrival stopped the watch; ending without an answer must start it again, or
+    # the answer would wait out HOLD.
+    held = await answer_held(rig)
+    rig.dispatch.result_holds.watch = 0.05
+    held.polling.cancel()
+    await asyncio.wait_for(held.answer, 2)
+
+
+async def test_a_take_that_fills_the_worker_leaves_its_next_answer_unheld(rig: Rig) -> None:
+    # Full, the SDK sleeps before its next take: nothing would come to release a held answer
+    # before the watch, and its queued jobs would wait for that answer.
+    queued = [await rig.submit() for _ in range(2)]
+    assert sorted(await asyncio.wait_for(rig.poll(room=2), 2)) == sorted(queued)
+    await asyncio.wait_for(rig.report(queued[0]), 1)

@@ -197,3 +197,12 @@ async def test_nothing_is_armed_once_holding_is_off() -> None:
     holds = ResultHolds(0)
     holds.take_answered("w1", 3, delivered=2)
     assert holds.tracked == 0
+
+
+async def test_a_take_that_fills_the_worker_holds_nothing_back() -> None:
+    # Full, the SDK sleeps a second before its next take: holding would only make the jobs just
+    # handed over wait the whole watch for a running task to end.
+    holds = ResultHolds(LONG, watch=LONG)
+    holds.take_answered("w1", 3, delivered=3)
+    await asyncio.wait_for(holds.hold("w1"), 1)
+    assert holds.tracked == 0
