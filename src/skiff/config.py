@@ -165,7 +165,8 @@ class Settings(BaseSettings):
     #: kept); older ones are removed.
     log_ended_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     #: How often this replica measures the homes of its process workers against their
-    #: template's ``containerDiskInGb`` (services/disk_watch.py); 0 turns the check off.
+    #: template's ``containerDiskInGb``, and the volumes its workers and pods mount (processes
+    #: or containers) against their size (services/disk_watch.py); 0 turns the check off.
     disk_check_seconds: float = Field(default=30.0, ge=0, le=86400)
     #: With the embedded SQLite store: MiB kept free on the database's disk for the work already
     #: accepted; below it new jobs are refused with 507 (services/disk_reserve.py). 0: none kept.

@@ -202,3 +202,23 @@ def test_a_pod_on_the_default_relative_data_dir_runs_with_its_volume(
         assert (volume / "starts").read_text() == "1"
         (container,) = pod_containers(pod["id"])
         assert container.attrs["Mounts"][0]["Source"] == str(volume)
+
+
+def test_a_pod_container_whose_volume_holds_more_than_its_size_is_ended_and_its_files_kept(
+    tmp_path: Path, image: str
+) -> None:
+    with serving(tmp_path, tmp_path / "data", {"SKIFF_DISK_CHECK_SECONDS": "1"}) as server:
+        pod = make_pod(server, image)
+        volume = server.data_dir / "volumes" / "pods" / pod["id"]
+        # Real blocks, as the container's write would take them, in no time.
+        with open(volume / "over.bin", "wb") as over:
+            os.posix_fallocate(over.fileno(), 0, 1024**3 + 1024**3 // 8)
+
+        def problem() -> str | None:
+            said = server.http.get(f"/v1/pods/{pod['id']}").json()["problem"]
+            return said if said and "volume" in said else None
+
+        said = server.wait_for(problem, timeout=60, what="the pod's eviction")
+        assert "its volume held 1.13 GB, over volumeInGb (1 GB)" in said
+        assert (volume / "over.bin").exists()
+        assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204

@@ -6,6 +6,7 @@ from with the right password, a wrong one, and for an image it does not have."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -23,13 +24,14 @@ from docker_image import CONTAINER_SERVER_ENV, containers_of, docker_client
 from eventually import eventually
 
 USER, PASSWORD = "skiff", "registry-pw-0123"
+GIB = 1024**3
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Server]:
-    with running(
-        tmp_path_factory.mktemp("containers") / "data", env=CONTAINER_SERVER_ENV
-    ) as server:
+    # A disk check every second: what a container wrote past its volume's size is seen soon.
+    env = {**CONTAINER_SERVER_ENV, "SKIFF_DISK_CHECK_SECONDS": "1"}
+    with running(tmp_path_factory.mktemp("containers") / "data", env=env) as server:
         yield server
 
 
@@ -219,6 +221,29 @@ def test_two_container_endpoints_share_a_network_volume(server: Server, image: s
     # A bind mount of the volume's directory on the server: the file is there too.
     assert (server.data_dir / "volumes" / volume / "note.txt").read_text() == "from a container"
     for eid in (writer, reader):
+        server.http.delete(f"/v1/endpoints/{eid}")
+
+
+def test_a_worker_container_whose_network_volume_holds_more_than_its_size_is_ended(
+    server: Server, image: str
+) -> None:
+    made = server.http.post("/v1/networkvolumes", json={"name": "filled", "size": 1})
+    assert made.status_code == 200, made.text
+    volume = made.json()["id"]
+    eid = endpoint(server, image, workersMin=1, workersMax=1, networkVolumeId=volume)
+    try:
+        server.wait_for(
+            lambda: next((c for c in containers_of(eid) if c.status == "running"), None),
+            what="a running worker container",
+        )
+        # Real blocks, as a container's write would take them, in no time.
+        with open(server.data_dir / "volumes" / volume / "over.bin", "wb") as over:
+            os.posix_fallocate(over.fileno(), 0, GIB + GIB // 8)
+        failure = server.wait_for(lambda: failure_of(server, eid), what="the worker's eviction")
+        assert f"network volume {volume} held 1.13 GB, over its size (1 GB)" in failure["error"]
+        # A volume keeps its files: its user grows it or removes some.
+        assert (server.data_dir / "volumes" / volume / "over.bin").exists()
+    finally:
         server.http.delete(f"/v1/endpoints/{eid}")
 
 

@@ -1,5 +1,5 @@
-"""What this replica's process workers write to its disk, held to their template's
-``containerDiskInGb``.
+"""What this replica's workers and pods write to its disk, held to their template's
+``containerDiskInGb`` and to the size of the volumes they mount.
 
 A container's writable layer is bounded by its storage driver where the driver can; a process
 worker's container disk is its home under the data directory, the disk the database is on,
@@ -23,7 +23,9 @@ wiped at once, and it starts again after the back-off.
 Volumes are disks of a size too, and a directory has no quota: a pod's own volume is held to
 its ``volumeInGb``, and a network volume mounted here to its ``size``. Over it, what mounts it
 on this replica is ended (the endpoint's workers as one failed start, each pod as one that
-exited), and its files are kept: its user grows it or removes some.
+exited), and its files are kept: its user grows it or removes some. Containers mount the same
+directories (``SKIFF_PROVIDER=docker``), so their volumes are held the same way; their
+container disks are their storage driver's.
 """
 
 from __future__ import annotations
@@ -114,7 +116,9 @@ class DiskWatch:
         # Each check reports the network volume its endpoint or pod mounts here, so that the
         # volumes are measured after, each once, without reading the records again.
         holders: dict[tuple[str, str], _Holders] = {}
-        for endpoint_id in await asyncio.to_thread(_names_in, self._fleet.homes_root()):
+        # Process workers leave homes here; containers none, but they mount volumes too.
+        homes = await asyncio.to_thread(_names_in, self._fleet.homes_root())
+        for endpoint_id in sorted(set(homes) | self._fleet.endpoints_held()):
             try:
                 await self._check(endpoint_id, holders)
             except Exception:

@@ -185,6 +185,11 @@ class Fleet:
         process runs, or is being started (its home may be made at any moment)."""
         return [wid for wid, own in self._own.items() if own.endpoint_id == endpoint_id]
 
+    def endpoints_held(self) -> set[str]:
+        """The endpoints of which this replica runs or starts workers, processes or
+        containers: what mounts an endpoint's network volume here."""
+        return {own.endpoint_id for own in self._own.values() if own.endpoint_id is not None}
+
     def homes_root(self) -> Path:
         """Where every endpoint's ``homes`` are on this host."""
         return self._settings.data_dir / "workers"

@@ -312,6 +312,7 @@ class Services:
             disk_watch=DiskWatch(
                 store, workers, fleet, pod_runner, volumes, wakeups, settings.disk_check_seconds
             )
-            if settings.provider == "local" and settings.disk_check_seconds
+            # Ray nodes mount no volume and keep no home here: nothing of theirs to measure.
+            if settings.provider in ("local", "docker") and settings.disk_check_seconds
             else None,
         )
