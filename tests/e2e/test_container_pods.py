@@ -222,3 +222,34 @@ def test_a_pod_container_whose_volume_holds_more_than_its_size_is_ended_and_its_
         assert "its volume held 1.13 GB, over volumeInGb (1 GB)" in said
         assert (volume / "over.bin").exists()
         assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204
+
+
+def test_a_pod_container_that_writes_past_its_container_disk_starts_again_on_a_fresh_one(
+    tmp_path: Path, image: str
+) -> None:
+    with serving(tmp_path, tmp_path / "data", {"SKIFF_DISK_CHECK_SECONDS": "1"}) as server:
+        pod = make_pod(server, image, containerDiskInGb=1)
+        (container,) = pod_containers(pod["id"])
+        # 1.2 GB of real blocks on the container's own disk, in no time.
+        fill = (
+            "import os; f = os.open('/filler', os.O_CREAT | os.O_WRONLY); "
+            f"os.posix_fallocate(f, 0, {1024**3 * 6 // 5})"
+        )
+        code, said = container.exec_run([PYTHON_IN_IMAGE, "-c", fill])
+        assert code == 0, said
+
+        def problem() -> str | None:
+            said = server.http.get(f"/v1/pods/{pod['id']}").json()["problem"]
+            return said if said and "container disk" in said else None
+
+        said = server.wait_for(problem, timeout=60, what="the pod's eviction")
+        assert "its container disk held 1.20 GB, over containerDiskInGb (1 GB)" in said
+        # Started again after the back-off, on a fresh container: nothing of the filler left.
+        fresh = server.wait_for(
+            lambda: next((c for c in pod_containers(pod["id"]) if c.id != container.id), None),
+            timeout=60,
+            what="a fresh container",
+        )
+        assert running_pod(server, pod["id"])["status"] == "running"
+        assert fresh.exec_run(["test", "-e", "/filler"])[0] != 0
+        assert server.http.delete(f"/v1/pods/{pod['id']}").status_code == 204

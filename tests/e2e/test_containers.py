@@ -20,7 +20,7 @@ import httpx
 import pytest
 from harness import Server, free_port, running
 
-from docker_image import CONTAINER_SERVER_ENV, containers_of, docker_client
+from docker_image import CONTAINER_SERVER_ENV, PYTHON_IN_IMAGE, containers_of, docker_client
 from eventually import eventually
 
 USER, PASSWORD = "skiff", "registry-pw-0123"
@@ -243,6 +243,53 @@ def test_a_worker_container_whose_network_volume_holds_more_than_its_size_is_end
         assert f"network volume {volume} held 1.13 GB, over its size (1 GB)" in failure["error"]
         # A volume keeps its files: its user grows it or removes some.
         assert (server.data_dir / "volumes" / volume / "over.bin").exists()
+    finally:
+        server.http.delete(f"/v1/endpoints/{eid}")
+
+
+#: Takes 1.2 GB of real blocks on the container's own disk, in no time.
+FILL_LAYER = (
+    "import os; f = os.open('/filler', os.O_CREAT | os.O_WRONLY); "
+    f"os.posix_fallocate(f, 0, {GIB * 6 // 5})"
+)
+
+
+def test_a_worker_container_that_writes_past_its_container_disk_is_ended(
+    server: Server, image: str
+) -> None:
+    # overlay2 on ext4 (this machine's Docker) cannot bound a layer: the disk check does.
+    template = server.http.post(
+        "/v1/templates",
+        json={"name": f"tpl-{time.monotonic_ns()}", "imageName": image, "containerDiskInGb": 1},
+    )
+    assert template.status_code == 200, template.text
+    created = server.http.post(
+        "/v1/endpoints",
+        json={
+            "templateId": template.json()["id"],
+            "computeType": "CPU",
+            "workersMin": 1,
+            "workersMax": 1,
+        },
+    )
+    assert created.status_code == 200, created.text
+    eid = created.json()["id"]
+    try:
+        container = server.wait_for(
+            lambda: next((c for c in containers_of(eid) if c.status == "running"), None),
+            what="a running worker container",
+        )
+        code, said = container.exec_run([PYTHON_IN_IMAGE, "-c", FILL_LAYER])
+        assert code == 0, said
+        failure = server.wait_for(lambda: failure_of(server, eid), what="the worker's eviction")
+        assert (
+            f"worker {container.labels['dev.skiff.worker-id']}: its container disk held 1.20 GB,"
+            " over containerDiskInGb (1 GB)" in failure["error"]
+        ), failure
+        server.wait_for(
+            lambda: all(c.id != container.id for c in containers_of(eid)),
+            what="the container to go",
+        )
     finally:
         server.http.delete(f"/v1/endpoints/{eid}")
 

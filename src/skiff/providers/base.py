@@ -255,6 +255,18 @@ class SpansMachines(Protocol):
         ...
 
 
+@runtime_checkable
+class WritesLayers(Protocol):
+    """A provider whose workers or pods are containers, each writing to a layer of its own
+    that its storage driver may not bound (``containerDiskInGb`` applied only where it can):
+    the disk watch measures those layers as it measures a process's home."""
+
+    async def layer_bytes(self) -> dict[str, int]:
+        """What each running container of this replica has written to its own layer, in bytes,
+        by worker id (a pod provider's: by pod id); none when the daemon cannot say."""
+        ...
+
+
 # -- pods -----------------------------------------------------------------------------------
 
 

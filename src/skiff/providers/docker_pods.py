@@ -346,6 +346,10 @@ class DockerPodProvider:
     def running(self) -> list[PodInstance]:
         return [instance for _, instance in self._running.values()]
 
+    async def layer_bytes(self) -> dict[str, int]:
+        by_container = {container.id: pod_id for pod_id, (container, _) in self._running.items()}
+        return await asyncio.to_thread(self._daemon.layer_bytes, by_container)
+
     async def adopt(self) -> list[PodInstance]:
         found = await asyncio.to_thread(self._ours, f"{SERVER_LABEL}={self._server}")
         adopted = []

@@ -1,14 +1,18 @@
 """What this replica's workers and pods write to its disk, held to their template's
 ``containerDiskInGb`` and to the size of the volumes they mount.
 
-A container's writable layer is bounded by its storage driver where the driver can; a process
-worker's container disk is its home under the data directory, the disk the database is on,
-which nothing bounds while the worker runs. So, as the kubelet does for a pod's ephemeral
-storage, this replica measures it every ``SKIFF_DISK_CHECK_SECONDS`` and evicts what is over:
-what it holds, and how many files. A disk has so many inodes, which a tenant's empty files
-could take all of, so each GB of the budget holds ``FILES_PER_GB`` files, as ext4 makes them.
+A process worker's container disk is its home under the data directory, the disk the database
+is on, which nothing bounds while the worker runs; a container's is its writable layer, which
+its storage driver bounds only where it can (not overlay2 on ext4, the usual case). So, as the
+kubelet does for a pod's ephemeral storage, this replica measures both every
+``SKIFF_DISK_CHECK_SECONDS`` and evicts what is over: what a home holds and how many files, what
+a layer holds (its daemon's ``SizeRw``; a layer that its driver bounds never gets over). A
+disk has so many inodes, which a tenant's empty files could take all of, so each GB of a home's
+budget holds ``FILES_PER_GB`` files, as ext4 makes them (a daemon does not count a layer's).
 
-The unit is the endpoint, not the worker: in the sandbox an endpoint's workers share one
+A container's layer is its own: each is held to one disk, and one over it is ended with the
+others of its endpoint that are, as one failed start. For process workers the unit is the
+endpoint, not the worker: in the sandbox an endpoint's workers share one
 directory of homes (``Fleet.homes``, with the Flash worker's dependency cache beside them), so
 a worker can write outside its own. Their budget is ``containerDiskInGb`` for each of the
 endpoint's process workers, one disk's worth when none runs. Over it, the endpoint's workers on
@@ -24,8 +28,7 @@ Volumes are disks of a size too, and a directory has no quota: a pod's own volum
 its ``volumeInGb``, and a network volume mounted here to its ``size``. Over it, what mounts it
 on this replica is ended (the endpoint's workers as one failed start, each pod as one that
 exited), and its files are kept: its user grows it or removes some. Containers mount the same
-directories (``SKIFF_PROVIDER=docker``), so their volumes are held the same way; their
-container disks are their storage driver's.
+directories (``SKIFF_PROVIDER=docker``), so their volumes are held the same way.
 """
 
 from __future__ import annotations
@@ -118,15 +121,18 @@ class DiskWatch:
         holders: dict[tuple[str, str], _Holders] = {}
         # Process workers leave homes here; containers none, but they mount volumes too.
         homes = await asyncio.to_thread(_names_in, self._fleet.homes_root())
+        # Containers' own layers, measured by their daemon in one call each (none: processes).
+        layers = await self._fleet.layer_bytes()
         for endpoint_id in sorted(set(homes) | self._fleet.endpoints_held()):
             try:
-                await self._check(endpoint_id, holders)
+                await self._check(endpoint_id, holders, layers)
             except Exception:
                 # One endpoint's trouble (its store read, a count) holds up no other's check.
                 log.exception("the disk check of endpoint %s failed", endpoint_id)
+        pod_layers = await self._pods.layer_bytes()
         for pod_id in self._pods.running_ids():
             try:
-                await self._check_pod(pod_id, holders)
+                await self._check_pod(pod_id, holders, pod_layers)
             except Exception:
                 log.exception("the disk check of pod %s failed", pod_id)
         for (user_id, volume_id), held in holders.items():
@@ -153,16 +159,21 @@ class DiskWatch:
         for pod_id, instance in held.pods:
             await self._pods.evict(pod_id, instance, why)
 
-    async def _check_pod(self, pod_id: str, holders: dict[tuple[str, str], _Holders]) -> None:
-        """A pod is a machine of its own: its home alone is its container disk, and its own
-        volume a disk of ``volumeInGb``. A pod still running after that holds its network
-        volume, added to ``holders``."""
+    async def _check_pod(
+        self, pod_id: str, holders: dict[tuple[str, str], _Holders], layers: dict[str, int]
+    ) -> None:
+        """A pod is a machine of its own: its home alone is its container disk (a container's:
+        its layer, in ``layers``), and its own volume a disk of ``volumeInGb``. A pod still
+        running after that holds its network volume, added to ``holders``."""
         instance = self._pods.instance(pod_id)
         pod = await self._store.find_pod(pod_id)
         if instance is None or pod is None:
             return
-        if pod.spec.containerDiskInGb:
-            over = _over(*await _measure(self._pods.home(pod_id)), pod.spec.containerDiskInGb)
+        if limit_gb := pod.spec.containerDiskInGb:
+            if pod_id in layers:
+                over = _over(layers[pod_id], 0, limit_gb)
+            else:
+                over = _over(*await _measure(self._pods.home(pod_id)), limit_gb)
             if over is not None:
                 why = f"its container disk held {over}: it was ended and its disk wiped"
                 await self._pods.evict(pod_id, instance, why)
@@ -181,13 +192,20 @@ class DiskWatch:
                 why = f"its volume held {over}: it was ended; remove files or grow the volume"
                 await self._pods.evict(pod_id, instance, why)
 
-    async def _check(self, endpoint_id: str, holders: dict[tuple[str, str], _Holders]) -> None:
-        """The endpoint's homes against its budget; an endpoint whose workers still run here
-        after that holds its network volume, added to ``holders``."""
+    async def _check(
+        self, endpoint_id: str, holders: dict[tuple[str, str], _Holders], layers: dict[str, int]
+    ) -> None:
+        """The endpoint's homes against its budget, and each of its containers' layers
+        (``layers``) against its own; an endpoint whose workers still run here after that
+        holds its network volume, added to ``holders``."""
         endpoint = await self._store.get_endpoint(endpoint_id)
         if endpoint is None:
             return  # the fleet removes a deleted endpoint's homes
-        if await self._check_homes(endpoint):
+        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
+        if (limit_gb := template.containerDiskInGb if template is not None else 0) and (
+            await self._check_homes(endpoint, limit_gb)
+            or await self._check_layers(endpoint_id, limit_gb, layers)
+        ):
             return
         volume_id = endpoint.spec.networkVolumeId
         if volume_id and self._fleet.holding_homes(endpoint_id):
@@ -195,13 +213,25 @@ class DiskWatch:
                 endpoint_id
             )
 
-    async def _check_homes(self, endpoint: Endpoint) -> bool:
-        """Whether the endpoint's homes were over its ``containerDiskInGb`` (none is 0), and
-        its workers here ended for it."""
-        template = await self._store.get_template(endpoint.userId, endpoint.spec.templateId)
-        if template is None or not template.containerDiskInGb:
+    async def _check_layers(self, endpoint_id: str, limit_gb: int, layers: dict[str, int]) -> bool:
+        """Whether any of the endpoint's containers here wrote more than ``limit_gb`` to its
+        own layer, and those were ended for it (as one failed start, the largest named). Each
+        container's layer is its own, so each is held to one disk, and only bytes count: its
+        daemon does not count its files."""
+        over = sorted(
+            (used, wid)
+            for wid in self._fleet.holding_homes(endpoint_id)
+            if (used := layers.get(wid)) is not None and _over(used, 0, limit_gb) is not None
+        )
+        if not over:
             return False
-        limit_gb = template.containerDiskInGb
+        largest = _over(over[-1][0], 0, limit_gb)
+        await self._evict([wid for _, wid in reversed(over)], f"its container disk held {largest}")
+        return True
+
+    async def _check_homes(self, endpoint: Endpoint, limit_gb: int) -> bool:
+        """Whether the endpoint's homes were over its ``containerDiskInGb`` of ``limit_gb``,
+        and its workers here ended for it."""
         endpoint_id = endpoint.id
         homes = self._fleet.homes(endpoint_id)
         used, files = await _measure(homes)

@@ -248,6 +248,32 @@ async def test_container_disk_is_a_size_limit_where_the_driver_has_one_and_said_
     await asyncio.wait_for(harness.exited.wait(), 60)
 
 
+async def test_what_a_container_writes_to_its_own_layer_is_measured_by_worker(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    harness = Harness(client)
+    script = "head -c 3000000 /dev/zero > /filler; echo written; while true; do sleep 0.1; done"
+    await harness.provider.start(launch(tmp_path, "w-layer", image, ["/bin/sh", "-c", script]))
+    for _ in range(100):
+        if b"written" in harness.sinks["w-layer"].data:
+            break
+        await asyncio.sleep(0.1)
+    written = await harness.provider.layer_bytes()
+    assert list(written) == ["w-layer"] and 3_000_000 <= written["w-layer"] < 4_000_000, written
+    await harness.provider.stop("w-layer", grace=1)
+    await asyncio.wait_for(harness.exited.wait(), 60)
+    assert await harness.provider.layer_bytes() == {}
+
+
+def test_a_daemon_that_cannot_be_reached_measures_no_layer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A fixed API version: asking the daemon for its own would fail here already.
+    gone = docker.DockerClient(base_url=f"unix://{tmp_path / 'docker.sock'}", version="1.41")
+    assert docker_provider.Daemon(gone).layer_bytes({"0123abcd": "w1"}) == {}
+    assert "measuring containers' layers failed" in caplog.text
+
+
 async def test_one_tenants_container_cannot_reach_anothers(
     tmp_path: Path, image: str, client: Any
 ) -> None:
