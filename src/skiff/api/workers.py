@@ -90,12 +90,17 @@ def build(services: Services) -> WorkerHandlers:
         """200 with a list of at most `batch_size` jobs, or 204."""
         endpoint = await endpoint_of(request)
         try:
-            size = int(request.query_params.get("batch_size", "1"))
+            room = max(1, int(request.query_params.get("batch_size", "1")))
         except ValueError:
-            size = 1
-        size = max(1, min(MAX_BATCH, size))
+            room = 1
         jobs = await dispatch.take(
-            endpoint, worker_id, size, wait, still_connected(request), jobs_in_progress(request)
+            endpoint,
+            worker_id,
+            min(MAX_BATCH, room),
+            wait,
+            still_connected(request),
+            jobs_in_progress(request),
+            room=room,
         )
         if not jobs:
             return Response(status_code=NO_CONTENT)

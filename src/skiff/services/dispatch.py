@@ -91,8 +91,12 @@ class Dispatch:
         still_connected: StillConnected,
         jobs_in_progress: bool | None = None,
         may_line_up: bool = False,
+        room: int | None = None,
     ) -> list[Job]:
-        """``jobs_in_progress`` is the SDK's ``job_in_progress``: when the worker says it holds
+        """``room``: how many jobs the worker has room for (the SDK's ``batch_size``), when
+        ``limit`` is less (a cap on one answer): a take that brings ``limit`` jobs then leaves
+        it room, and it polls again at once (result_holds.py). None: ``limit``.
+        ``jobs_in_progress`` is the SDK's ``job_in_progress``: when the worker says it holds
         nothing, any job still marked as its own was stopped or its result was lost; the
         stopped ones are let go and the lost ones go back to the queue at once.
         ``may_line_up``: the worker takes a list in answer to a take of one (an SDK that
@@ -108,9 +112,9 @@ class Dispatch:
             # Its arrival stopped the watch on the worker's held answers: a take that ends
             # without an answer (the worker gone, the request cancelled) restarts it, or they
             # would wait out max_hold.
-            self.result_holds.take_answered(worker_id, limit, 0)
+            self.result_holds.take_answered(worker_id, room or limit, 0)
             raise
-        self.result_holds.take_answered(worker_id, limit, len(jobs))
+        self.result_holds.take_answered(worker_id, room or limit, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 

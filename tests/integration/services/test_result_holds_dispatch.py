@@ -212,3 +212,19 @@ async def test_a_take_that_fills_the_worker_leaves_its_next_answer_unheld(rig: R
     queued = [await rig.submit() for _ in range(2)]
     assert sorted(await asyncio.wait_for(rig.poll(room=2), 2)) == sorted(queued)
     await asyncio.wait_for(rig.report(queued[0]), 1)
+
+
+async def test_a_take_that_gets_its_cap_but_leaves_the_worker_room_holds_its_next_answer(
+    rig: Rig,
+) -> None:
+    # The worker asked for 4 (its room) and one answer holds at most 2: it still has room and
+    # polls again at once, so its next job-done waits for that take, as after any other.
+    queued = [await rig.submit() for _ in range(3)]
+    capped = await rig.dispatch.take(rig.endpoint, "w1", 2, POLL, connected, True, room=4)
+    assert len(capped) == 2
+    answer = rig.report(capped[0].id)
+    await answer_is_held(rig)
+    assert [j.id for j in await rig.dispatch.take(rig.endpoint, "w1", 2, POLL, connected)] == [
+        j for j in queued if j not in {c.id for c in capped}
+    ]
+    await asyncio.wait_for(answer, 2)
