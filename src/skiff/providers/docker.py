@@ -443,6 +443,12 @@ def create_container(
         raise WorkerStartError(f"the container could not be created: {_explain(exc)}") from exc
 
 
+def bounded_layer(container: Any) -> bool:
+    """Whether the storage driver holds the container's layer to its size (it was created with
+    the ``size`` storage option): nothing to measure, and Docker's measure walks every file."""
+    return bool((container.attrs.get("HostConfig") or {}).get("StorageOpt"))
+
+
 class Daemon:
     """The Docker daemon as a provider (workers' or pods') talks to it: ``client`` is a
     ``docker.DockerClient``, made from the environment on first use when none is given (a
@@ -628,7 +634,7 @@ class DockerProvider:
         return list(self._running)
 
     async def layer_bytes(self) -> dict[str, int]:
-        by_container = {container.id: wid for wid, container in self._running.items()}
+        by_container = {c.id: wid for wid, c in self._running.items() if not bounded_layer(c)}
         return await asyncio.to_thread(self._daemon.layer_bytes, by_container)
 
     def served_at(self, worker_id: str) -> ServedAt | None:

@@ -6,7 +6,7 @@ is on, which nothing bounds while the worker runs; a container's is its writable
 its storage driver bounds only where it can (not overlay2 on ext4, the usual case). So, as the
 kubelet does for a pod's ephemeral storage, this replica measures both every
 ``SKIFF_DISK_CHECK_SECONDS`` and evicts what is over: what a home holds and how many files, what
-a layer holds (its daemon's ``SizeRw``; a layer that its driver bounds never gets over). A
+a layer holds (its daemon's ``SizeRw``; a layer its driver bounds is left to the driver). A
 disk has so many inodes, which a tenant's empty files could take all of, so each GB of a home's
 budget holds ``FILES_PER_GB`` files, as ext4 makes them (a daemon does not count a layer's).
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import docker
 import pytest
+from docker.models.containers import Container
 
 from docker_image import docker_client, ensure_test_image
 from skiff.providers import docker as docker_provider
@@ -263,6 +264,14 @@ async def test_what_a_container_writes_to_its_own_layer_is_measured_by_worker(
     await harness.provider.stop("w-layer", grace=1)
     await asyncio.wait_for(harness.exited.wait(), 60)
     assert await harness.provider.layer_bytes() == {}
+
+
+def test_a_layer_its_storage_driver_bounds_is_not_measured() -> None:
+    # Docker's own record of a container created with and without the size option.
+    with_size = {"HostConfig": {"StorageOpt": {"size": "5G"}}}
+    assert docker_provider.bounded_layer(Container(attrs=with_size))
+    assert not docker_provider.bounded_layer(Container(attrs={"HostConfig": {}}))
+    assert not docker_provider.bounded_layer(Container(attrs={"HostConfig": {"StorageOpt": None}}))
 
 
 def test_a_daemon_that_cannot_be_reached_measures_no_layer(
