@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -519,12 +520,35 @@ class LocalProvider:
         """Only a process that really is that worker: its environment names the worker id,
         so a recycled pid of an unrelated process is never touched."""
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            environ = environ_of(pid)
         except OSError:
             return _kill_group(pid, signal.SIGKILL) if _group_exists(pid) else False
         if f"RUNPOD_POD_ID={worker_id}".encode() not in environ.split(b"\0"):
             return False
         return _kill_group(pid, signal.SIGKILL)
+
+
+#: How long a process caught in an ``execve`` is waited for: its environment reads empty until
+#: the new program's is laid out (the shim execs bwrap, bwrap the worker).
+_EXEC_WAIT_SECONDS = 0.1
+
+
+def environ_of(pid: int) -> bytes:
+    """The environment ``pid`` started its program with. Read again while it is empty and the
+    process lives: a worker's never is (it holds the worker's id) but in the middle of an exec.
+    A zombie's, or a kernel thread's that took the pid over, stays empty: not waited out."""
+    deadline = time.monotonic() + _EXEC_WAIT_SECONDS
+    while not (environ := Path(f"/proc/{pid}/environ").read_bytes()):
+        if time.monotonic() >= deadline or _ended_or_kernel(pid):
+            break
+        time.sleep(0.002)
+    return environ
+
+
+def _ended_or_kernel(pid: int) -> bool:
+    """A zombie, or a kernel thread (``PF_KTHREAD`` in its flags): no program of a user's."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & 0x00200000)
 
 
 def _group_exists(pgid: int) -> bool:
