@@ -267,6 +267,12 @@ class WritesLayers(Protocol):
         ...
 
 
+async def layer_bytes_of(provider: object) -> dict[str, int]:
+    """``provider``'s containers' layers (``WritesLayers``); none for processes, whose homes
+    are measured instead."""
+    return await provider.layer_bytes() if isinstance(provider, WritesLayers) else {}
+
+
 # -- pods -----------------------------------------------------------------------------------
 
 

@@ -463,10 +463,12 @@ class Daemon:
             self._client = docker.from_env()
         return self._client
 
-    def layer_bytes(self, containers: dict[str, str]) -> dict[str, int]:
-        """``SizeRw`` (what a container wrote to its own layer) of each of ``containers`` that
-        runs, container id -> the key it is reported by; none (logged) when the daemon cannot
-        say. Docker sums the layer's files for it, so this is one call for all of them."""
+    def layer_bytes(self, running: dict[str, Any]) -> dict[str, int]:
+        """``SizeRw`` (what a container wrote to its own layer) of each of the ``running``
+        containers (by the key each is reported by) whose layer its driver does not bound; none
+        (logged) when the daemon cannot say. Docker sums the layer's files for it, so this is
+        one call for all of them."""
+        containers = {c.id: key for key, c in running.items() if not bounded_layer(c)}
         if not containers:
             return {}
         try:
@@ -634,8 +636,7 @@ class DockerProvider:
         return list(self._running)
 
     async def layer_bytes(self) -> dict[str, int]:
-        by_container = {c.id: wid for wid, c in self._running.items() if not bounded_layer(c)}
-        return await asyncio.to_thread(self._daemon.layer_bytes, by_container)
+        return await asyncio.to_thread(self._daemon.layer_bytes, dict(self._running))
 
     def served_at(self, worker_id: str) -> ServedAt | None:
         return self._served.get(worker_id)

@@ -51,7 +51,6 @@ from skiff.providers.docker import (
     _explain,
     _Handover,
     _in_daemon_thread,
-    bounded_layer,
     bring_up_in_daemon,
     create_container,
     ensure_image,
@@ -348,12 +347,8 @@ class DockerPodProvider:
         return [instance for _, instance in self._running.values()]
 
     async def layer_bytes(self) -> dict[str, int]:
-        by_container = {
-            container.id: pod_id
-            for pod_id, (container, _) in self._running.items()
-            if not bounded_layer(container)
-        }
-        return await asyncio.to_thread(self._daemon.layer_bytes, by_container)
+        running = {pod_id: container for pod_id, (container, _) in self._running.items()}
+        return await asyncio.to_thread(self._daemon.layer_bytes, running)
 
     async def adopt(self) -> list[PodInstance]:
         found = await asyncio.to_thread(self._ours, f"{SERVER_LABEL}={self._server}")

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import WorkerKind
+from skiff.providers.base import layer_bytes_of
 from skiff.services.fleet import Fleet
 from skiff.services.pod_runner import PodRunner
 from skiff.services.volumes import Volumes
@@ -122,14 +123,14 @@ class DiskWatch:
         # Process workers leave homes here; containers none, but they mount volumes too.
         homes = await asyncio.to_thread(_names_in, self._fleet.homes_root())
         # Containers' own layers, measured by their daemon in one call each (none: processes).
-        layers = await self._fleet.layer_bytes()
+        layers = await layer_bytes_of(self._fleet.provider)
         for endpoint_id in sorted(set(homes) | self._fleet.endpoints_held()):
             try:
                 await self._check(endpoint_id, holders, layers)
             except Exception:
                 # One endpoint's trouble (its store read, a count) holds up no other's check.
                 log.exception("the disk check of endpoint %s failed", endpoint_id)
-        pod_layers = await self._pods.layer_bytes()
+        pod_layers = await layer_bytes_of(self._pods.provider)
         for pod_id in self._pods.running_ids():
             try:
                 await self._check_pod(pod_id, holders, pod_layers)

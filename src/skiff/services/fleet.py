@@ -44,7 +44,6 @@ from skiff.providers.base import (
     SpansMachines,
     WorkerProvider,
     WorkerStartError,
-    WritesLayers,
 )
 from skiff.served_ports import ServedPortPool, reserved_ports
 from skiff.services.auth import Auth
@@ -190,13 +189,6 @@ class Fleet:
         """The endpoints of which this replica runs or starts workers, processes or
         containers: what mounts an endpoint's network volume here."""
         return {own.endpoint_id for own in self._own.values() if own.endpoint_id is not None}
-
-    async def layer_bytes(self) -> dict[str, int]:
-        """What each of this replica's worker containers wrote to its own layer, by worker id;
-        none for processes, whose homes are measured instead."""
-        if isinstance(self.provider, WritesLayers):
-            return await self.provider.layer_bytes()
-        return {}
 
     def homes_root(self) -> Path:
         """Where every endpoint's ``homes`` are on this host."""

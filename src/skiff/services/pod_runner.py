@@ -38,7 +38,6 @@ from skiff.providers.base import (
     PodLaunch,
     PodProvider,
     RegistryCredentials,
-    WritesLayers,
 )
 from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
@@ -476,13 +475,6 @@ class PodRunner:
         a measure of one instance never ends the next (after a reset, or a crash and a fresh
         start). None while none of this replica's starts runs."""
         return self._instance.get(pod_id) if pod_id in self._running_ids() else None
-
-    async def layer_bytes(self) -> dict[str, int]:
-        """What each of this replica's pod containers wrote to its own layer (its container
-        disk), by pod id; none for processes, whose homes are their disks."""
-        if isinstance(self.provider, WritesLayers):
-            return await self.provider.layer_bytes()
-        return {}
 
     def home(self, pod_id: str) -> Path:
         """A process pod's home: its container disk."""

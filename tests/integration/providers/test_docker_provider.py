@@ -279,7 +279,8 @@ def test_a_daemon_that_cannot_be_reached_measures_no_layer(
 ) -> None:
     # A fixed API version: asking the daemon for its own would fail here already.
     gone = docker.DockerClient(base_url=f"unix://{tmp_path / 'docker.sock'}", version="1.41")
-    assert docker_provider.Daemon(gone).layer_bytes({"0123abcd": "w1"}) == {}
+    running = {"w1": Container(attrs={"Id": "0123abcd", "HostConfig": {}})}
+    assert docker_provider.Daemon(gone).layer_bytes(running) == {}
     assert "measuring containers' layers failed" in caplog.text
 
 
