@@ -28,14 +28,20 @@ NEEDS: Final[dict[str, Need]] = {
     "health": read_endpoint(),
     "openai": write_endpoint(),
 }
+#: ``/status?ttl=`` changes the job (a ttl already past ends it), so it needs what a cancel
+#: needs, not what reading the job does.
+SET_TTL: Final = write_endpoint()
 #: The worker protocol's routes: no API key reaches them, only the endpoint's worker token.
 WORKER: Final = NoKey("the endpoint's worker token")
 
 
-def admitted(services: Services, request: Request, operation: str) -> Admitted:
+def admitted(
+    services: Services, request: Request, operation: str, need: Need | None = None
+) -> Admitted:
     """``async with`` it: the caller's endpoint, once the key is checked for what
-    ``operation`` needs (``NEEDS``), inside its rate limits for ``operation``."""
+    ``operation`` needs (``NEEDS``, or ``need`` where the request asks more of it), inside its
+    rate limits for ``operation``."""
     # The key alone works too on /v2, as in the hosted platform's examples.
     key = credentials.api_key(request.headers.get("authorization"), bare_ok=True)
-    access = NEEDS[operation].access
+    access = (need or NEEDS[operation]).access
     return services.admission.admit(key, request.path_params["endpoint_id"], operation, access)

@@ -25,6 +25,7 @@ from skiff.domain.jobs import (
     request_view,
     status_view,
 )
+from skiff.domain.permissions import Need
 from skiff.domain.placement import placement_view
 from skiff.domain.streams import chunk_view
 from skiff.errors import Invalid
@@ -79,8 +80,10 @@ def build(services: Services) -> JobHandlers:
     jobs = services.jobs
     clock = services.clock
 
-    def admitted(request: Request, operation: str) -> AbstractAsyncContextManager[Endpoint]:
-        return access.admitted(services, request, operation)
+    def admitted(
+        request: Request, operation: str, need: Need | None = None
+    ) -> AbstractAsyncContextManager[Endpoint]:
+        return access.admitted(services, request, operation, need)
 
     async def _why_queued(endpoint: Endpoint, job: Job, view: dict[str, Any]) -> dict[str, Any]:
         # A job waiting on an endpoint whose workers are held back (no GPU that fits, failing
@@ -119,10 +122,13 @@ def build(services: Services) -> JobHandlers:
 
     @needs(access.NEEDS["status"])
     async def status(request: Request, job_id: str) -> Response:
-        """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days).
-        A job past its ttl or its retention window answers 404."""
-        async with admitted(request, "status") as endpoint:
-            raw_ttl = query(request, "ttl")
+        """`?ttl=ms` sets this job's time to live, counted from its submission (1 ms to 7 days);
+        it changes the job, so it needs a key with `read_write` on the endpoint, as a cancel
+        does. A job past its ttl or its retention window answers 404."""
+        raw_ttl = query(request, "ttl")
+        async with admitted(
+            request, "status", None if raw_ttl is None else access.SET_TTL
+        ) as endpoint:
             if raw_ttl is not None:
                 job = await jobs.set_ttl(endpoint, job_id, parse_status_ttl(raw_ttl))
             else:

@@ -119,7 +119,8 @@ STATUS_EXTRA: dict[str, Any] = {
         _query(
             "ttl",
             {"type": "integer", "minimum": 1, "maximum": _MS_7_DAYS},
-            "sets this job's time to live (ms from submission)",
+            "sets this job's time to live (ms from submission); needs a key with `read_write` "
+            "on the endpoint",
         )
     ]
 }

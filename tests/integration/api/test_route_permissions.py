@@ -202,6 +202,31 @@ async def test_every_job_route_checks_its_declared_permission(keyed: Keys) -> No
     assert not wrong, "\n".join(wrong)
 
 
+async def test_a_read_key_cannot_end_a_job_by_setting_its_ttl(keyed: Keys) -> None:
+    """``/status?ttl=`` changes the job (a ttl already past ends it), so it needs read_write,
+    as a cancel does: a read key is refused and the job is left as it was; a key that may
+    write sets it."""
+    from skiff.api.access import SET_TTL
+
+    assert SET_TTL.access is Access.READ_WRITE
+    async with keyed.client("all") as owner:
+        queued = await owner.post(f"/v2/{keyed.endpoint_id}/run", json={"input": {}})
+    status = f"/v2/{keyed.endpoint_id}/status/{queued.json()['id']}"
+    for kind in ("read", "restricted-read", "restricted-other"):
+        async with keyed.client(kind) as caller:
+            refused = await caller.get(status, params={"ttl": 1})
+            assert refused.status_code == 401, (kind, refused.text)
+            assert "lacks the permission read_write" in refused.text
+    for kind in ("read", "restricted-read"):
+        async with keyed.client(kind) as reader:
+            assert (await reader.get(status)).json()["status"] == "IN_QUEUE"
+    async with keyed.client("restricted-write") as writer:
+        assert (await writer.get(status, params={"ttl": 600_000})).status_code == 200
+        assert (await writer.get(status, params={"ttl": 1})).status_code == 404
+    async with keyed.client("all") as owner:
+        assert (await owner.get(status)).status_code == 404
+
+
 def test_the_job_routes_need_what_a_user_expects() -> None:
     """Reading (status, stream, health, the recent jobs) is read; everything that makes or
     changes a job, and every OpenAI call, is read_write."""
