@@ -304,7 +304,7 @@ class WebhookSender:
             try:
                 secret = await self._store.webhook_secret(delivery.user_id)
             except KeyError:
-                raise Invalid("the endpoint's owner no longer exists", field="webhook") from None
+                raise Invalid("the job's owner no longer exists", field="webhook") from None
         timestamp = int(self._clock.now())
         signature = Webhook(secret).sign(
             delivery.id, dt.datetime.fromtimestamp(timestamp, dt.UTC), delivery.payload

@@ -907,10 +907,16 @@ class SqlStore:
         for job in jobs:
             if job.webhook is None or job.finished_at is None:
                 continue
-            owner = await c.fetchrow("endpoint_owner", endpoint_id=job.endpoint_id)
-            if owner is None:
-                continue
-            params = webhook_delivery_params(job, owner["user_id"], job.finished_at)
+            # Signed with the secret of whoever submitted the job: a public model's caller gets
+            # its own, never the model owner's (which would let any caller have messages of its
+            # choosing signed for the owner's receivers).
+            signer = job.caller_id
+            if signer is None:
+                owner = await c.fetchrow("endpoint_owner", endpoint_id=job.endpoint_id)
+                if owner is None:
+                    continue
+                signer = owner["user_id"]
+            params = webhook_delivery_params(job, signer, job.finished_at)
             await c.execute("add_webhook_delivery", **params)
 
     @staticmethod

@@ -1239,6 +1239,23 @@ async def test_expire_deletes_jobs_past_their_ttl_and_signals_running_ones(store
     assert await store.take_stop_signals("w-1", T0) == ["j-run"]
 
 
+async def test_a_public_model_callers_webhook_is_signed_for_the_caller_not_the_owner(
+    store: Store,
+) -> None:
+    """A job submitted through a public model carries its caller: its delivery is the caller's,
+    so it is signed with the caller's secret. Signed with the owner's, any caller could have
+    messages of its own choosing signed for the owner's receivers."""
+    await store.create_user(make_user())
+    await store.create_user(make_user("u-2", "bob"))
+    await store.create_endpoint(make_endpoint())
+    await store.insert_job(make_job("j-1", webhook="https://example.com/hook", caller_id="u-2"))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"out"', None, T0 + 2)
+    [delivery] = await store.due_webhook_deliveries(T0 + 2, 10)
+    assert delivery.user_id == "u-2"
+    assert await store.webhook_secret("u-2") != await store.webhook_secret("u-1")
+
+
 async def test_final_job_with_webhook_stores_a_delivery_sent_with_the_owners_secret(
     store: Store,
 ) -> None:
