@@ -40,6 +40,15 @@ def placement_view(blocker: Blocker) -> dict[str, str]:
     return {"cause": blocker.cause.value, "reason": blocker.reason}
 
 
+def for_caller(blocker: Blocker | None) -> Blocker | None:
+    """What a public model's caller is told: why a failing start failed is the owner's (the
+    worker's reason, or the last line of its log, may name hosts, paths or credentials), so
+    the caller learns only that the model's workers fail to start."""
+    if blocker is None or blocker.cause is not BlockerCause.FAILING:
+        return blocker
+    return Blocker(BlockerCause.FAILING, "the model's workers fail to start")
+
+
 def describe_gpus(gpus: Sequence[Gpu]) -> str:
     """``"2 x NVIDIA GeForce RTX 4090, 1 x NVIDIA H100 80GB HBM3"``, or ``"no GPUs"``."""
     counts = Counter(g.name for g in sorted(gpus, key=lambda g: g.index))

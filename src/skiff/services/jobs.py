@@ -12,7 +12,7 @@ from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.domain.health import Health
 from skiff.domain.jobs import FINAL_STATES, Job, JobRequest, JobStatus, retention_ms
-from skiff.domain.placement import Blocker
+from skiff.domain.placement import Blocker, for_caller
 from skiff.domain.streams import StreamChunk
 from skiff.domain.workers import Worker, WorkerState
 from skiff.errors import Forbidden, Invalid, NotFound
@@ -158,12 +158,11 @@ class Jobs:
         client polling ``/status`` of a queued job learns why it waits without a read of the
         endpoint's workers per poll."""
         try:  # a reading of None (nothing holds it back) is cached too, hence no .get()
-            return self._blockers[endpoint.id]
+            blocker = self._blockers[endpoint.id]
         except KeyError:
-            pass
-        blocker = await self._placement(endpoint, await self._store.list_workers(endpoint.id))
-        self._blockers[endpoint.id] = blocker
-        return blocker
+            blocker = await self._placement(endpoint, await self._store.list_workers(endpoint.id))
+            self._blockers[endpoint.id] = blocker
+        return blocker if endpoint.caller is None else for_caller(blocker)
 
     async def set_ttl(self, endpoint: Endpoint, job_id: str, ttl_ms: int) -> Job:
         await self.get(endpoint, job_id)
@@ -232,6 +231,8 @@ class Jobs:
         for worker in workers:
             by_state[worker.state] += 1
         blocker = await self._placement(endpoint, workers)
+        if endpoint.caller is not None:
+            blocker = for_caller(blocker)
         return Health(jobs=counts, workers=by_state, placement=blocker)
 
 

@@ -13,7 +13,7 @@ from skiff.clock import ManualClock
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.health import health_view
 from skiff.domain.jobs import parse_job_request
-from skiff.domain.placement import BlockerCause
+from skiff.domain.placement import BlockerCause, placement_view
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.hub import Services
@@ -177,3 +177,34 @@ async def test_a_worker_that_fails_on_import_names_the_error_where_the_caller_lo
     assert placement["cause"] == BlockerCause.FAILING.value
     assert placement["reason"].endswith("ModuleNotFoundError: No module named 'runpod'")
     assert await services.jobs.blocker(endpoint) == await services.placement.why(endpoint)
+
+
+async def test_a_public_model_caller_is_told_the_workers_fail_but_not_why(
+    services: Services, store: SQLiteStore
+) -> None:
+    """Why a start failed is the owner's to read (the worker's reason, or its log's last line,
+    may hold hosts, paths or credentials): a public model's caller, on its copy of the
+    endpoint, learns only that the model's workers fail to start."""
+    await store.update_template(
+        "u1", Template(id="t1", name="failing", imageName="local/x", dockerStartCmd=NO_RUNPOD)
+    )
+    endpoint = await add_endpoint(services, workersMax=1)
+    request = parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs)
+    await services.jobs.submit(endpoint, request, sync=False)
+    await fail_once(services, endpoint, failed_before=0)
+
+    as_caller = endpoint.model_copy(update={"caller": "u2"})
+    blocker = await services.jobs.blocker(as_caller)
+    assert blocker is not None
+    seen = [
+        health_view(await services.jobs.health(as_caller))["placement"],
+        placement_view(blocker),
+    ]
+    for placement in seen:
+        assert placement == {
+            "cause": BlockerCause.FAILING.value,
+            "reason": "the model's workers fail to start",
+        }
+    # The owner, on the same endpoint at the same moment, still reads why.
+    owners = health_view(await services.jobs.health(endpoint))["placement"]
+    assert owners["reason"].endswith("No module named 'runpod'")
