@@ -422,34 +422,61 @@ def test_the_request_panel_shows_a_stream_as_it_comes(page: Any, server: Server)
     shot(page, "endpoint-stream")
 
 
-def test_the_session_cookie_is_secure_when_served_over_https(server: Server) -> None:
-    """Behind a TLS-terminating proxy on this host (uvicorn trusts its X-Forwarded-Proto), the
-    sign-in and session cookies carry Secure; over plain HTTP they do not."""
+def _sign_in_over(server: Server, proto: str | None) -> tuple[str, str]:
+    """The sign-in form's cookie and the session's, as ``Set-Cookie`` gave them, signing in
+    over plain HTTP or (``proto="https"``) behind a TLS-terminating proxy on this host
+    (uvicorn trusts its X-Forwarded-Proto)."""
+    headers = {"X-Forwarded-Proto": proto} if proto else {}
+    with httpx.Client(base_url=server.url, headers=headers) as client:
+        form = client.get("/console")
+        login_cookie = form.headers["set-cookie"]
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert token is not None
+        # Sent back by hand: a client keeps a Secure cookie to itself over plain HTTP.
+        nonce = login_cookie.split(";")[0]
+        client.cookies.clear()
+        signed_in = client.post(
+            "/console/login",
+            data={"csrf": token.group(1), "api_key": server.key, "next": ""},
+            headers={"Cookie": nonce},
+        )
+        assert signed_in.status_code == 303, signed_in.text
+        session_cookie = next(
+            c for c in signed_in.headers.get_list("set-cookie") if "skiff_session=" in c
+        )
+    return login_cookie, session_cookie
+
+
+def test_the_session_cookie_is_secure_and_host_only_when_served_over_https(
+    server: Server,
+) -> None:
+    """Over HTTPS the sign-in and session cookies are Secure and ``__Host-`` prefixed (path
+    ``/``): a pod's plain-HTTP port on the same host name never sees them, and no other origin
+    can set one. Over plain HTTP they are neither, scoped to ``/console``."""
     for proto, secure in (("https", True), (None, False)):
-        headers = {"X-Forwarded-Proto": proto} if proto else {}
-        with httpx.Client(base_url=server.url, headers=headers) as client:
-            form = client.get("/console")
-            login_cookie = form.headers["set-cookie"]
-            token = re.search(r'name="csrf" value="([^"]+)"', form.text)
-            assert token is not None
-            # Sent back by hand: a client keeps a Secure cookie to itself over plain HTTP.
-            nonce = login_cookie.split(";")[0]
-            client.cookies.clear()
-            signed_in = client.post(
-                "/console/login",
-                data={"csrf": token.group(1), "api_key": server.key, "next": ""},
-                headers={"Cookie": nonce},
-            )
-            assert signed_in.status_code == 303, signed_in.text
-            session_cookie = next(
-                c
-                for c in signed_in.headers.get_list("set-cookie")
-                if c.startswith("skiff_session=")
-            )
-        for cookie in (login_cookie, session_cookie):
+        for cookie in _sign_in_over(server, proto):
             attributes = [part.strip().lower() for part in cookie.split(";")]
             assert ("secure" in attributes) is secure, cookie
             assert "httponly" in attributes
+            assert cookie.startswith("__Host-skiff_") is secure, cookie
+            assert ("path=/" if secure else "path=/console") in attributes, cookie
+
+
+def test_over_https_a_session_cookie_planted_without_the_prefix_is_not_read(
+    server: Server,
+) -> None:
+    """What a tenant's plain-HTTP pod port on the console's host can do is set a cookie
+    without the prefix (its own session's, say, to sign a victim into its account): over
+    HTTPS the console does not read it. The same value under the prefixed name, which only a
+    secure origin can set, is a session."""
+    _, planted = _sign_in_over(server, None)
+    value = planted.split(";")[0].split("=", 1)[1]
+    over_https = {"X-Forwarded-Proto": "https"}
+    with httpx.Client(base_url=server.url, headers=over_https) as client:
+        tossed = client.get("/console/keys", headers={"Cookie": f"skiff_session={value}"})
+        assert tossed.status_code == 303 and "next=" in tossed.headers["location"]
+        own = client.get("/console/keys", headers={"Cookie": f"__Host-skiff_session={value}"})
+        assert own.status_code == 200, own.text
 
 
 def test_an_endpoint_that_cannot_place_a_worker_says_why_and_the_form_defaults_to_cpu(

@@ -15,7 +15,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from skiff.console import csrf, render
 from skiff.console.forms import Refused
-from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions
+from skiff.console.session import COOKIE, SECRET_NAME, Session, Sessions, cookie_scope
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.keys import hash_key
 from skiff.domain.permissions import Caller, Kind
@@ -52,7 +52,8 @@ class Console:
     # -- who is asking -------------------------------------------------------------------
     async def visitor(self, request: HTTPConnection) -> Visitor | None:
         """The signed-in visitor of a request or a WebSocket (its session cookie), or None."""
-        session = await self.sessions.read(request.cookies.get(COOKIE), self.services.clock.now())
+        cookie = cookie_scope(request).read(request.cookies, COOKIE)
+        session = await self.sessions.read(cookie, self.services.clock.now())
         if session is None:
             return None
         caller = await self.caller_of(session.key_digest)

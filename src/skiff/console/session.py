@@ -13,19 +13,57 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import orjson
+from starlette.requests import HTTPConnection
 
-#: The session cookie's name; its path is the console's, so the APIs never see it.
+#: The session cookie's name (over HTTPS with ``HOST_PREFIX`` before it: ``cookie_scope``).
 COOKIE = "skiff_session"
 #: The cookie that seeds the sign-in form's CSRF token before there is a session.
 LOGIN_COOKIE = "skiff_login"
+#: Browsers keep cookies per host name, not per port, and a pod's ``http`` port is served on
+#: the console's host name by its tenant's own program. Over plain HTTP that program is sent
+#: the console's cookies and may set its own in their place; nothing a cookie says prevents
+#: it. Over HTTPS the cookies are ``Secure`` (a plain-HTTP port never sees them) and carry this
+#: prefix, which a browser accepts only from a secure origin, for this host alone (no
+#: ``Domain``, so no load-balancing subdomain can plant one either) and the path ``/``.
+HOST_PREFIX = "__Host-"
 #: How long a session lasts; then the user signs in again.
 SESSION_SECONDS = 12 * 3600
 #: The store secret that signs sessions.
 SECRET_NAME = "console-session"
+
+
+@dataclass(frozen=True, slots=True)
+class CookieScope:
+    """Where the console's cookies live for one connection: their name, path and whether
+    they are ``Secure``."""
+
+    secure: bool
+    path: str
+
+    def name(self, base: str) -> str:
+        return HOST_PREFIX + base if self.secure else base
+
+    def read(self, cookies: Mapping[str, str], base: str) -> str | None:
+        """A cookie's value as this connection may trust it: over HTTPS only the prefixed
+        one (a plain one may have been planted over HTTP). A secure cookie is taken over
+        plain HTTP too, for a socket a TLS proxy passes on as ``ws``: only a secure origin
+        could have set it."""
+        prefixed = cookies.get(HOST_PREFIX + base)
+        if prefixed is not None or self.secure:
+            return prefixed
+        return cookies.get(base)
+
+
+def cookie_scope(connection: HTTPConnection) -> CookieScope:
+    """Over HTTPS (also behind a TLS proxy that says so): secure, prefixed, path ``/``; over
+    plain HTTP: the console's own path."""
+    if connection.url.scheme in ("https", "wss"):
+        return CookieScope(secure=True, path="/")
+    return CookieScope(secure=False, path=connection.scope.get("root_path", "") or "/")
 
 
 @dataclass(frozen=True, slots=True)

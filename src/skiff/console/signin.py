@@ -14,7 +14,13 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import csrf, endpoint_pages
 from skiff.console.base import Console
-from skiff.console.session import COOKIE, LOGIN_COOKIE, SESSION_SECONDS, new_nonce
+from skiff.console.session import (
+    COOKIE,
+    LOGIN_COOKIE,
+    SESSION_SECONDS,
+    cookie_scope,
+    new_nonce,
+)
 from skiff.domain.keys import hash_key
 from skiff.domain.permissions import Kind
 
@@ -24,10 +30,6 @@ def safe_next(base: str, target: str | None) -> str:
     if target and target.startswith(base + "/") and not target.startswith("//"):
         return target
     return base + "/"
-
-
-def _secure(request: Request) -> bool:
-    return request.url.scheme == "https"
 
 
 def routes(console: Console) -> list[BaseRoute]:
@@ -46,14 +48,15 @@ def routes(console: Console) -> list[BaseRoute]:
             next=request.query_params.get("next", ""),
             error=error,
         )
+        scope = cookie_scope(request)
         response.set_cookie(
-            LOGIN_COOKIE,
+            scope.name(LOGIN_COOKIE),
             nonce,
             max_age=3600,
-            path=request.scope.get("root_path", "") or "/",
+            path=scope.path,
             httponly=True,
             samesite="strict",
-            secure=_secure(request),
+            secure=scope.secure,
         )
         return response
 
@@ -66,7 +69,8 @@ def routes(console: Console) -> list[BaseRoute]:
     async def login(request: Request) -> Response:
         form = await request.form()
         submitted = form.get(csrf.FIELD)
-        nonce = request.cookies.get(LOGIN_COOKIE)
+        scope = cookie_scope(request)
+        nonce = scope.read(request.cookies, LOGIN_COOKIE)
         if not csrf.valid(
             await console.sessions.secret(),
             nonce,
@@ -97,23 +101,27 @@ def routes(console: Console) -> list[BaseRoute]:
             hash_key(api_key.strip()), console.services.clock.now()
         )
         response.set_cookie(
-            COOKIE,
+            scope.name(COOKIE),
             value,
             max_age=SESSION_SECONDS,
-            path=base or "/",
+            path=scope.path,
             httponly=True,
             samesite="lax",
-            secure=_secure(request),
+            secure=scope.secure,
         )
-        response.delete_cookie(LOGIN_COOKIE, path=base or "/")
+        response.delete_cookie(
+            scope.name(LOGIN_COOKIE), path=scope.path, secure=scope.secure, httponly=True
+        )
         return response
 
     async def logout(request: Request) -> Response:
         visitor = await console.signed_in(request)
         await console.form(request, visitor)
         response = Console.redirect(request, "/")
-        base = request.scope.get("root_path", "")
-        response.delete_cookie(COOKIE, path=base or "/", httponly=True, samesite="lax")
+        scope = cookie_scope(request)
+        response.delete_cookie(
+            scope.name(COOKIE), path=scope.path, secure=scope.secure, httponly=True, samesite="lax"
+        )
         return response
 
     return [
