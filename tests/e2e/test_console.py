@@ -420,6 +420,10 @@ def test_the_request_panel_shows_a_stream_as_it_comes(page: Any, server: Server)
         json.dumps({"index": i, "text": f"chunk-{i}"}, separators=(",", ":")) for i in range(4)
     ]
     shot(page, "endpoint-stream")
+    # The page only read the stream: the job's API client still gets every chunk.
+    job_id = page.locator("[data-job-link]").inner_text().strip()
+    streamed = server.http.get(f"/v2/{endpoint['id']}/stream/{job_id}").json()
+    assert [c["output"]["index"] for c in streamed["stream"]] == [0, 1, 2, 3]
 
 
 def _sign_in_over(server: Server, proto: str | None) -> tuple[str, str]:

@@ -111,13 +111,20 @@ def routes(console: Console) -> list[BaseRoute]:
         return Console.redirect(request, f"/endpoints/{endpoint.id}/jobs/{job.id}")
 
     async def watch(request: Request) -> Response:
-        """The job's state with the stream chunks not yet shown (the request panel polls it)."""
+        """The job's state with the stream chunks after ``?after=`` (the ``next`` of the last
+        answer; the request panel polls it). Only read: ``/stream``'s cursor is the API
+        client's, so the page takes no chunk from it."""
         visitor = await console.signed_in(request)
         endpoint = await console.endpoint(visitor, request)
-        read = await services.jobs.read_stream(endpoint, request.path_params["job_id"])
+        after = request.query_params.get("after", "0")
+        if not after.isdigit() or len(after) > 18:
+            raise Invalid("after must be a whole number (the last answer's next)", field="after")
+        read = await services.jobs.peek_stream(endpoint, request.path_params["job_id"], int(after))
         chunks = [chunk_view(c) for c in read.chunks]
+        view = watch_view(read.job, chunks, services.clock.now())
+        view["next"] = read.chunks[-1].seq if read.chunks else int(after)
         return Response(
-            orjson.dumps(watch_view(read.job, chunks, services.clock.now())),
+            orjson.dumps(view),
             media_type="application/json",
             headers={"Cache-Control": "no-store"},
         )

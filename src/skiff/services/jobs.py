@@ -191,6 +191,15 @@ class Jobs:
             job = await self.get(endpoint, job_id)
         return StreamRead(job=job, chunks=chunks)
 
+    async def peek_stream(self, endpoint: Endpoint, job_id: str, after: int) -> StreamRead:
+        """The job and its chunks after ``after``, leaving ``/stream``'s cursor where it is: a
+        page watching a job takes nothing from the job's API client."""
+        job = await self.get(endpoint, job_id)
+        chunks = await self._store.stream_chunks_after(job_id, after)
+        if chunks and job.status not in FINAL_STATES:
+            job = await self.get(endpoint, job_id)  # as read_stream: the state after the chunks
+        return StreamRead(job=job, chunks=chunks)
+
     async def cancel(self, endpoint: Endpoint, job_id: str) -> Job:
         await self.get(endpoint, job_id)
         now = self._clock.now()

@@ -372,6 +372,10 @@ class Store(Protocol):
         """Chunks not returned before, in order; advances the job's read cursor."""
         ...
 
+    async def stream_chunks_after(self, job_id: str, after: int) -> list[StreamChunk]:
+        """Chunks whose ``seq`` is above ``after``, in order; the job's read cursor stays."""
+        ...
+
     async def take_stop_signals(self, worker_id: str, now: float) -> list[str]:
         """Ids of jobs this worker must stop (cancelled, timed out, expired); each once. The
         signal itself stays until the worker lets go of the job (``let_go_of_jobs``). A worker

@@ -822,6 +822,10 @@ class SqlStore:
 
         return await self._write(op)
 
+    async def stream_chunks_after(self, job_id: str, after: int) -> list[StreamChunk]:
+        rows = await self._rows("stream_chunks_after", job_id=job_id, cursor=after)
+        return [stream_chunk_from_row(r) for r in rows]
+
     async def take_stop_signals(self, worker_id: str, now: float) -> list[str]:
         named = {"worker_id": worker_id}
         rows = await self._write_one(lambda c: c.fetch("take_stop_signals", **named))

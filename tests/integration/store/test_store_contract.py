@@ -490,6 +490,19 @@ async def test_stream_chunks_are_refused_once_the_job_is_final(store: Store) -> 
     assert await store.read_new_stream_chunks("j-1") == []
 
 
+async def test_stream_chunks_after_a_seq_are_read_without_taking_them(store: Store) -> None:
+    """What the console's request panel reads: the chunks after the last it showed, while
+    ``/stream``'s cursor (the API client's) stays where it was."""
+    await claim_one(store, "j-1", "w-1")
+    for i in range(3):
+        assert await store.append_stream_chunks("j-1", "w-1", [(f'"c{i}"', None)])
+    assert [c.seq for c in await store.stream_chunks_after("j-1", 0)] == [1, 2, 3]
+    assert [c.output_json for c in await store.stream_chunks_after("j-1", 2)] == ['"c2"']
+    assert await store.stream_chunks_after("j-1", 3) == []
+    assert await store.stream_chunks_after("nope", 0) == []
+    assert [c.seq for c in await store.read_new_stream_chunks("j-1")] == [1, 2, 3]
+
+
 async def test_new_stream_chunks_are_read_once_and_in_order(store: Store) -> None:
     await claim_one(store, "j-1", "w-1")
     for i in range(3):

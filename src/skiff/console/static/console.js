@@ -53,10 +53,11 @@ function requestPanel(form) {
 
 async function watch(url, result) {
   const status = $("[data-job-status]", result);
+  let after = 0;  // the last chunk shown: the page reads the stream without taking it
   for (;;) {
     let view;
     try {
-      const response = await fetch(url, { headers: { Accept: "application/json" } });
+      const response = await fetch(url + "?after=" + after, { headers: { Accept: "application/json" } });
       view = await response.json();
       if (!response.ok) { status.textContent = view.error || "gone"; return; }
     } catch (e) { await new Promise((r) => setTimeout(r, 1000)); continue; }
@@ -65,6 +66,7 @@ async function watch(url, result) {
     const times = ["waited " + view.delayTime + " ms"];
     if (view.executionTime !== undefined) times.push("ran " + view.executionTime + " ms");
     $("[data-job-times]", result).textContent = "(" + times.join(", ") + ")";
+    after = view.next;
     if (view.stream.length) {
       const text = $("[data-stream-text]", result);
       for (const chunk of view.stream) text.textContent += JSON.stringify(chunk.output) + "\n";
