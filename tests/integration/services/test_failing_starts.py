@@ -154,11 +154,9 @@ async def test_a_worker_started_after_the_failure_that_comes_up_ends_the_back_of
     assert services.fleet.may_start("ep1")
 
 
-async def test_a_worker_that_fails_on_import_names_the_error_where_the_caller_looks(
-    services: Services, store: SQLiteStore
-) -> None:
-    """Not only "exited with code 1": the failure, and so /health's and a queued job's
-    ``placement``, end with the line of its log that says why."""
+async def failing_on_import(services: Services, store: SQLiteStore) -> Endpoint:
+    """An endpoint with a job queued whose one worker has failed once: its interpreter has
+    no ``runpod`` to import."""
     await store.update_template(
         "u1", Template(id="t1", name="failing", imageName="local/x", dockerStartCmd=NO_RUNPOD)
     )
@@ -166,6 +164,15 @@ async def test_a_worker_that_fails_on_import_names_the_error_where_the_caller_lo
     request = parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs)
     await services.jobs.submit(endpoint, request, sync=False)
     await fail_once(services, endpoint, failed_before=0)
+    return endpoint
+
+
+async def test_a_worker_that_fails_on_import_names_the_error_where_the_caller_looks(
+    services: Services, store: SQLiteStore
+) -> None:
+    """Not only "exited with code 1": the failure, and so /health's and a queued job's
+    ``placement``, end with the line of its log that says why."""
+    endpoint = await failing_on_import(services, store)
 
     failure = await services.fleet.failure("ep1")
     assert failure is not None
@@ -185,13 +192,7 @@ async def test_a_public_model_caller_is_told_the_workers_fail_but_not_why(
     """Why a start failed is the owner's to read (the worker's reason, or its log's last line,
     may hold hosts, paths or credentials): a public model's caller, on its copy of the
     endpoint, learns only that the model's workers fail to start."""
-    await store.update_template(
-        "u1", Template(id="t1", name="failing", imageName="local/x", dockerStartCmd=NO_RUNPOD)
-    )
-    endpoint = await add_endpoint(services, workersMax=1)
-    request = parse_job_request(b'{"input": {}}', endpoint.spec.executionTimeoutMs)
-    await services.jobs.submit(endpoint, request, sync=False)
-    await fail_once(services, endpoint, failed_before=0)
+    endpoint = await failing_on_import(services, store)
 
     as_caller = endpoint.model_copy(update={"caller": "u2"})
     blocker = await services.jobs.blocker(as_caller)
