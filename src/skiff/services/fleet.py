@@ -94,6 +94,13 @@ class Backoff:
     not_before: float
 
 
+def backoff_delay(failures: int) -> float:
+    """Seconds before the next start after ``failures`` failed starts in a row: 1, 2, 4, ...
+    up to MAX_BACKOFF_SECONDS. The power is bounded, since ``2.0 ** 1024`` overflows and an
+    endpoint failing for a day gets there."""
+    return min(MAX_BACKOFF_SECONDS, 2.0 ** min(failures - 1, 16))
+
+
 @dataclass(slots=True)
 class OwnWorker:
     """What this replica knows of one of its own workers beyond its record: kept from its start
@@ -689,8 +696,14 @@ class Fleet:
 
     async def unfit(self, endpoint_id: str, worker_id: str, check: str, reason: str) -> None:
         """The worker's start-up check failed (``register_fitness_check``): the reason becomes
-        the endpoint's failure now, and its exit that follows does not replace it."""
-        if self._of(worker_id).unfit:
+        the endpoint's failure now, and its exit that follows does not replace it. Only for a
+        worker of that endpoint that this replica runs: the ping comes with the endpoint's
+        token, which is in every one of its workers, and any id in the path, so another id (an
+        outside worker, another endpoint's, one made up) must neither count a failed start nor
+        leave a record here. A worker whose ping reached another replica has its failure
+        recorded when it exits, with the line of its log that says why."""
+        own = self._of(worker_id)
+        if own.endpoint_id != endpoint_id or own.unfit:
             return
         self._mark(worker_id, unfit=True)
         what = f"its fitness check {check!r} failed" if check else "its fitness check failed"
@@ -714,7 +727,7 @@ class Fleet:
             error = f"{error}: {cause}"
         earlier = self._backoff.get(endpoint_id)
         failures = (earlier.failures if earlier is not None else 0) + 1
-        delay = min(MAX_BACKOFF_SECONDS, 2.0 ** (failures - 1))
+        delay = backoff_delay(failures)
         now = self._clock.now()
         self._backoff[endpoint_id] = Backoff(failures, now, now + delay)
         self._cleared.discard(endpoint_id)

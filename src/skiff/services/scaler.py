@@ -90,7 +90,12 @@ class Scaler:
     async def reconcile_all(self) -> None:
         await self._fleet.reap_orphans()
         for endpoint in await self._store.list_endpoints(None):
-            await self.reconcile(endpoint)
+            try:
+                await self.reconcile(endpoint)
+            except Exception:
+                # One endpoint's trouble (its tenant's workers are anyone's code) must not
+                # hold back the endpoints after it: each is tried again on the next pass.
+                log.exception("endpoint %s: its reconcile failed; trying again", endpoint.id)
 
     async def _load(self, endpoint: Endpoint, workers: list[Worker], now: float) -> Load:
         if endpoint.spec.type is EndpointType.LB:

@@ -16,6 +16,7 @@ from skiff.domain.jobs import parse_job_request
 from skiff.domain.placement import BlockerCause, placement_view
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.services.fleet import backoff_delay
 from skiff.services.hub import Services
 from skiff.store.sqlite import SQLiteStore
 
@@ -209,3 +210,62 @@ async def test_a_public_model_caller_is_told_the_workers_fail_but_not_why(
     # The owner, on the same endpoint at the same moment, still reads why.
     owners = health_view(await services.jobs.health(endpoint))["placement"]
     assert owners["reason"].endswith("No module named 'runpod'")
+
+
+async def test_an_unfit_ping_counts_only_for_a_worker_of_that_endpoint_this_server_runs(
+    services: Services, store: SQLiteStore
+) -> None:
+    """The ping comes with the endpoint's worker token, which every worker of the endpoint
+    holds, and names any worker id: one its endpoint's own workers could send by the thousand.
+    An id this server runs no worker of, or a worker of another endpoint, counts no failed
+    start (and leaves no record behind); the endpoint's own running worker does."""
+    await store.update_template(
+        "u1", Template(id="t1", name="sleeper", imageName="local/x", dockerStartCmd=SLEEPER)
+    )
+    endpoint = await add_endpoint(services, workersMin=1, workersMax=1)
+    await services.scaler.reconcile(endpoint)
+    [running] = await local_started(services)
+
+    for made_up in range(50):
+        await services.fleet.unfit("ep1", f"made-up-{made_up}", "check", "reason")
+    await services.fleet.unfit("ep2", running.id, "check", "from another endpoint's token")
+    assert await services.fleet.failure("ep1") is None
+    assert await services.fleet.failure("ep2") is None
+    assert services.fleet.may_start("ep1") and services.fleet.may_start("ep2")
+
+    await services.fleet.unfit("ep1", running.id, "model_files", "missing")
+    failure = await services.fleet.failure("ep1")
+    assert failure is not None and failure.failed_starts == 1
+    assert "fitness check 'model_files' failed: missing" in failure.error
+
+
+def test_the_back_off_doubles_to_its_cap_and_stays_there_however_long_it_fails() -> None:
+    """1, 2, 4 ... 60 s; and still 60 at the 1,025th failure in a row, where the doubling
+    itself (2.0 ** 1024) would overflow and end every pass of the scaler."""
+    assert [backoff_delay(n) for n in range(1, 9)] == [1, 2, 4, 8, 16, 32, 60, 60]
+    assert backoff_delay(1025) == backoff_delay(10**9) == 60
+
+
+async def test_an_endpoint_whose_reconcile_fails_holds_back_none_after_it(
+    services: Services, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One endpoint's trouble (its workers are its tenant's code) ends only its own part of
+    the scaler's pass: the endpoints listed after it are reconciled, and the failure is
+    logged with the endpoint's id."""
+    first = await add_endpoint(services)
+    later = await services.store.create_endpoint(
+        first.model_copy(update={"id": "ep2", "createdAt": first.createdAt + 1})
+    )
+    reconciled: list[str] = []
+    reconcile = services.scaler.reconcile
+
+    async def failing_for_the_first(endpoint: Endpoint) -> None:
+        if endpoint.id == first.id:
+            raise OverflowError("math range error")
+        reconciled.append(endpoint.id)
+        await reconcile(endpoint)
+
+    monkeypatch.setattr(services.scaler, "reconcile", failing_for_the_first)
+    await services.scaler.reconcile_all()
+    assert reconciled == [later.id]
+    assert f"endpoint {first.id}: its reconcile failed" in caplog.text
