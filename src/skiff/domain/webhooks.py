@@ -17,13 +17,27 @@ def new_webhook_secret() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+#: NAT64's well-known prefix (RFC 6052): an address in it reaches the IPv4 address in its
+#: last 32 bits, on a network that translates.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
 def is_public_address(address: str) -> bool:
-    """False for loopback, private, link-local, multicast, reserved and unspecified addresses
-    (IPv4 and IPv6, IPv4-mapped included): a webhook must not be a way into the local network."""
+    """Only an address of the internet at large (``is_global``): not loopback, private,
+    link-local, multicast, reserved, unspecified, nor the shared address space of carrier NAT
+    and overlay networks (100.64.0.0/10, where some clouds keep their metadata service), nor
+    IPv6's site-local; an IPv6 address that carries an IPv4 one (mapped, 6to4, Teredo, NAT64)
+    is judged by that. A webhook must not be a way into the local network."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not (
+    if isinstance(ip, ipaddress.IPv6Address):
+        teredo_client = ip.teredo[1] if ip.teredo else None
+        nat64 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None
+        carried = ip.ipv4_mapped or ip.sixtofour or teredo_client or nat64
+        if carried is not None and carried != ip:
+            return is_public_address(str(carried))
+        if ip.is_site_local:
+            return False
+    return ip.is_global and not (
         ip.is_private
         or ip.is_loopback
         or ip.is_link_local

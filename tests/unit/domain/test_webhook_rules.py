@@ -36,8 +36,16 @@ NOT_PUBLIC = [
     "::ffff:10.1.2.3",
     "224.0.0.1",
     "::",
+    # Carrier NAT and overlay networks' shared space, a cloud's metadata service in it.
+    "100.64.0.1",
+    "100.100.100.200",
+    "fec0::1",
+    # IPv6 addresses that carry a local IPv4 one: 6to4, Teredo, NAT64.
+    "2002:7f00:1::1",
+    "2001:0:4136:e378:8000:63bf:f5ff:fffe",
+    "64:ff9b::a00:1",
 ]
-PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2001:4860:4860::8888"]
+PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.216.34", "2001:4860:4860::8888", "64:ff9b::808:808"]
 
 
 @pytest.mark.parametrize("address", NOT_PUBLIC)
