@@ -151,10 +151,15 @@ class Group:
 
 
 def joining(env: dict[str, str], group: Group | None) -> dict[str, str]:
-    """``env`` telling the shim which cgroup to join before it runs the command."""
+    """``env`` telling the shim which cgroup to join before it runs the command; with no
+    group, telling it none. The shim runs as the server's user, outside the sandbox, and
+    writes its pid to every file this names: the name must only ever come from here, never
+    from the tenant's own variables (a template's, endpoint's, pod's or session's), which
+    ``env`` holds too."""
+    own = {name: value for name, value in env.items() if name != CGROUP_ENV}
     if group is None:
-        return env
-    return env | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
+        return own
+    return own | {CGROUP_ENV: "\n".join(str(p) for p in group.procs_files)}
 
 
 class Cgroups:
