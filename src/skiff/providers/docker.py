@@ -72,6 +72,8 @@ T = TypeVar("T")
 
 #: Every container skiff starts carries this label; nothing without it is ever touched.
 MARKER = "dev.skiff.worker"
+#: A pod container's marker (``docker_pods.py``): a worker's container says it is none.
+POD_MARKER = "dev.skiff.pod"
 WORKER_LABEL = "dev.skiff.worker-id"
 ENDPOINT_LABEL = "dev.skiff.endpoint-id"
 OWNER_LABEL = "dev.skiff.owner"
@@ -93,7 +95,12 @@ _DRAIN_SECONDS = 2.0
 
 
 def labels(worker_id: str, endpoint_id: str, owner: str, server: str) -> dict[str, str]:
+    """A worker container's labels. Docker adds the image's own ``LABEL``s to a container's,
+    and a tenant writes its image: every skiff label the other kind of container is told by
+    is set here too, empty, so no image can make a worker's container pass for a pod (whose
+    owner's terminal and ports would then lead into it)."""
     return {
+        POD_MARKER: "",
         MARKER: "1",
         WORKER_LABEL: worker_id,
         ENDPOINT_LABEL: endpoint_id,

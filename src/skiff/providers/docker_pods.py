@@ -46,7 +46,12 @@ from skiff.providers.base import (
     WorkerStartError,
 )
 from skiff.providers.docker import (
+    ENDPOINT_LABEL,
+    MARKER,
+    OWNER_LABEL,
+    POD_MARKER,
     SERVER_LABEL,
+    WORKER_LABEL,
     Daemon,
     _explain,
     _Handover,
@@ -64,7 +69,6 @@ log = logging.getLogger(__name__)
 
 #: Every pod container carries this label (not the workers' marker: their sweeps never see
 #: a pod, nor this provider a worker).
-POD_MARKER = "dev.skiff.pod"
 POD_LABEL = "dev.skiff.pod-id"
 VERSION_LABEL = "dev.skiff.pod-version"
 #: The pod's ports (``8888/http,22/tcp``): an adopted container says which ports it publishes.
@@ -76,7 +80,13 @@ _DRAIN_SECONDS = 2.0
 
 
 def pod_labels(launch: PodLaunch, server: str) -> dict[str, str]:
+    """A pod container's labels; a worker's are set empty, whatever its image says
+    (``docker.labels``): an image cannot make a pod's container pass for a worker's."""
     return {
+        MARKER: "",
+        WORKER_LABEL: "",
+        ENDPOINT_LABEL: "",
+        OWNER_LABEL: "",
         POD_MARKER: "1",
         POD_LABEL: launch.pod_id,
         VERSION_LABEL: str(launch.version),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +20,7 @@ from docker.models.containers import Container
 from docker_image import docker_client, ensure_test_image
 from skiff.providers import docker as docker_provider
 from skiff.providers.base import ContainerSpec, Launch, WorkerStartError
-from skiff.providers.docker import MARKER, NETWORK, NETWORK_OPTIONS, DockerProvider
+from skiff.providers.docker import MARKER, NETWORK, NETWORK_OPTIONS, POD_MARKER, DockerProvider
 
 
 class Sink:
@@ -123,6 +124,37 @@ async def test_a_stopped_container_is_killed_after_its_grace_and_reported(
     await harness.provider.stop("w-stop", grace=1)
     await asyncio.wait_for(harness.exited.wait(), 60)
     assert harness.exits == [("w-stop", 137)]
+
+
+async def test_an_image_labelled_as_a_pod_makes_no_worker_container_pass_for_one(
+    tmp_path: Path, image: str, client: Any
+) -> None:
+    """Docker adds an image's own labels to its containers, and a tenant writes its image: one
+    labelled as another tenant's pod must not make the worker's container a pod that the
+    pod provider would adopt (and send that pod's owner's terminal and ports into)."""
+    from skiff.providers.docker_pods import POD_LABEL, PORTS_LABEL
+
+    tag = f"skiff-test-pod-labelled:{uuid.uuid4().hex[:8]}"
+    dockerfile = (
+        f"FROM {image}\n"
+        f'LABEL {POD_MARKER}="1" {POD_LABEL}="victim-pod" {PORTS_LABEL}="8888/http" '
+        'dev.skiff.test="1"\n'
+    )
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True)
+    try:
+        harness = Harness(client)
+        await harness.provider.start(launch(tmp_path, "w-labelled", tag, ["sleep", "600"]))
+        (container,) = client.containers.list(
+            ignore_removed=True, filters={"label": "dev.skiff.worker-id=w-labelled"}
+        )
+        assert container.labels[POD_MARKER] == ""  # the worker's own label over the image's
+        assert container.labels[MARKER] == "1"
+        pods = client.containers.list(filters={"label": [f"{POD_MARKER}=1"]})
+        assert container.id not in {c.id for c in pods}
+        await harness.provider.stop("w-labelled", grace=0)
+        await asyncio.wait_for(harness.exited.wait(), 60)
+    finally:
+        client.images.remove(tag, force=True)
 
 
 async def test_leftovers_are_removed_by_label_and_foreign_containers_are_left_alone(

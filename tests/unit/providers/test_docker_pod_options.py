@@ -45,6 +45,16 @@ def test_ports_are_published_on_host_ports_of_dockers_choosing() -> None:
     assert options["command"] == ["python", "serve.py"] and "entrypoint" not in options
 
 
+def test_a_pod_containers_labels_say_it_is_no_worker_whatever_its_image_says() -> None:
+    """Docker adds an image's labels to its container's; the pod's own, empty, win over them."""
+    from skiff.providers.docker import MARKER, is_ours
+
+    labels = pod_create_options(launch(), "server-1")["labels"]
+    assert labels[MARKER] == "" and labels["dev.skiff.worker-id"] == ""
+    from_image = {MARKER: "1", "dev.skiff.worker-id": "victim-worker"}
+    assert not is_ours(from_image | labels)
+
+
 def test_the_labels_name_the_pod_its_version_ports_server_and_user() -> None:
     labels = pod_create_options(launch(), "server-1")["labels"]
     assert labels[POD_MARKER] == "1" and labels[POD_LABEL] == "p1"
@@ -53,8 +63,9 @@ def test_the_labels_name_the_pod_its_version_ports_server_and_user() -> None:
     # Whose it is, for its log's pace when a restarted server follows it again.
     assert labels[USER_LABEL] == ""
     assert pod_create_options(launch(user_id="u1"), "s")["labels"][USER_LABEL] == "u1"
-    # Not a worker's marker: the workers' leftover sweep never sees a pod.
-    assert "dev.skiff.worker" not in labels
+    # Not a worker's marker (set, empty, over any image's): the workers' leftover sweep never
+    # sees a pod.
+    assert labels["dev.skiff.worker"] == ""
 
 
 def test_the_volume_is_bound_read_write_at_the_mount_path() -> None:
