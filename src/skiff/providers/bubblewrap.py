@@ -476,7 +476,9 @@ class Sandbox:
             args += ["--bind", str(home), home_also_at]
         for top in sorted(rebuilt):
             args += ["--remount-ro", f"/{top}"]
-        for node in _NVIDIA_SHARED_NODES:
+        # The driver's shared nodes only for a worker with GPUs: without, they are only more
+        # of the kernel within a CPU worker's reach.
+        for node in _NVIDIA_SHARED_NODES if gpu_indices else ():
             args += ["--dev-bind-try", node, node]
         for index in gpu_indices:
             # NVIDIA numbers its device nodes by the cards' minor numbers, which follow the PCI

@@ -194,6 +194,13 @@ def test_a_worker_gets_the_device_nodes_of_its_own_gpus_only(tmp_path: Path) -> 
     assert "/dev/nvidia0" not in nodes and "/dev/nvidia1" not in nodes
 
 
+def test_a_worker_without_gpus_gets_no_nvidia_device_node(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    argv = _sandbox(tmp_path, ()).command(["w"], home=home, cwd=home, env={})
+    assert [n for n in _pairs(argv, "--dev-bind-try") if n.startswith("/dev/nvidia")] == []
+
+
 def test_the_volume_takes_its_mount_point_in_the_sandbox(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
