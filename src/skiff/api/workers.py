@@ -19,6 +19,7 @@ from skiff.api.responses import json_response
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import worker_payload
 from skiff.domain.results import parse_worker_result, read_stream_chunk
+from skiff.domain.streams import MAX_CHUNK_BYTES
 from skiff.services.dispatch import StillConnected
 from skiff.services.hub import Services
 from skiff.services.lineup import accepts_lineups
@@ -127,7 +128,12 @@ def build(services: Services) -> WorkerHandlers:
     @needs(access.WORKER)
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
-        chunk = read_stream_chunk(await read_body(request, RESULT_LIMIT))
+        body = await read_body(request, RESULT_LIMIT)
+        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(worker_id, job_id):
+            # Answered as a chunk of a job it does not run always is (kept nowhere), unread:
+            # parsing and splitting tens of MB would hold every tenant's requests meanwhile.
+            return _taken(None)
+        chunk = read_stream_chunk(body)
         return _taken(await dispatch.stream(endpoint, worker_id, job_id, chunk))
 
     @needs(access.WORKER)

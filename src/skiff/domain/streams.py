@@ -51,23 +51,55 @@ def _char_cost(ch: str) -> int:
     return len(ch.encode("utf-8", "surrogatepass"))
 
 
-def split_text(text: str, budget: int) -> list[str]:
-    """Pieces of ``text`` whose JSON string encodings (quotes included) fit in ``budget``."""
-    pieces = []
-    start = 0
-    used = 2
-    for i, ch in enumerate(text):
-        cost = _char_cost(ch)
-        if used + cost > budget:
-            pieces.append(text[start:i])
-            start, used = i, 2
-        used += cost
-    pieces.append(text[start:])
-    return pieces
-
-
 #: A string piece ``split_text`` cut fills its budget to within one character's cost.
 _MAX_CHAR_COST = 6
+
+
+#: The control characters' bytes (each 6 bytes, ``\\u00XX``, at most, in a JSON string; in
+#: UTF-8 no other character holds such a byte).
+_CONTROL_BYTES = bytes(range(0x20))
+
+
+def _cost(text: str) -> int:
+    """``_char_cost`` summed over ``text``, counted on its bytes by C code: a 64 MB string must
+    not hold the event loop for a walk in Python (it would hold every tenant's requests)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    controls = len(raw) - len(raw.translate(None, _CONTROL_BYTES))
+    return len(raw) + raw.count(b'"') + raw.count(b"\\") + 5 * controls
+
+
+def split_text(text: str, budget: int) -> list[str]:
+    """Pieces of ``text`` whose JSON string encodings (quotes included) fit in ``budget``,
+    each as long as fits (the last excepted)."""
+    room = budget - 2
+    pieces: list[str] = []
+    start, size = 0, len(text)
+    guess = room  # every character costs at least 1: no piece is longer
+    while True:
+        end = min(size, start + guess)
+        used = _cost(text[start:end])
+        # The cost adds up character by character, so a piece is found by pricing only what
+        # it gains or loses: while there is room, at most that many characters more...
+        while used < room and end < size:
+            ahead = min(size - end, room - used)
+            used += _cost(text[end : end + ahead])
+            end += ahead
+        # ... and while over, back by at least a sixth of the excess (none costs more than 6).
+        while used > room:
+            back = max(1, -(-(used - room) // _MAX_CHAR_COST))
+            used -= _cost(text[end - back : end])
+            end -= back
+        while end < size and used + _char_cost(text[end]) <= room:
+            used += _char_cost(text[end])  # the last step back may have gone a little too far
+            end += 1
+        if end < size:
+            end = max(end, start + 1)
+        pieces.append(text[start:end])
+        if end >= size:
+            return pieces
+        # Text is mostly alike along its length: the next piece is about as long as this one.
+        guess = max(1, end - start)
+        start = end
 
 
 def is_split_piece(output_json: str) -> bool:

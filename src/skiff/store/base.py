@@ -372,6 +372,10 @@ class Store(Protocol):
         """Chunks not returned before, in order; advances the job's read cursor."""
         ...
 
+    async def job_held_by(self, job_id: str, worker_id: str) -> bool:
+        """Whether the worker runs the job now (what a stream chunk of it needs)."""
+        ...
+
     async def stream_chunks_after(self, job_id: str, after: int) -> list[StreamChunk]:
         """Chunks whose ``seq`` is above ``after``, in order; the job's read cursor stays."""
         ...

@@ -82,6 +82,27 @@ async def test_cancel_retry_and_purge_act_on_the_queue(in_process: InProcess) ->
     assert health["jobs"]["inQueue"] == 0 and health["jobs"]["cancelled"] == 1
 
 
+async def test_a_large_stream_chunk_is_kept_only_for_the_job_its_worker_runs(
+    in_process: InProcess,
+) -> None:
+    """A chunk over 1 MB is split into pieces the store keeps: for the worker that runs the
+    job. Another worker id (one made up with the endpoint's token) is answered as always for a
+    job it does not run, and its 4 MB are not even read."""
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    http = in_process.http
+    job_id = (await http.post(f"/v2/{endpoint_id}/run", json={"input": {}})).json()["id"]
+    big = {"output": "x" * (4 * 1024 * 1024)}
+    async with await in_process.worker(endpoint_id) as worker:
+        await worker.get(f"/v2/{endpoint_id}/job-take/w-4?job_in_progress=0")
+        foreign = await worker.post(f"/v2/{endpoint_id}/job-stream/w-made-up/{job_id}", json=big)
+        assert foreign.status_code == 200, foreign.text
+        mine = await worker.post(f"/v2/{endpoint_id}/job-stream/w-4/{job_id}", json=big)
+        assert mine.status_code == 200, mine.text
+    streamed = (await http.get(f"/v2/{endpoint_id}/stream/{job_id}")).json()["stream"]
+    assert "".join(c["output"] for c in streamed) == big["output"]
+    assert len(streamed) == 5  # 1 MB pieces, quotes included
+
+
 async def test_a_stream_is_read_in_order_and_ends_with_the_final_state(
     in_process: InProcess,
 ) -> None:
