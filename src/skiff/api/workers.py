@@ -5,6 +5,7 @@ runpod SDK sends ``RUNPOD_AI_API_KEY``). Every answer here is what the SDK 1.12.
 The handlers; their paths, methods and OpenAPI descriptions are declared in api/v2.py.
 """
 
+import itertools
 from typing import NamedTuple
 
 from starlette.requests import Request
@@ -27,6 +28,8 @@ from skiff.services.lineup import accepts_lineups
 RESULT_LIMIT = 64 * 1024 * 1024
 NO_CONTENT = 204
 MAX_BATCH = 64
+#: The most job ids one ping renews: more than any worker holds (the SDK names those it runs).
+MAX_PING_JOBS = 4096
 
 
 class WorkerHandlers(NamedTuple):
@@ -150,13 +153,19 @@ def build(services: Services) -> WorkerHandlers:
                 _printable(params.get("check", "")),
                 _printable(params.get("reason", "")),
             )
-        raw = request.query_params.get("job_id", "")
-        # No job id holds a NUL (and PostgreSQL text cannot): such a name is simply not held.
-        job_ids = [j for j in raw.split(",") if j and "\x00" not in j]
+        job_ids = named_jobs(request.query_params.get("job_id", ""))
         await dispatch.ping(endpoint, worker_id, job_ids)
         return json_response({"ok": True})
 
     return WorkerHandlers(job_take, job_take_batch, job_stop, job_done, job_stream, ping)
+
+
+def named_jobs(raw: str) -> list[str]:
+    """The job ids of a ping's ``job_id`` (comma-separated), each once, at most
+    ``MAX_PING_JOBS``: their renewal is a write every tenant's writes queue behind. No job id
+    holds a NUL (and PostgreSQL text cannot): such a name is simply not held."""
+    named = dict.fromkeys(j for j in raw.split(",") if j and "\x00" not in j)
+    return list(itertools.islice(named, MAX_PING_JOBS))
 
 
 def _printable(text: str, limit: int = 2000) -> str:

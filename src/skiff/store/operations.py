@@ -867,10 +867,9 @@ class SqlStore:
                 worker_id=worker_id,
             )
             if not renewed:
-                for job_id in job_ids:
-                    if await c.fetchrow("is_lined_up", worker_id=worker_id, job_id=job_id):
-                        renewed = 1
-                        break
+                # One read of the worker's line-up (a few rows), not one per id it named.
+                lined_up = await c.fetch("lineup_of_worker", worker_id=worker_id)
+                renewed = int(not {r["job_id"] for r in lined_up}.isdisjoint(job_ids))
             if renewed:
                 await c.execute("renew_lineup_leases", lease_until=lease_until, worker_id=worker_id)
 

@@ -5,10 +5,12 @@ without a socket or a subprocess."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from in_process import InProcess
+from in_process import InProcess, running
+from skiff.clock import ManualClock
 from skiff.domain.jobs import Job
 
 
@@ -101,6 +103,27 @@ async def test_a_large_stream_chunk_is_kept_only_for_the_job_its_worker_runs(
     streamed = (await http.get(f"/v2/{endpoint_id}/stream/{job_id}")).json()["stream"]
     assert "".join(c["output"] for c in streamed) == big["output"]
     assert len(streamed) == 5  # 1 MB pieces, quotes included
+
+
+async def test_a_ping_naming_one_id_thousands_of_times_renews_it_once(tmp_path: Path) -> None:
+    """A ping's ids are renewed in a write every tenant's writes wait behind: each is taken
+    once, and no more of them than a worker could hold."""
+    clock = ManualClock()
+    async with running(tmp_path / "data", clock=clock) as app:
+        endpoint_id = (await app.create_endpoint(workersMax=0))["id"]
+        queued = await app.http.post(f"/v2/{endpoint_id}/run", json={"input": {}})
+        job_id = queued.json()["id"]
+        store = app.services.store
+        async with await app.worker(endpoint_id) as worker:
+            await worker.get(f"/v2/{endpoint_id}/job-take/w-5?job_in_progress=0")
+            taken = await store.get_job(endpoint_id, job_id)
+            assert taken is not None and taken.lease_until is not None
+            clock.advance(5)
+            named = ",".join(["gone"] * 10_000 + [job_id])  # near the longest URL taken
+            pinged = await worker.get(f"/v2/{endpoint_id}/ping/w-5?job_id={named}")
+            assert pinged.status_code == 200, pinged.text
+        renewed = await store.get_job(endpoint_id, job_id)
+        assert renewed is not None and renewed.lease_until == taken.lease_until + 5
 
 
 async def test_a_stream_is_read_in_order_and_ends_with_the_final_state(
