@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 
@@ -82,3 +83,22 @@ class WorkerReport:
     worker: Worker
     #: Ids of the jobs it holds, sorted.
     jobs: list[str]
+
+
+#: An outside worker's id (its ``RUNPOD_POD_ID``) as the server takes a new one: short, and
+#: nothing a path, a log line or a label could misread.
+_OUTSIDE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+#: The most outside workers one endpoint's token may have on record at once. Each is a row
+#: every pass of the server's loops reads, and any id its token names becomes one: without a
+#: bound one tenant's worker could make them by the ten thousand and slow every tenant's.
+MAX_OUTSIDE_WORKERS = 512
+
+
+def outside_id_problem(worker_id: str) -> str | None:
+    """Why ``worker_id`` cannot be a new outside worker's id; None when it can."""
+    if _OUTSIDE_ID.fullmatch(worker_id):
+        return None
+    return (
+        f"worker id {worker_id[:40]!r} is not one: 1 to 128 letters, digits and . _ : @ -, "
+        "beginning with a letter or digit"
+    )

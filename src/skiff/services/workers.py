@@ -14,8 +14,14 @@ from cachetools import TTLCache
 
 from skiff.clock import Clock
 from skiff.domain.billing import UsageKind
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.errors import Conflict
+from skiff.domain.workers import (
+    MAX_OUTSIDE_WORKERS,
+    Worker,
+    WorkerKind,
+    WorkerState,
+    outside_id_problem,
+)
+from skiff.errors import Conflict, Invalid, TooManyRequests
 from skiff.services.metering import UsageEnded, not_metered
 from skiff.store.base import Store
 
@@ -99,6 +105,7 @@ class Workers:
                 return copy
         worker = await self._store.touch_worker(worker_id, now)
         if worker is None:
+            await self._may_add_outside(endpoint_id, worker_id)
             worker = await self._store.add_worker(
                 Worker(
                     id=worker_id,
@@ -116,6 +123,22 @@ class Workers:
         self._copies[worker_id] = worker
         self._touched[worker_id] = now
         return worker
+
+    async def _may_add_outside(self, endpoint_id: str, worker_id: str) -> None:
+        """Refuse a new outside worker whose id is none, or one past ``MAX_OUTSIDE_WORKERS``
+        of its endpoint (those silent for ``SKIFF_WORKER_SILENCE_SECONDS`` are forgotten)."""
+        problem = outside_id_problem(worker_id)
+        if problem is not None:
+            raise Invalid(problem, field="worker_id")
+        workers = await self._store.list_workers(endpoint_id)
+        outside = sum(1 for w in workers if w.kind is WorkerKind.EXTERNAL)
+        if outside >= MAX_OUTSIDE_WORKERS:
+            raise TooManyRequests(
+                f"endpoint {endpoint_id} has {outside} outside workers calling in, the most "
+                f"it may have; worker {worker_id} is new to it (a silent one is forgotten after "
+                "SKIFF_WORKER_SILENCE_SECONDS)",
+                retry_after=60,
+            )
 
     async def set_state(self, worker: Worker, state: WorkerState) -> None:
         fields: dict[str, object] = {"state": state}
