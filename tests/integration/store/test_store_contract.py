@@ -1269,6 +1269,24 @@ async def test_a_public_model_callers_webhook_is_signed_for_the_caller_not_the_o
     assert await store.webhook_secret("u-2") != await store.webhook_secret("u-1")
 
 
+async def test_due_webhook_deliveries_are_taken_in_turns_between_users(store: Store) -> None:
+    """One user's backlog (receivers that never answer hold a sender's slot for its whole
+    timeout) must not keep another's deliveries waiting: a pass takes each user's oldest, then
+    each one's next, and so on."""
+    await store.create_user(make_user())
+    await store.create_user(make_user("u-2", "bob"))
+    await store.create_endpoint(make_endpoint())
+    hook = "https://example.com/hook"
+    jobs = [make_job(f"a-{i}", webhook=hook) for i in range(5)]
+    jobs += [make_job(f"b-{i}", webhook=hook, caller_id="u-2") for i in range(2)]
+    await insert_jobs(store, *jobs)
+    await store.claim_jobs(EP, "w-1", 7, now=T0, lease_until=T0 + 60)
+    for at, job in enumerate(jobs, start=1):  # u-1's backlog is older than all of u-2's
+        await store.finish_job(job.id, "w-1", JobStatus.COMPLETED, '"out"', None, T0 + at)
+    due = await store.due_webhook_deliveries(T0 + 100, 4)
+    assert [d.job_id for d in due] == ["a-0", "b-0", "a-1", "b-1"]
+
+
 async def test_final_job_with_webhook_stores_a_delivery_sent_with_the_owners_secret(
     store: Store,
 ) -> None:

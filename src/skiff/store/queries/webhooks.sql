@@ -6,11 +6,16 @@ INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload,
                                 next_attempt_at, created_at)
 VALUES (:id, :job_id, :endpoint_id, :user_id, :url, :payload, :next_attempt_at, :created_at);
 
+-- Taken in turns between users, each user's oldest first: one user's backlog (receivers that
+-- never answer hold a sender's slot for the whole timeout) does not keep anyone else's waiting.
 -- name: due_webhook_deliveries
-SELECT d.*, u.webhook_secret AS secret
-FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
-WHERE d.status = 'pending' AND d.next_attempt_at <= :now
-ORDER BY d.next_attempt_at LIMIT :limit;
+SELECT * FROM (
+    SELECT d.*, u.webhook_secret AS secret,
+           ROW_NUMBER() OVER (PARTITION BY d.user_id ORDER BY d.next_attempt_at, d.id) AS turn
+    FROM webhook_deliveries d LEFT JOIN users u ON u.id = d.user_id
+    WHERE d.status = 'pending' AND d.next_attempt_at <= :now
+) due
+ORDER BY turn, next_attempt_at, id LIMIT :limit;
 
 -- ``next_attempt_at`` NULL keeps the one set.
 -- name: record_webhook_attempt
