@@ -125,7 +125,12 @@ def build(services: Services) -> WorkerHandlers:
         update; `error` fails the job; anything else completes it. A body nested too deep to
         store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
-        result = parse_worker_result(await read_body(request, RESULT_LIMIT))
+        body = await read_body(request, RESULT_LIMIT)
+        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(worker_id, job_id, True):
+            # Answered as a result for a job it does not hold always is (taken by nothing),
+            # unread: parsing tens of MB holds every tenant's requests meanwhile.
+            return _taken(None)
+        result = parse_worker_result(body)
         return _taken(await dispatch.done(endpoint, worker_id, job_id, result))
 
     @needs(access.WORKER)

@@ -293,11 +293,11 @@ class Dispatch:
             self._wakeups.notify(Wake.job(job_id))
         return None
 
-    async def runs(self, worker_id: str, job_id: str) -> bool:
-        """Whether the worker runs the job now: a large stream chunk of a job it does not run
-        is dropped before it is read (reading 64 MB costs the event loop, and no chunk of such
-        a job is kept anyway)."""
-        return await self._store.job_held_by(job_id, worker_id)
+    async def runs(self, worker_id: str, job_id: str, lined_up: bool = False) -> bool:
+        """Whether the worker runs the job now (or, with ``lined_up``, has it lined up): a
+        large stream chunk or result of a job it does not is dropped before it is read
+        (reading 64 MB costs the event loop, and nothing of such a job is kept anyway)."""
+        return await self._store.job_held_by(job_id, worker_id, lined_up)
 
     async def stop_signals(
         self, endpoint: Endpoint, worker_id: str, wait: float, still_connected: StillConnected

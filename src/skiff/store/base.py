@@ -372,8 +372,9 @@ class Store(Protocol):
         """Chunks not returned before, in order; advances the job's read cursor."""
         ...
 
-    async def job_held_by(self, job_id: str, worker_id: str) -> bool:
-        """Whether the worker runs the job now (what a stream chunk of it needs)."""
+    async def job_held_by(self, job_id: str, worker_id: str, lined_up: bool = False) -> bool:
+        """Whether the worker runs the job now (what a stream chunk of it needs), or with
+        ``lined_up`` has it lined up (a result for it is taken too)."""
         ...
 
     async def stream_chunks_after(self, job_id: str, after: int) -> list[StreamChunk]:

@@ -822,8 +822,11 @@ class SqlStore:
 
         return await self._write(op)
 
-    async def job_held_by(self, job_id: str, worker_id: str) -> bool:
-        return await self._row("job_taken_by", job_id=job_id, worker_id=worker_id) is not None
+    async def job_held_by(self, job_id: str, worker_id: str, lined_up: bool = False) -> bool:
+        named = {"job_id": job_id, "worker_id": worker_id}
+        if await self._row("job_taken_by", **named) is not None:
+            return True
+        return lined_up and await self._row("is_lined_up", **named) is not None
 
     async def stream_chunks_after(self, job_id: str, after: int) -> list[StreamChunk]:
         rows = await self._rows("stream_chunks_after", job_id=job_id, cursor=after)

@@ -105,6 +105,28 @@ async def test_a_large_stream_chunk_is_kept_only_for_the_job_its_worker_runs(
     assert len(streamed) == 5  # 1 MB pieces, quotes included
 
 
+async def test_a_large_result_is_taken_only_from_the_worker_that_runs_the_job(
+    in_process: InProcess,
+) -> None:
+    """A result over 1 MB from another worker id (made up with the endpoint's token) is
+    answered as always for a job it does not hold, unread; the worker that runs the job
+    completes it with the same body."""
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    http = in_process.http
+    job_id = (await http.post(f"/v2/{endpoint_id}/run", json={"input": {}})).json()["id"]
+    big = {"output": "y" * (2 * 1024 * 1024)}
+    async with await in_process.worker(endpoint_id) as worker:
+        await worker.get(f"/v2/{endpoint_id}/job-take/w-6?job_in_progress=0")
+        foreign = await worker.post(f"/v2/{endpoint_id}/job-done/w-other/{job_id}", json=big)
+        assert foreign.status_code == 200, foreign.text
+        status = (await http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
+        assert status["status"] == "IN_PROGRESS"
+        mine = await worker.post(f"/v2/{endpoint_id}/job-done/w-6/{job_id}", json=big)
+        assert mine.status_code == 200, mine.text
+    status = (await http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
+    assert status["status"] == "COMPLETED" and status["output"] == big["output"]
+
+
 async def test_a_ping_naming_one_id_thousands_of_times_renews_it_once(tmp_path: Path) -> None:
     """A ping's ids are renewed in a write every tenant's writes wait behind: each is taken
     once, and no more of them than a worker could hold."""

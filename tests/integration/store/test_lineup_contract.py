@@ -583,3 +583,17 @@ async def test_job_counts_count_lined_up_jobs_as_queued(store: Store) -> None:
         in_queue=2, completed=2, cancelled=1, in_queue_normal=1, oldest_queued_at=T0 + 0.4
     )
     await assert_counts_match(store, ids)
+
+
+async def test_a_lined_up_job_is_held_for_its_result_but_not_for_its_stream(
+    store: Store,
+) -> None:
+    """A large result is read only from a worker that holds its job: running it, or with it
+    lined up (a result for a lined-up job is taken); a stream chunk only from the one running
+    it."""
+    await running_with_lineup(store)
+    assert await store.job_held_by("run", "w-1")
+    assert not await store.job_held_by("a", "w-1")
+    assert await store.job_held_by("a", "w-1", lined_up=True)
+    assert not await store.job_held_by("a", "w-2", lined_up=True)
+    assert not await store.job_held_by("run", "w-2", lined_up=True)
