@@ -126,7 +126,9 @@ def build(services: Services) -> WorkerHandlers:
         store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
         body = await read_body(request, RESULT_LIMIT)
-        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(worker_id, job_id, True):
+        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(
+            worker_id, job_id, lined_up=True
+        ):
             # Answered as a result for a job it does not hold always is (taken by nothing),
             # unread: parsing tens of MB holds every tenant's requests meanwhile.
             return _taken(None)

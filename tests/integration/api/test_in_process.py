@@ -5,8 +5,11 @@ without a socket or a subprocess."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from in_process import InProcess, running
@@ -84,18 +87,28 @@ async def test_cancel_retry_and_purge_act_on_the_queue(in_process: InProcess) ->
     assert health["jobs"]["inQueue"] == 0 and health["jobs"]["cancelled"] == 1
 
 
+@contextlib.asynccontextmanager
+async def one_taken_job(
+    in_process: InProcess, worker_id: str
+) -> AsyncIterator[tuple[str, str, httpx.AsyncClient]]:
+    """An endpoint without workers of its own, one job queued on it and taken by an outside
+    worker ``worker_id``: the endpoint's and job's ids, and that worker's client."""
+    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
+    queued = await in_process.http.post(f"/v2/{endpoint_id}/run", json={"input": {}})
+    async with await in_process.worker(endpoint_id) as worker:
+        await worker.get(f"/v2/{endpoint_id}/job-take/{worker_id}?job_in_progress=0")
+        yield endpoint_id, queued.json()["id"], worker
+
+
 async def test_a_large_stream_chunk_is_kept_only_for_the_job_its_worker_runs(
     in_process: InProcess,
 ) -> None:
     """A chunk over 1 MB is split into pieces the store keeps: for the worker that runs the
     job. Another worker id (one made up with the endpoint's token) is answered as always for a
     job it does not run, and its 4 MB are not even read."""
-    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
     http = in_process.http
-    job_id = (await http.post(f"/v2/{endpoint_id}/run", json={"input": {}})).json()["id"]
     big = {"output": "x" * (4 * 1024 * 1024)}
-    async with await in_process.worker(endpoint_id) as worker:
-        await worker.get(f"/v2/{endpoint_id}/job-take/w-4?job_in_progress=0")
+    async with one_taken_job(in_process, "w-4") as (endpoint_id, job_id, worker):
         foreign = await worker.post(f"/v2/{endpoint_id}/job-stream/w-made-up/{job_id}", json=big)
         assert foreign.status_code == 200, foreign.text
         mine = await worker.post(f"/v2/{endpoint_id}/job-stream/w-4/{job_id}", json=big)
@@ -111,12 +124,9 @@ async def test_a_large_result_is_taken_only_from_the_worker_that_runs_the_job(
     """A result over 1 MB from another worker id (made up with the endpoint's token) is
     answered as always for a job it does not hold, unread; the worker that runs the job
     completes it with the same body."""
-    endpoint_id = (await in_process.create_endpoint(workersMax=0))["id"]
     http = in_process.http
-    job_id = (await http.post(f"/v2/{endpoint_id}/run", json={"input": {}})).json()["id"]
     big = {"output": "y" * (2 * 1024 * 1024)}
-    async with await in_process.worker(endpoint_id) as worker:
-        await worker.get(f"/v2/{endpoint_id}/job-take/w-6?job_in_progress=0")
+    async with one_taken_job(in_process, "w-6") as (endpoint_id, job_id, worker):
         foreign = await worker.post(f"/v2/{endpoint_id}/job-done/w-other/{job_id}", json=big)
         assert foreign.status_code == 200, foreign.text
         status = (await http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
