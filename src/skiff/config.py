@@ -171,6 +171,10 @@ class Settings(BaseSettings):
     #: With the embedded SQLite store: MiB kept free on the database's disk for the work already
     #: accepted; below it new jobs are refused with 507 (services/disk_reserve.py). 0: none kept.
     disk_reserve_mb: int = Field(default=256, ge=0)
+    #: The most a job's stream may hold, in MiB of its stored JSON: a chunk that would take it
+    #: past this fails the job (its earlier chunks are kept). Every tenant's streams share the
+    #: database's disk, and a stream has no other end than its job's.
+    stream_max_mb: int = Field(default=256, ge=1, le=2047)
     #: A connection must send a whole request head (request line and headers) within this
     #: long of opening, or of starting its next request; else it is closed.
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)

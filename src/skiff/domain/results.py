@@ -62,6 +62,28 @@ def parse_worker_result(body: bytes) -> WorkerResult:
     return WorkerResult(Outcome.COMPLETED, output_json, None, stop_pod)
 
 
+#: The most a job's stream holds unless ``SKIFF_STREAM_MAX_MB`` says otherwise (its default).
+DEFAULT_STREAM_MAX_BYTES = 256 * 1024 * 1024
+
+
+class StreamFull(Exception):
+    """A stream chunk would take its job's stream past the most it may hold: nothing of it is
+    kept, and the job fails (``stream_full_reason``)."""
+
+
+def stream_size(chunks: list[tuple[str, str | None]]) -> int:
+    """What stream pieces (output JSON, metrics JSON) count against their job's cap: the
+    characters of their stored JSON (mostly ASCII, so about its bytes)."""
+    return sum(len(output) + len(metrics or "") for output, metrics in chunks)
+
+
+def stream_full_reason(max_size: int) -> str:
+    return (
+        f"the job's stream passed the {max_size // (1024 * 1024)} MiB a job's stream may hold; "
+        "the chunks before it were kept"
+    )
+
+
 class ChunkTooDeep(ValueError):
     """A stream chunk nested past the limit: it cannot be stored, so its job fails."""
 

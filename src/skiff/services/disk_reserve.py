@@ -6,7 +6,8 @@ taken until that disk was full, the results of the jobs already running could no
 recorded, and each would be run again once its lease ran out. So new jobs are refused (507,
 with ``Retry-After``) while the disk has less than ``SKIFF_DISK_RESERVE_MB`` free, and
 everything that finishes accepted work (job-done, stream chunks, cancels) goes on using the
-room kept. What tenants' workers write is held apart, each endpoint to its own disk budget
+room kept: a result is at most 64 MB, and a job's stream at most ``SKIFF_STREAM_MAX_MB``.
+What tenants' workers write is held apart, each endpoint to its own disk budget
 (services/disk_watch.py).
 
 The disk is read (``statvfs``) at most once a second on the injected clock.

@@ -13,7 +13,14 @@ from collections.abc import Awaitable, Callable
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
-from skiff.domain.results import Outcome, WorkerChunk, WorkerResult
+from skiff.domain.results import (
+    DEFAULT_STREAM_MAX_BYTES,
+    Outcome,
+    StreamFull,
+    WorkerChunk,
+    WorkerResult,
+    stream_full_reason,
+)
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.job_events import JobEvents
@@ -60,6 +67,7 @@ class Dispatch:
         max_attempts: int,
         result_holds: ResultHolds | None = None,
         lineup: Lineup | None = None,
+        stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
     ) -> None:
         self._store = store
         self._clock = clock
@@ -70,6 +78,8 @@ class Dispatch:
         self._metrics = metrics
         self._lease_seconds = lease_seconds
         self._max_attempts = max_attempts
+        #: The most a job's stream may hold (``domain.results.stream_size``).
+        self._stream_max_bytes = stream_max_bytes
         #: Answers to job-done kept back until the worker's next job reaches it (off: none).
         self.result_holds = result_holds or ResultHolds(0)
         wakeups.on_close(self.result_holds.close)
@@ -282,16 +292,24 @@ class Dispatch:
         self, endpoint: Endpoint, worker_id: str, job_id: str, chunk: WorkerChunk
     ) -> str | None:
         """Append a job-stream chunk (``domain.results.read_stream_chunk`` reads it). A chunk
-        that cannot be stored (nested too deep) FAILS the job with the reason, which is
-        returned; None when the chunk was kept."""
+        that cannot be stored (nested too deep, or past what the job's stream may hold) FAILS
+        the job with the reason, which is returned; None when the chunk was kept."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if chunk.refused is not None:
-            await self._finish(worker, job_id, JobStatus.FAILED, None, chunk.refused)
-            return chunk.refused
-        pieces = split_chunk(chunk.output_json, chunk.metrics_json)
-        if await self._store.append_stream_chunks(job_id, worker_id, pieces):
-            self._wakeups.notify(Wake.job(job_id))
-        return None
+        refused = chunk.refused
+        if refused is None:
+            pieces = split_chunk(chunk.output_json, chunk.metrics_json)
+            try:
+                held = await self._store.append_stream_chunks(
+                    job_id, worker_id, pieces, self._stream_max_bytes
+                )
+            except StreamFull:
+                refused = stream_full_reason(self._stream_max_bytes)
+            else:
+                if held:
+                    self._wakeups.notify(Wake.job(job_id))
+                return None
+        await self._finish(worker, job_id, JobStatus.FAILED, None, refused)
+        return refused
 
     async def runs(self, worker_id: str, job_id: str, lined_up: bool = False) -> bool:
         """Whether the worker runs the job now (or, with ``lined_up``, has it lined up): a

@@ -149,6 +149,7 @@ class Services:
             settings.max_attempts,
             ResultHolds(settings.result_hold_seconds),
             Lineup(settings.lineup_seconds),
+            stream_max_bytes=settings.stream_max_mb * 1024 * 1024,
         )
         gpu_pool = GpuPool(gpus)
         volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()), meter.ended)

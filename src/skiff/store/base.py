@@ -363,9 +363,15 @@ class Store(Protocol):
         ...
 
     async def append_stream_chunks(
-        self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
+        self,
+        job_id: str,
+        worker_id: str,
+        chunks: list[tuple[str, str | None]],
+        max_size: int | None = None,
     ) -> bool:
-        """Append (output JSON, metrics JSON) chunks in order, if the worker holds the job."""
+        """Append (output JSON, metrics JSON) chunks in order, if the worker holds the job.
+        Raises ``StreamFull``, keeping none of them, when they would take the job's stream past
+        ``max_size`` (``domain.results.stream_size``; None: no cap)."""
         ...
 
     async def read_new_stream_chunks(self, job_id: str) -> list[StreamChunk]:

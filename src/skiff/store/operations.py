@@ -31,6 +31,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
+from skiff.domain.results import StreamFull, stream_size
 from skiff.domain.secrets import Secret
 from skiff.domain.templates import Template
 from skiff.domain.volumes import NetworkVolume, VolumeUsers
@@ -792,11 +793,23 @@ class SqlStore:
             return 0
 
     async def append_stream_chunks(
-        self, job_id: str, worker_id: str, chunks: list[tuple[str, str | None]]
+        self,
+        job_id: str,
+        worker_id: str,
+        chunks: list[tuple[str, str | None]],
+        max_size: int | None = None,
     ) -> bool:
+        size = stream_size(chunks)
+
         async def op(c: Connection) -> bool:
-            if not await c.fetchrow("job_taken_by", job_id=job_id, worker_id=worker_id):
+            held = await c.fetchrow("job_taken_by", job_id=job_id, worker_id=worker_id)
+            if not held:
                 return False
+            # Counted in the job's row under its lock (PostgreSQL's FOR UPDATE, SQLite's one
+            # writer), so chunks posted at once cannot pass the cap together.
+            if max_size is not None and held["stream_size"] + size > max_size:
+                raise StreamFull(job_id)
+            await c.execute("add_stream_size", job_id=job_id, size=size)
             last: int = (await c.fetchrow("last_stream_seq", job_id=job_id))["seq"]
             await c.execute_many(
                 "add_stream_chunk",

@@ -142,7 +142,8 @@ def _job(
     )
 
 
-#: A job from a row of ``jobs`` (its other columns, ``stream_cursor``, are the store's own).
+#: A job from a row of ``jobs`` (its other columns, ``stream_cursor`` and ``stream_size``, are
+#: the store's own).
 job_from_row = RowReader(_job)
 
 

@@ -118,6 +118,28 @@ async def test_a_large_stream_chunk_is_kept_only_for_the_job_its_worker_runs(
     assert len(streamed) == 5  # 1 MB pieces, quotes included
 
 
+async def test_a_stream_past_its_cap_fails_its_job_and_keeps_what_came_before(
+    tmp_path: Path,
+) -> None:
+    """A worker streaming without end cannot fill the database's disk: the chunk that would
+    take the job's stream past ``SKIFF_STREAM_MAX_MB`` is refused with the reason, the job
+    FAILS with it, and the chunks before it are still read."""
+    piece = {"output": "z" * (600 * 1024)}
+    async with running(tmp_path / "data", stream_max_mb=1) as app:
+        async with one_taken_job(app, "w-7") as (endpoint_id, job_id, worker):
+            kept = await worker.post(f"/v2/{endpoint_id}/job-stream/w-7/{job_id}", json=piece)
+            assert kept.status_code == 200, kept.text
+            over = await worker.post(f"/v2/{endpoint_id}/job-stream/w-7/{job_id}", json=piece)
+            assert over.status_code == 400
+            reason = over.json()["error"]
+            assert "1 MiB a job's stream may hold" in reason
+            late = await worker.post(f"/v2/{endpoint_id}/job-stream/w-7/{job_id}", json=piece)
+            assert late.status_code == 200  # the job is over: dropped as for any job it left
+        streamed = (await app.http.get(f"/v2/{endpoint_id}/stream/{job_id}")).json()
+        assert streamed["status"] == "FAILED" and streamed["error"] == reason
+        assert [c["output"] for c in streamed["stream"]] == [piece["output"]]
+
+
 async def test_a_large_result_is_taken_only_from_the_worker_that_runs_the_job(
     in_process: InProcess,
 ) -> None:

@@ -19,6 +19,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.permissions import ALL, READ_ONLY, Access, Kind, Permissions
 from skiff.domain.public_models import PublicModel
+from skiff.domain.results import StreamFull
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.errors import Conflict
@@ -524,6 +525,37 @@ async def test_stream_chunks_of_one_job_do_not_show_in_another(store: Store) -> 
     assert await store.read_new_stream_chunks("j-1") == [StreamChunk(1, '"one"', None)]
 
 
+async def test_a_chunk_that_would_pass_the_streams_cap_is_refused_whole(store: Store) -> None:
+    """The cap counts what the job's stream already holds: 10 characters of 12 kept, a chunk
+    of 4 more is refused and none of its pieces is kept, one of 2 still fits."""
+    await claim_one(store, "j-1", "w-1")
+    assert await store.append_stream_chunks("j-1", "w-1", [('"abc"', None), ('"d"', "{}")], 12)
+    with pytest.raises(StreamFull):
+        await store.append_stream_chunks("j-1", "w-1", [('"e"', None), ("1", None)], 12)
+    assert await store.append_stream_chunks("j-1", "w-1", [("12", None)], 12)
+    assert [c.output_json for c in await store.read_new_stream_chunks("j-1")] == [
+        '"abc"',
+        '"d"',
+        "12",
+    ]
+    with pytest.raises(StreamFull):
+        await store.append_stream_chunks("j-1", "w-1", [("3", None)], 12)
+    # Not the holder: refused as before, whatever the size.
+    assert await store.append_stream_chunks("j-1", "w-2", [('"xxxxxxxxxxxxxx"', None)], 12) is False
+
+
+async def test_a_job_run_again_starts_its_stream_cap_afresh(store: Store) -> None:
+    await claim_one(store, "j-1", "w-1")
+    assert await store.append_stream_chunks("j-1", "w-1", [('"12345678"', None)], 10)
+    await store.release_jobs("w-1", T0 + 10, max_attempts=3, reason="lost")
+    await store.claim_jobs(EP, "w-2", 1, now=T0 + 11, lease_until=T0 + 71)
+    assert await store.append_stream_chunks("j-1", "w-2", [('"12345678"', None)], 10)
+    await store.finish_job("j-1", "w-2", JobStatus.FAILED, None, "boom", T0 + 12)
+    assert await store.retry_job(EP, "j-1") is not None
+    await store.claim_jobs(EP, "w-3", 1, now=T0 + 13, lease_until=T0 + 73)
+    assert await store.append_stream_chunks("j-1", "w-3", [('"12345678"', None)], 10)
+
+
 # -- leases and lost workers -----------------------------------------------------------------
 
 
@@ -1002,6 +1034,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0013_key_permissions.sql",
         "0014_secrets.sql",
         "0015_job_counts_in_place.sql",
+        "0016_stream_size.sql",
     ]
     assert {
         "jobs",
@@ -1069,6 +1102,7 @@ AFTER_RENUMBERING = [
     "0013_key_permissions.sql",
     "0014_secrets.sql",
     "0015_job_counts_in_place.sql",
+    "0016_stream_size.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -1090,6 +1124,7 @@ BOTH_RECORDS = sorted(
         "0013_key_permissions.sql",
         "0014_secrets.sql",
         "0015_job_counts_in_place.sql",
+        "0016_stream_size.sql",
     ]
 )
 

@@ -71,7 +71,7 @@ RETURNING *;
 UPDATE jobs
 SET status = 'IN_QUEUE', output = NULL, error = NULL, started_at = NULL, finished_at = NULL,
     worker_id = NULL, lease_until = NULL, retain_until = NULL, run_deadline = NULL,
-    stream_cursor = 0, retries = retries + 1, attempt = 0
+    stream_cursor = 0, stream_size = 0, retries = retries + 1, attempt = 0
 WHERE id = :id AND endpoint_id = :endpoint_id AND status IN ('FAILED', 'TIMED_OUT')
 RETURNING *;
 
@@ -110,7 +110,7 @@ RETURNING *;
 -- name: requeue_jobs_of_lapsed_leases
 UPDATE jobs
 SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
-    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0
+    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0, stream_size = 0
 WHERE status = 'IN_PROGRESS' AND lease_until < :now
 RETURNING *;
 
@@ -126,7 +126,7 @@ RETURNING *;
 -- name: requeue_jobs_of_worker
 UPDATE jobs
 SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
-    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0
+    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0, stream_size = 0
 WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id
 RETURNING *;
 

@@ -12,6 +12,9 @@ VALUES (:job_id, :seq, :output, :metrics);
 SELECT seq, output, metrics FROM stream_chunks WHERE job_id = :job_id AND seq > :cursor
 ORDER BY seq;
 
+-- name: add_stream_size
+UPDATE jobs SET stream_size = stream_size + :size WHERE id = :job_id;
+
 -- name: set_stream_cursor
 UPDATE jobs SET stream_cursor = :cursor WHERE id = :job_id;
 

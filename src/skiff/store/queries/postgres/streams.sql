@@ -2,7 +2,8 @@
 
 -- The row lock serialises appenders of one job, so their numbering cannot clash.
 -- name: job_taken_by
-SELECT 1 FROM jobs WHERE id = :job_id AND worker_id = :worker_id AND status = 'IN_PROGRESS'
+SELECT stream_size FROM jobs
+WHERE id = :job_id AND worker_id = :worker_id AND status = 'IN_PROGRESS'
 FOR UPDATE;
 
 -- Concurrent readers take turns: each chunk is read once.
