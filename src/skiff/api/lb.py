@@ -38,7 +38,7 @@ from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.domain.permissions import write_endpoint
 from skiff.errors import Invalid, SkiffError
 from skiff.services.hub import Services
-from skiff.services.lb_proxy import Forwarding, InFlight, has_body
+from skiff.services.lb_proxy import Forwarding, InFlight, has_body, wire_path
 
 PREFIX = "/lb"
 #: Every request to a load-balancing endpoint calls it (its workers do what it asks).
@@ -147,7 +147,9 @@ class _Proxy:
         client = scope.get("client")
         forwarding = Forwarding(
             method=scope["method"],
-            path="/" + scope["path_params"].get("path", ""),
+            path=wire_path(
+                scope.get("raw_path"), scope["path"], "/" + scope["path_params"].get("path", "")
+            ),
             query=scope.get("query_string", b""),
             headers=headers,
             body=body,

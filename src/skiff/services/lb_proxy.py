@@ -13,7 +13,11 @@ client's cost on every request (docs/performance.md, B8). It adds none of its ow
 ``User-Agent``, ``Accept`` or ``Accept-Encoding`` the caller did not send): the worker sees the
 caller's request, with its own ``Host``, the ``X-Forwarded-*`` headers and the endpoint's
 ``X-Skiff-Lb-Key`` (``domain/keys.py``), by which it can tell skiff's proxy from another
-tenant's code that reached its port on the host's loopback.
+tenant's code that reached its port on the host's loopback. What concerns one hop only is
+dropped (the hop-by-hop headers and any the caller's ``Connection`` names), and so are the
+caller's own forwarding headers: the ``X-Forwarded-*`` the worker gets are skiff's, which
+already honour a trusted front proxy (uvicorn's ``FORWARDED_ALLOW_IPS``), where a caller's
+could name any client. The path goes as the caller escaped it (``a%2Fb`` stays one segment).
 
 A connection the worker refused (nothing of the request sent) goes to another worker: that
 is safe for any method. Once any of the request may have reached the worker, nothing is
@@ -32,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.keys import LB_KEY_HEADER
@@ -67,6 +71,11 @@ HOP_BY_HOP = frozenset(
 #: Not passed to the worker either: the host is the worker's own, and the caller's API key is
 #: for skiff (the worker's code never sees it).
 NOT_FORWARDED = HOP_BY_HOP | {"host", "authorization", LB_KEY_HEADER}
+#: The caller's own word on how its request travelled: never passed on, since the worker gets
+#: skiff's (``X-Forwarded-*``, the one place that knows), and a caller's could name any client.
+CALLERS_FORWARDING = frozenset({"forwarded", "x-real-ip"})
+FORWARDED_PREFIX = "x-forwarded-"
+_NEVER_PASSED = NOT_FORWARDED | CALLERS_FORWARDING
 #: Not passed back: skiff's server writes its own ``date`` and ``server``, as a proxy does.
 NOT_RETURNED = frozenset(name.encode("latin-1") for name in HOP_BY_HOP | {"date", "server"})
 
@@ -76,7 +85,8 @@ class Forwarding:
     """What the caller sent, as the proxy passes it on."""
 
     method: str
-    #: The path under the endpoint's URL (``/generate``), and the raw query string.
+    #: The path under the endpoint's URL as it goes on the wire (``wire_path``: escaped as the
+    #: caller escaped it, ``/generate``), and the raw query string.
     path: str
     query: bytes
     headers: Sequence[tuple[str, str]]
@@ -210,7 +220,7 @@ class LbProxy:
         read_timeout = endpoint.spec.executionTimeoutMs / 1000
         for attempt in range(1, MAX_CONNECT_TRIES + 1):
             lease = await self._balancer.acquire(endpoint)
-            head = _request_head(lease.address, request, chunked)
+            head = request_head(lease.address, request, chunked)
             conn: Connection | None = None
             try:
                 conn = await self._connection(lease.address, request.method, head, body, chunked)
@@ -288,6 +298,16 @@ def _close(conn: Connection | None) -> None:
 PATH_SAFE = "/!$&'()*+,;=:@-._~"
 
 
+def _named_by_connection(headers: Sequence[tuple[str, str]]) -> set[str]:
+    """The headers a ``Connection`` header names: they concern this hop only (RFC 9110
+    7.6.1), like the hop-by-hop ones."""
+    named: set[str] = set()
+    for name, value in headers:
+        if name.lower() == "connection":
+            named.update(token.strip().lower() for token in value.split(","))
+    return named
+
+
 def has_body(headers: Sequence[tuple[str, str]]) -> bool:
     """Whether a request with these headers has a body to pass on (a ``Content-Length`` above
     0, or a ``Transfer-Encoding``)."""
@@ -302,11 +322,28 @@ def _has_length(headers: Sequence[tuple[str, str]]) -> bool:
     return any(name.lower() == "content-length" for name, _ in headers)
 
 
-def _request_head(address: str, request: Forwarding, chunked: bool) -> bytes:
-    """The request line and headers for the worker, ending with the blank line: its path
-    escaped again as it came (the route gives it decoded), its query byte for byte, the
-    worker's own ``Host``, the caller's headers less what is not passed on, ``X-Forwarded-*``."""
-    target = quote(request.path, safe=PATH_SAFE)
+def wire_path(raw_path: bytes | None, full_path: str, path: str) -> str:
+    """The path under the endpoint (``path``, decoded, the end of the request's decoded
+    ``full_path``) as the caller escaped it in ``raw_path``: ``/a%2Fb`` stays one segment for
+    the worker, as when it is called straight. The prefix before it (``/lb/{id}``) holds no
+    escaped slash, so the raw path is cut after as many slashes; a raw path that does not
+    decode to the same (or has nothing escaped) gives ``path`` escaped again."""
+    if raw_path and b"%" in raw_path and full_path.endswith(path):
+        slashes = full_path[: len(full_path) - len(path)].count("/")
+        parts = raw_path.decode("latin-1").split("/", slashes + 1)
+        if len(parts) == slashes + 2:
+            raw = "/" + parts[-1]
+            if unquote(raw) == path:
+                # Escapes kept as they are; anything else a request line may not hold, escaped.
+                return quote(raw, safe=PATH_SAFE + "%")
+    return quote(path, safe=PATH_SAFE)
+
+
+def request_head(address: str, request: Forwarding, chunked: bool) -> bytes:
+    """The request line and headers for the worker, ending with the blank line: its path as
+    the caller escaped it, its query byte for byte, the worker's own ``Host``, the caller's
+    headers less what is not passed on, and skiff's ``X-Forwarded-*``."""
+    target = request.path
     if request.query:
         target += "?" + request.query.decode("latin-1")
     lines = [f"{request.method} {target} HTTP/1.1", f"host: {address}"]
@@ -317,16 +354,22 @@ def _request_head(address: str, request: Forwarding, chunked: bool) -> bytes:
 
 
 def _forwarded_headers(request: Forwarding) -> list[tuple[str, str]]:
-    headers = [(n, v) for n, v in request.headers if n.lower() not in NOT_FORWARDED]
+    named = _named_by_connection(request.headers)
+    headers = [
+        (n, v)
+        for n, v in request.headers
+        if (lowered := n.lower()) not in _NEVER_PASSED
+        and lowered not in named
+        and not lowered.startswith(FORWARDED_PREFIX)
+    ]
     extra: Mapping[str, str | None] = {
         "x-forwarded-for": request.client,
         "x-forwarded-proto": request.scheme,
         "x-forwarded-host": request.host,
         "x-forwarded-prefix": request.prefix,
     }
-    present = {n.lower() for n, _ in headers}
     for name, value in extra.items():
-        if value and name not in present:
+        if value:
             headers.append((name, value))
     if request.lb_key is not None:
         headers.append((LB_KEY_HEADER, request.lb_key))
