@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from skiff.api import credentials
 from skiff.api.documented_errors import BAD, NOT_FOUND
 from skiff.api.log_lines import (
     FOLLOWED,
@@ -24,7 +25,7 @@ from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
 from skiff.domain.logs import LogQuery
-from skiff.domain.permissions import READ, WRITE, read_endpoint
+from skiff.domain.permissions import READ, WRITE, Access, read_endpoint
 from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.users import User
@@ -187,9 +188,16 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     async def get_endpoint(
         endpoint_id: str,
         user: UserDep,
+        request: Request,
         include_template: IncludeTemplate = False,
         include_workers: IncludeWorkers = False,
     ) -> EndpointOut:
+        """With `includeTemplate`, the key must also read the account (as `/v1/templates`
+        asks): a template's `env` often holds secrets, and a restricted key reaches only its
+        endpoints, not what they run."""
+        if include_template:
+            key = credentials.api_key(request.headers.get("authorization"))
+            (await services.auth.caller(key)).check(Access.READ)
         endpoint = await services.endpoints.get(user, endpoint_id)
         return await render(user, endpoint, include_template, include_workers)
 

@@ -227,6 +227,26 @@ async def test_a_read_key_cannot_end_a_job_by_setting_its_ttl(keyed: Keys) -> No
         assert (await owner.get(status)).status_code == 404
 
 
+async def test_a_restricted_key_reads_its_endpoint_but_not_the_template_it_runs(
+    keyed: Keys,
+) -> None:
+    """A template's env often holds secrets, and ``/v1/templates`` needs the account's read:
+    ``includeTemplate`` asks the same, so a key restricted to the endpoint gets the endpoint
+    alone; an account-wide key gets the template with it."""
+    url = f"/v1/endpoints/{keyed.endpoint_id}"
+    for kind in ("restricted-read", "restricted-write"):
+        async with keyed.client(kind) as restricted:
+            assert (await restricted.get(url)).status_code == 200
+            refused = await restricted.get(url, params={"includeTemplate": "true"})
+            assert refused.status_code == 401, (kind, refused.text)
+            assert "lacks the permission read on the account" in refused.text
+    for kind in ("read", "all"):
+        async with keyed.client(kind) as reader:
+            shown = await reader.get(url, params={"includeTemplate": "true"})
+            assert shown.status_code == 200, (kind, shown.text)
+            assert "env" in shown.json()["template"]
+
+
 def test_the_job_routes_need_what_a_user_expects() -> None:
     """Reading (status, stream, health, the recent jobs) is read; everything that makes or
     changes a job, and every OpenAI call, is read_write."""
