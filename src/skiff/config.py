@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from skiff.databases import sqlite_file_of
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
 from skiff.domain.log_pace import MIN_LOG_BYTES_PER_SECOND
+from skiff.domain.quotas import DEFAULT_MAX_PER_USER
 from skiff.secret_keys import key_source, parse_keys
 from skiff.store.sealing import KeySource
 
@@ -171,6 +172,10 @@ class Settings(BaseSettings):
     #: With the embedded SQLite store: MiB kept free on the database's disk for the work already
     #: accepted; below it new jobs are refused with 507 (services/disk_reserve.py). 0: none kept.
     disk_reserve_mb: int = Field(default=256, ge=0)
+    #: The most endpoints, templates, network volumes, pods, API keys, secrets and container
+    #: registry auths one user may hold, of each (domain/quotas.py); administrators are not
+    #: bounded. 0: no bound.
+    max_per_user: int = Field(default=DEFAULT_MAX_PER_USER, ge=0)
     #: The most a job's stream may hold, in MiB of its stored JSON: a chunk that would take it
     #: past this fails the job (its earlier chunks are kept). Every tenant's streams share the
     #: database's disk, and a stream has no other end than its job's.

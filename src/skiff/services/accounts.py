@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from skiff.clock import Clock
 from skiff.domain import keys
 from skiff.domain.permissions import Caller, Kind, Permissions
+from skiff.domain.quotas import Owned
 from skiff.domain.users import User
 from skiff.errors import Conflict, Forbidden, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.auth import Auth, IssuedKey
+from skiff.services.quotas import Quotas
 from skiff.store.base import ApiKey, Store
 
 #: A key's name: shown in lists to tell keys apart.
@@ -32,7 +34,10 @@ class KeyRequest:
 
 
 class Accounts:
-    def __init__(self, store: Store, clock: Clock, auth: Auth) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, auth: Auth, quotas: Quotas | None = None
+    ) -> None:
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._auth = auth
@@ -40,6 +45,7 @@ class Accounts:
     # -- keys ----------------------------------------------------------------------------
     async def create_key(self, caller: Caller, wanted: KeyRequest) -> IssuedKey:
         """A new key of the caller's user, returned once with its secret."""
+        await self._quotas.make_room(caller.user, Owned.API_KEYS)
         name = wanted.name.strip()
         if not name or len(name) > MAX_KEY_NAME:
             raise Invalid(f"name: 1 to {MAX_KEY_NAME} characters", field="name")

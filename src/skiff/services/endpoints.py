@@ -18,12 +18,14 @@ from skiff.domain.endpoints import (
     spec_from_create,
 )
 from skiff.domain.flash import FLASH_NOT_PUBLIC, flash_worker_of
+from skiff.domain.quotas import Owned
 from skiff.domain.users import User
 from skiff.domain.workers import WorkerReport
 from skiff.errors import Forbidden, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.fleet import Fleet
 from skiff.services.public_models import PublicModels
+from skiff.services.quotas import Quotas
 from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.services.workers import Workers
@@ -44,9 +46,11 @@ class Endpoints:
         workers: Workers,
         fleet: Fleet,
         models: PublicModels,
+        quotas: Quotas | None = None,
     ) -> None:
         """``models`` resolves a public model's id where a job route names one."""
         self._models = models
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -97,6 +101,7 @@ class Endpoints:
             )
 
     async def create(self, user: User, data: EndpointCreate) -> Endpoint:
+        await self._quotas.make_room(user, Owned.ENDPOINTS)
         self._check_instance_ids(data.computeType, data.instanceIds)
         self._check_scaler(data.type, data.scalerType)
         await self._check_template(user, data.templateId)

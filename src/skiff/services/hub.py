@@ -39,6 +39,7 @@ from skiff.services.pod_runner import POD_VOLUMES, PodProviders, PodRunner, publ
 from skiff.services.pod_shells import PodShells
 from skiff.services.pods import Pods
 from skiff.services.public_models import PublicModels
+from skiff.services.quotas import Quotas
 from skiff.services.ratelimits import RateLimits
 from skiff.services.reaper import Reaper
 from skiff.services.registry_auths import RegistryAuths
@@ -152,7 +153,10 @@ class Services:
             stream_max_bytes=settings.stream_max_mb * 1024 * 1024,
         )
         gpu_pool = GpuPool(gpus)
-        volumes = Volumes(store, clock, VolumeDirs(settings.volumes_path()), meter.ended)
+        quotas = Quotas(store, settings.max_per_user)
+        volumes = Volumes(
+            store, clock, VolumeDirs(settings.volumes_path()), meter.ended, quotas=quotas
+        )
         isolation = Isolation(store, enabled=settings.sandbox)
         fleet = Fleet(
             settings,
@@ -211,7 +215,7 @@ class Services:
             reserve=reserve,
         )
         public_models = PublicModels(store, clock)
-        endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models)
+        endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models, quotas)
         rate_limits = RateLimits(
             settings.rate_limits,
             settings.rate_requests_per_worker,
@@ -251,16 +255,16 @@ class Services:
             wakeups=wakeups,
             job_events=events,
             auth=auth,
-            accounts=Accounts(store, clock, auth),
+            accounts=Accounts(store, clock, auth, quotas),
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,
             gpus=gpu_pool,
             jobs=jobs,
             endpoints=endpoints,
-            templates=Templates(store, clock, wakeups),
-            registry_auths=RegistryAuths(store, clock),
-            secrets=Secrets(store, clock, wakeups),
+            templates=Templates(store, clock, wakeups, quotas),
+            registry_auths=RegistryAuths(store, clock, quotas),
+            secrets=Secrets(store, clock, wakeups, quotas),
             scaler=Scaler(
                 store,
                 clock,
@@ -293,7 +297,7 @@ class Services:
             placement=placement,
             webhooks=webhooks,
             volumes=volumes,
-            pods=Pods(store, clock, wakeups, pod_runner, pod_dirs),
+            pods=Pods(store, clock, wakeups, pod_runner, pod_dirs, quotas),
             pod_runner=pod_runner,
             gpu_report=GpuReport(store, gpu_pool),
             cluster_inventory=cluster_inventory,

@@ -23,12 +23,14 @@ from skiff.domain.pods import (
     apply_pod_update,
     spec_from_create,
 )
+from skiff.domain.quotas import Owned
 from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.volumes import room_refusal
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.pod_runner import PodRunner
+from skiff.services.quotas import Quotas
 from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
@@ -92,10 +94,17 @@ def _template_mount_path(template: Template) -> str:
 
 class Pods:
     def __init__(
-        self, store: Store, clock: Clock, wakeups: Wakeups, runner: PodRunner, dirs: VolumeDirs
+        self,
+        store: Store,
+        clock: Clock,
+        wakeups: Wakeups,
+        runner: PodRunner,
+        dirs: VolumeDirs,
+        quotas: Quotas | None = None,
     ) -> None:
         """``dirs`` keeps the pods' volumes (the runner makes and removes them; their sizes are
         checked here, against the disk's free space, as a network volume's are)."""
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -103,6 +112,7 @@ class Pods:
         self._dirs = dirs
 
     async def create(self, user: User, data: PodCreate) -> Pod:
+        await self._quotas.make_room(user, Owned.PODS)
         template = None
         if data.templateId is not None:
             template = await self._store.get_template(user.id, data.templateId)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from skiff.clock import Clock
+from skiff.domain.quotas import Owned
 from skiff.domain.registry_auths import (
     RegistryAuth,
     RegistryAuthCreate,
@@ -12,6 +13,7 @@ from skiff.domain.registry_auths import (
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
+from skiff.services.quotas import Quotas
 from skiff.store.base import RegistryAuthRecord, Store
 
 
@@ -26,11 +28,13 @@ def _check_id(auth_id: str) -> None:
 
 
 class RegistryAuths:
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock, quotas: Quotas | None = None) -> None:
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
 
     async def create(self, user: User, data: RegistryAuthCreate) -> RegistryAuth:
+        await self._quotas.make_room(user, Owned.REGISTRY_AUTHS)
         record = RegistryAuthRecord(
             id=short_id(),
             user_id=user.id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from skiff.clock import Clock
+from skiff.domain.quotas import Owned
 from skiff.domain.secrets import (
     Secret,
     SecretCreate,
@@ -24,6 +25,7 @@ from skiff.domain.secrets import (
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
+from skiff.services.quotas import Quotas
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
@@ -63,12 +65,16 @@ def _check_id(secret_id: str) -> None:
 
 
 class Secrets:
-    def __init__(self, store: Store, clock: Clock, wakeups: Wakeups) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, wakeups: Wakeups, quotas: Quotas | None = None
+    ) -> None:
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
 
     async def create(self, user: User, data: SecretCreate) -> Secret:
+        await self._quotas.make_room(user, Owned.SECRETS)
         now = self._clock.now()
         secret = Secret(id=short_id(), name=data.name, created_at=now, updated_at=now)
         # Nothing can refer to it yet: a reference to no such secret is refused at save, and a

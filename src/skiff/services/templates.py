@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from skiff.clock import Clock
+from skiff.domain.quotas import Owned
 from skiff.domain.templates import (
     TEMPLATE_FIELDS_THAT_ROLL_WORKERS,
     Template,
@@ -13,13 +14,17 @@ from skiff.domain.templates import (
 from skiff.domain.users import User
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
+from skiff.services.quotas import Quotas
 from skiff.services.secrets import check_references
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
 
 class Templates:
-    def __init__(self, store: Store, clock: Clock, wakeups: Wakeups) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, wakeups: Wakeups, quotas: Quotas | None = None
+    ) -> None:
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._wakeups = wakeups
@@ -32,6 +37,7 @@ class Templates:
             )
 
     async def create(self, user: User, data: TemplateCreate) -> Template:
+        await self._quotas.make_room(user, Owned.TEMPLATES)
         await self._check_registry_auth(user, data.containerRegistryAuthId)
         await check_references(self._store, user, data.env, "env")
         template = Template(id=short_id(), **data.model_dump())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from skiff.clock import Clock
 from skiff.domain.billing import UsageKind
+from skiff.domain.quotas import Owned
 from skiff.domain.users import User
 from skiff.domain.volumes import (
     DEFAULT_DATA_CENTER,
@@ -27,6 +28,7 @@ from skiff.domain.volumes import (
 from skiff.errors import Conflict, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.metering import UsageEnded, not_metered
+from skiff.services.quotas import Quotas
 from skiff.store.base import Store
 from skiff.volume_dirs import VolumeDirs
 
@@ -40,8 +42,10 @@ class Volumes:
         clock: Clock,
         dirs: VolumeDirs,
         usage_ended: UsageEnded = not_metered,
+        quotas: Quotas | None = None,
     ) -> None:
         """``usage_ended`` is told when a volume is deleted, which ends its metering then."""
+        self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._dirs = dirs
@@ -49,6 +53,7 @@ class Volumes:
 
     async def create(self, user: User, data: NetworkVolumeCreate) -> VolumeReport:
         """Its directory first, then its record: a volume that can be read has its directory."""
+        await self._quotas.make_room(user, Owned.NETWORK_VOLUMES)
         free = await asyncio.to_thread(self._dirs.free_bytes)
         refusal = room_refusal(data.size, free)
         if refusal is not None:

@@ -18,6 +18,7 @@ from skiff.domain.jobs import JobCounts as JobCounts
 from skiff.domain.keys import ApiKey as ApiKey
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
+from skiff.domain.quotas import Owned
 from skiff.domain.secrets import Secret
 from skiff.domain.streams import StreamChunk as StreamChunk
 from skiff.domain.templates import Template
@@ -63,6 +64,10 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def count_owned(self, kind: Owned, user_id: str) -> int:
+        """How many of ``kind`` the user holds now (domain/quotas.py)."""
+        ...
 
     # -- server secrets -------------------------------------------------------------
     async def secret(self, name: str) -> bytes:

@@ -31,6 +31,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
+from skiff.domain.quotas import Owned
 from skiff.domain.results import StreamFull, stream_size
 from skiff.domain.secrets import Secret
 from skiff.domain.templates import Template
@@ -85,6 +86,18 @@ from skiff.store.rows import (
 from skiff.store.sealing import CHECK_NAME, KeySource, Sealer, SealingKeyProblem
 
 T = TypeVar("T")
+
+
+#: The named query (``queries/quotas.sql``) that counts what a user holds of each kind.
+_COUNT_OWNED = {
+    Owned.ENDPOINTS: "count_endpoints_of_user",
+    Owned.TEMPLATES: "count_templates_of_user",
+    Owned.NETWORK_VOLUMES: "count_network_volumes_of_user",
+    Owned.PODS: "count_pods_of_user",
+    Owned.API_KEYS: "count_api_keys_of_user",
+    Owned.SECRETS: "count_secrets_of_user",
+    Owned.REGISTRY_AUTHS: "count_registry_auths_of_user",
+}
 
 
 class Connection(Protocol):
@@ -262,6 +275,10 @@ class SqlStore:
             if job.s3_config_json is not None:
                 job.s3_config_json = self._sealed.open(job.s3_config_json)
         return jobs
+
+    async def count_owned(self, kind: Owned, user_id: str) -> int:
+        row = await self._row(_COUNT_OWNED[kind], user_id=user_id)
+        return int(row["n"]) if row is not None else 0
 
     # -- secrets -----------------------------------------------------------------------
     async def secret(self, name: str) -> bytes:

@@ -19,6 +19,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.permissions import ALL, READ_ONLY, Access, Kind, Permissions
 from skiff.domain.public_models import PublicModel
+from skiff.domain.quotas import Owned
 from skiff.domain.results import StreamFull
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -768,6 +769,20 @@ async def test_list_endpoints_by_owner(store: Store) -> None:
     assert [e.id for e in await store.list_endpoints("u-1")] == ["ep-a"]
     assert [e.id for e in await store.list_endpoints("u-2")] == ["ep-b"]
     assert len(await store.list_endpoints(None)) == 2
+
+
+async def test_what_a_user_holds_is_counted_per_kind_and_owner(store: Store) -> None:
+    """The counts ``SKIFF_MAX_PER_USER`` is checked against (domain/quotas.py): every kind's
+    query runs on both databases."""
+    await store.create_endpoint(make_endpoint("ep-a"))
+    await store.create_endpoint(make_endpoint("ep-b"))
+    await store.create_endpoint(make_endpoint("ep-c").model_copy(update={"userId": "u-2"}))
+    await store.create_template("u-1", make_template("t-1", "base"), T0)
+    assert await store.count_owned(Owned.ENDPOINTS, "u-1") == 2
+    assert await store.count_owned(Owned.ENDPOINTS, "u-2") == 1
+    assert await store.count_owned(Owned.TEMPLATES, "u-1") == 1
+    for kind in Owned:
+        assert await store.count_owned(kind, "u-nobody") == 0, kind
 
 
 async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: Store) -> None:
