@@ -406,6 +406,7 @@ def create_app(
             await services.lb_proxy.aclose()
             await services.balancer.aclose()
             await services.pod_runner.shutdown()
+            services.large_bodies.close()
             if isinstance(services.fleet.provider, RayProvider):
                 # Last: the pods, left running, are followed until here.
                 services.fleet.provider.connection.close()

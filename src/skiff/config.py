@@ -13,6 +13,7 @@ from skiff.databases import sqlite_file_of
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
 from skiff.domain.log_pace import MIN_LOG_BYTES_PER_SECOND
 from skiff.domain.quotas import DEFAULT_MAX_PER_USER
+from skiff.domain.results import PARSE_MEMORY_LIMIT
 from skiff.secret_keys import key_source, parse_keys
 from skiff.store.sealing import KeySource
 
@@ -176,6 +177,10 @@ class Settings(BaseSettings):
     #: registry auths one user may hold, of each (domain/quotas.py); administrators are not
     #: bounded. 0: no bound.
     max_per_user: int = Field(default=DEFAULT_MAX_PER_USER, ge=0)
+    #: MiB of memory (address space) the helper process that parses workers' results and
+    #: stream chunks over 1 MB may take (services/large_bodies.py); a body it cannot read
+    #: within it fails its job.
+    large_body_memory_mb: int = Field(default=PARSE_MEMORY_LIMIT // (1024 * 1024), ge=256)
     #: The most a job's stream may hold, in MiB of its stored JSON: a chunk that would take it
     #: past this fails the job (its earlier chunks are kept). Every tenant's streams share the
     #: database's disk, and a stream has no other end than its job's.

@@ -6,13 +6,14 @@ The handlers; their paths, methods and OpenAPI descriptions are declared in api/
 """
 
 import itertools
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from skiff.api import access, credentials
-from skiff.api.body import read_body
+from skiff.api.body import WHOLE_BODY, read_body
 from skiff.api.hot import Handler
 from skiff.api.lean_http import CONNECTED
 from skiff.api.needs import needs
@@ -25,11 +26,24 @@ from skiff.services.dispatch import StillConnected
 from skiff.services.hub import Services
 from skiff.services.lineup import accepts_lineups
 
+T = TypeVar("T")
+
 RESULT_LIMIT = 64 * 1024 * 1024
 NO_CONTENT = 204
 MAX_BATCH = 64
 #: The most job ids one ping renews: more than any worker holds (the SDK names those it runs).
 MAX_PING_JOBS = 4096
+
+
+class Read(NamedTuple):
+    """A worker's post about one of its jobs, to be read."""
+
+    request: Request
+    endpoint: Endpoint
+    worker_id: str
+    job_id: str
+    #: Whether a job lined up on the worker (not yet started) counts as its own.
+    lined_up: bool
 
 
 class WorkerHandlers(NamedTuple):
@@ -43,6 +57,8 @@ class WorkerHandlers(NamedTuple):
 
 def build(services: Services) -> WorkerHandlers:
     dispatch = services.dispatch
+    #: Bodies over 1 MB: read in the user's turn, parsed in a helper process.
+    large = services.large_bodies
     wait = services.settings.take_wait_seconds
 
     async def endpoint_of(request: Request) -> Endpoint:
@@ -125,26 +141,38 @@ def build(services: Services) -> WorkerHandlers:
         update; `error` fails the job; anything else completes it. A body nested too deep to
         store fails the job with that reason and answers 400 saying so."""
         endpoint = await endpoint_of(request)
-        body = await read_body(request, RESULT_LIMIT)
-        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(
-            worker_id, job_id, lined_up=True
-        ):
-            # Answered as a result for a job it does not hold always is (taken by nothing),
-            # unread: parsing tens of MB holds every tenant's requests meanwhile.
+        # A job lined up on the worker counts as held: its result may come first.
+        read = Read(request, endpoint, worker_id, job_id, lined_up=True)
+        result = await worker_body(read, parse_worker_result, large.result)
+        if result is None:
             return _taken(None)
-        result = parse_worker_result(body)
         return _taken(await dispatch.done(endpoint, worker_id, job_id, result))
 
     @needs(access.WORKER)
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
         endpoint = await endpoint_of(request)
-        body = await read_body(request, RESULT_LIMIT)
-        if len(body) > MAX_CHUNK_BYTES and not await dispatch.runs(worker_id, job_id):
-            # Answered as a chunk of a job it does not run always is (kept nowhere), unread:
-            # parsing and splitting tens of MB would hold every tenant's requests meanwhile.
+        read = Read(request, endpoint, worker_id, job_id, lined_up=False)
+        chunk = await worker_body(read, read_stream_chunk, large.chunk)
+        if chunk is None:
             return _taken(None)
-        chunk = read_stream_chunk(body)
         return _taken(await dispatch.stream(endpoint, worker_id, job_id, chunk))
+
+    async def worker_body(
+        read: Read, parse: Callable[[bytes], T], parse_apart: Callable[[bytes], Awaitable[T]]
+    ) -> T | None:
+        """A result's or stream chunk's body, parsed: one that may be over 1 MB is read in
+        its user's turn and, if it is, parsed in the helper process (``parse_apart``). None
+        for one over 1 MB of a job the worker does not hold: answered as for any such job
+        (taken by nothing), unread, since nothing of it would be kept."""
+        if not _may_be_large(read.request):
+            return parse(await read_body(read.request, RESULT_LIMIT))
+        async with large.turn(read.endpoint.userId):
+            body = await read_body(read.request, RESULT_LIMIT)
+            if len(body) <= MAX_CHUNK_BYTES:
+                return parse(body)
+            if await dispatch.runs(read.worker_id, read.job_id, read.lined_up):
+                return await parse_apart(body)
+            return None
 
     @needs(access.WORKER)
     async def ping(request: Request, worker_id: str) -> Response:
@@ -165,6 +193,16 @@ def build(services: Services) -> WorkerHandlers:
         return json_response({"ok": True})
 
     return WorkerHandlers(job_take, job_take_batch, job_stop, job_done, job_stream, ping)
+
+
+def _may_be_large(request: Request) -> bool:
+    """Whether a body may be over ``MAX_CHUNK_BYTES``: one read whole already (the lean
+    path's) or declared within it is not; one of unknown length may be."""
+    whole: bytes | None = request.scope.get(WHOLE_BODY)
+    if whole is not None:
+        return len(whole) > MAX_CHUNK_BYTES
+    declared = request.headers.get("content-length")
+    return declared is None or not declared.isdigit() or int(declared) > MAX_CHUNK_BYTES
 
 
 def named_jobs(raw: str) -> list[str]:

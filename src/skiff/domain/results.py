@@ -66,6 +66,21 @@ def parse_worker_result(body: bytes) -> WorkerResult:
 DEFAULT_STREAM_MAX_BYTES = 256 * 1024 * 1024
 
 
+#: Address space the helper that parses large bodies may take (``SKIFF_LARGE_BODY_MEMORY_MB``'s
+#: default): a 64 MB body of one long string or of a few million numbers reads in a few
+#: hundred MB; one of tens of millions of tiny values does not.
+PARSE_MEMORY_LIMIT = 2 * 1024 * 1024 * 1024
+
+
+def too_large_to_read(what: str) -> str:
+    """Why a worker's large result or stream chunk was not stored: reading it would take more
+    memory than a body may (services/large_bodies.py)."""
+    return (
+        f"the worker's {what} holds too many values to read within the memory one body may "
+        "take; it was not stored"
+    )
+
+
 class StreamFull(Exception):
     """A stream chunk would take its job's stream past the most it may hold: nothing of it is
     kept, and the job fails (``stream_full_reason``)."""

@@ -26,6 +26,7 @@ from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
+from skiff.services.large_bodies import LargeBodies
 from skiff.services.lb_health import LbHealth
 from skiff.services.lb_proxy import LbProxy
 from skiff.services.lineup import Lineup
@@ -106,6 +107,8 @@ class Services:
     #: Holds process workers' homes to ``containerDiskInGb``; None where workers are not
     #: processes on this host, or the check is off.
     disk_watch: DiskWatch | None
+    #: Workers' results and stream chunks over 1 MB, parsed in a helper process.
+    large_bodies: LargeBodies
 
     @classmethod
     def build(
@@ -320,4 +323,5 @@ class Services:
             # Ray nodes mount no volume and keep no home here: nothing of theirs to measure.
             if settings.provider in ("local", "docker") and settings.disk_check_seconds
             else None,
+            large_bodies=LargeBodies(settings.large_body_memory_mb * 1024 * 1024),
         )

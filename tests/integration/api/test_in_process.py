@@ -140,6 +140,27 @@ async def test_a_stream_past_its_cap_fails_its_job_and_keeps_what_came_before(
         assert [c["output"] for c in streamed["stream"]] == [piece["output"]]
 
 
+async def test_a_result_too_costly_to_read_fails_its_job_and_the_server_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A body of tens of millions of tiny values (gigabytes once parsed) is read in the helper
+    process, whose memory limit it passes: the job FAILS saying so, the worker is told with a
+    400, and the server answers on as before."""
+    many = b'{"output": [' + b",".join([b"0"] * 20_000_000) + b"]}"
+    async with running(tmp_path / "data", large_body_memory_mb=768) as app:
+        async with one_taken_job(app, "w-8") as (endpoint_id, job_id, worker):
+            done = await worker.post(
+                f"/v2/{endpoint_id}/job-done/w-8/{job_id}",
+                content=many,
+                headers={"Content-Type": "application/json"},
+            )
+            assert done.status_code == 400, done.text
+        status = (await app.http.get(f"/v2/{endpoint_id}/status/{job_id}")).json()
+        assert status["status"] == "FAILED"
+        assert "result holds too many values to read" in status["error"]
+        assert (await app.http.get(f"/v2/{endpoint_id}/health")).status_code == 200
+
+
 async def test_a_large_result_is_taken_only_from_the_worker_that_runs_the_job(
     in_process: InProcess,
 ) -> None:
