@@ -41,9 +41,12 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 USER_AGENT = "skiff-webhooks/0.1"
 #: How long a name lookup may take before the host counts as unresolvable.
 DNS_TIMEOUT_SECONDS = 5.0
-#: Deliveries attempted at the same time within one pass.
+#: Deliveries attempted at the same time.
 CONCURRENCY = 16
-#: How long the sender idles between passes unless woken.
+#: Of those, one user's at most (a quarter): a user whose receivers answer slowly, or never
+#: within the timeout, waits on its own deliveries, not on every other user's.
+PER_USER_SHARE = 4
+#: How long the sender idles between looks for due deliveries unless woken.
 IDLE_SECONDS = 0.5
 ALLOW_HINT = "an operator can allow it with SKIFF_WEBHOOK_ALLOW_PRIVATE=true"
 #: Last errors are stored; keep them short.
@@ -166,6 +169,51 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}"
 
 
+class Slots:
+    """The deliveries being attempted, at most ``size`` at once and ``per_user`` of one
+    user's. Each slot is taken again as soon as it is free (``WebhookSender.fill``), so one
+    slow receiver holds up one slot, not a pass of everyone's deliveries."""
+
+    def __init__(self, size: int, per_user: int, freed: Callable[[], None]) -> None:
+        self.size = size
+        self.per_user = per_user
+        self._freed = freed
+        #: delivery id -> (its user, its attempt).
+        self.flying: dict[str, tuple[str, asyncio.Task[None]]] = {}
+
+    def free(self) -> int:
+        return self.size - len(self.flying)
+
+    def takes(self, delivery: WebhookDelivery) -> bool:
+        """Whether ``delivery`` may start now: not in flight, a slot free, its user's share
+        not all taken."""
+        if delivery.id in self.flying or self.free() <= 0:
+            return False
+        users = sum(1 for user, _ in self.flying.values() if user == delivery.user_id)
+        return users < self.per_user
+
+    def start(self, delivery: WebhookDelivery, attempt: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(attempt)
+        self.flying[delivery.id] = (delivery.user_id, task)
+
+        def done(_task: asyncio.Task[None]) -> None:
+            self.flying.pop(delivery.id, None)
+            self._freed()
+
+        task.add_done_callback(done)
+
+    async def drain(self) -> None:
+        """Wait for every attempt in flight to end."""
+        while self.flying:
+            await asyncio.gather(*(task for _, task in list(self.flying.values())))
+
+    async def cancel(self) -> None:
+        tasks = [task for _, task in self.flying.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class WebhookSender:
     """Attempts due deliveries: ``run`` forever in the server, ``pass_once`` in tests."""
 
@@ -231,38 +279,67 @@ class WebhookSender:
             self.wake()
 
     async def run(self) -> None:
-        """Attempt due deliveries until cancelled; idle ``IDLE_SECONDS`` between passes."""
+        """Attempt due deliveries until cancelled: a free slot takes the next due delivery as
+        soon as it is free; with nothing to do, look again after ``IDLE_SECONDS`` or when
+        woken (a job finished, a slot freed)."""
         self._wake = wake = asyncio.Event()
-        while True:
-            attempted = 0
-            try:
-                attempted = await self.pass_once()
-            except Exception:
-                log.exception("the webhook pass failed; trying again")
-            if attempted >= self._batch:
-                await asyncio.sleep(0)
-                continue
-            try:
-                async with asyncio.timeout(IDLE_SECONDS):
-                    await wake.wait()
-            except TimeoutError:
-                pass
-            wake.clear()
+        slots = self._slots(wake.set)
+        try:
+            while True:
+                wake.clear()
+                try:
+                    await self.fill(slots)
+                except Exception:
+                    log.exception("looking for due webhook deliveries failed; trying again")
+                try:
+                    async with asyncio.timeout(IDLE_SECONDS):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            await slots.cancel()
+
+    async def fill(self, slots: Slots) -> int:
+        """Start attempts of due deliveries in the free slots, in turns between users (the
+        store's order); returns how many were started."""
+        if slots.free() <= 0:
+            return 0
+        # Those in flight are still due until their attempt is recorded: ask for as many more.
+        limit = min(self._batch, slots.free()) + len(slots.flying)
+        due = await self._store.due_webhook_deliveries(self._clock.now(), limit)
+        started = 0
+        for delivery in due:
+            if slots.takes(delivery):
+                slots.start(delivery, self._attempt_logged(delivery))
+                started += 1
+        return started
 
     async def pass_once(self) -> int:
-        """Attempt every delivery due now (up to ``batch``); returns how many were attempted."""
-        due = await self._store.due_webhook_deliveries(self._clock.now(), self._batch)
-        if due:
-            limit = asyncio.Semaphore(self._concurrency)
-            await asyncio.gather(*(self._attempt_guarded(limit, d) for d in due))
-        return len(due)
+        """Attempt the deliveries due now (up to ``batch``) through the slots, as ``run``
+        does, and wait for them all; returns how many were attempted."""
+        slots = self._slots(lambda: None)
+        attempted = 0
+        while attempted < self._batch:
+            started = await self.fill(slots)
+            if not started and not slots.flying:
+                break
+            attempted += started
+            if slots.flying:
+                await asyncio.wait(
+                    [task for _, task in slots.flying.values()],
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        await slots.drain()
+        return attempted
 
-    async def _attempt_guarded(self, limit: asyncio.Semaphore, delivery: WebhookDelivery) -> None:
-        async with limit:
-            try:
-                await self.attempt(delivery)
-            except Exception:
-                log.exception("webhook delivery %s could not be recorded", delivery.id)
+    def _slots(self, freed: Callable[[], None]) -> Slots:
+        return Slots(self._concurrency, max(1, self._concurrency // PER_USER_SHARE), freed)
+
+    async def _attempt_logged(self, delivery: WebhookDelivery) -> None:
+        try:
+            await self.attempt(delivery)
+        except Exception:
+            log.exception("webhook delivery %s could not be recorded", delivery.id)
 
     async def attempt(self, delivery: WebhookDelivery) -> None:
         """One attempt at one delivery, recorded in the store; raises only if recording fails."""

@@ -30,7 +30,7 @@ from skiff.secret_keys import KeyFile
 from skiff.services import webhooks as webhooks_module
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wakeups
-from skiff.services.webhooks import WebhookSender
+from skiff.services.webhooks import Slots, WebhookSender
 from skiff.store.base import User, WebhookDelivery
 from skiff.store.rows import webhook_delivery_from_row
 from skiff.store.sqlite import SQLiteStore
@@ -66,8 +66,9 @@ class Receiver:
         return web.Response(status=self.status, text="ok")
 
 
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
+@contextlib.asynccontextmanager
+async def receiving() -> AsyncIterator[Receiver]:
+    """A receiver served on a port of its own, until the end (a held answer is let go)."""
     recv = Receiver(url="")
     app = web.Application()
     app.router.add_post("/hook", recv.handle)
@@ -78,9 +79,17 @@ async def receiver() -> AsyncIterator[Receiver]:
     await site.start()
     host, port = runner.addresses[0][:2]
     recv.url = f"http://{host}:{port}/hook?source=skiff"
-    yield recv
-    recv.release.set()
-    await runner.cleanup()
+    try:
+        yield recv
+    finally:
+        recv.release.set()
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    async with receiving() as recv:
+        yield recv
 
 
 @dataclass
@@ -416,16 +425,16 @@ async def test_one_bad_delivery_does_not_stop_the_others_in_a_pass(
 
 
 def count_passes(sender: WebhookSender, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """What each of the sender's passes attempted, in order."""
+    """What each of the running sender's looks for due deliveries started, in order."""
     passes: list[int] = []
-    original = sender.pass_once
+    original = sender.fill
 
-    async def counted() -> int:
-        attempted = await original()
-        passes.append(attempted)
-        return attempted
+    async def counted(slots: Slots) -> int:
+        started = await original(slots)
+        passes.append(started)
+        return started
 
-    monkeypatch.setattr(sender, "pass_once", counted)
+    monkeypatch.setattr(sender, "fill", counted)
     return passes
 
 
@@ -446,6 +455,51 @@ async def test_run_delivers_as_soon_as_it_is_woken(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_users_slow_receivers_hold_their_own_share_of_slots_not_everyones(
+    rig: Rig, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice's receiver never answers within the test; Bob's answers at once. Alice's
+    deliveries take at most her share of the slots (one of four here), and Bob's delivery,
+    due while hers hang, is attempted in a free slot at once, not after her pass."""
+    monkeypatch.setattr(webhooks_module, "IDLE_SECONDS", 60.0)
+    receiver.hold = True
+    hers = [await rig.final(receiver.url) for _ in range(5)]
+    bob = Rig(rig.path, rig.store, rig.clock, await _endpoint_of(rig, "u2", "ep2"), seq=1000)
+    sender = rig.sender(concurrency=4, timeout=60.0)
+    task = asyncio.create_task(sender.run())
+    async with receiving() as his:
+        try:
+            async with asyncio.timeout(5.0):
+                await receiver.arrived.wait()
+            sender.wake()
+            await asyncio.sleep(0.2)
+            assert len(receiver.requests) == 1  # her share: 4 slots // 4
+            his_job = await bob.final(his.url)
+            sender.wake()
+            async with asyncio.timeout(5.0):
+                await his.arrived.wait()
+            await eventually_async(
+                lambda: rig.deliveries(his_job.id)[0].status == "delivered", "Bob's delivered"
+            )
+            assert all(rig.deliveries(j.id)[0].status == "pending" for j in hers)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+async def _endpoint_of(rig: Rig, user_id: str, endpoint_id: str) -> Endpoint:
+    await rig.store.create_user(User(id=user_id, name=user_id, is_admin=False, created_at=0.0))
+    endpoint = Endpoint(
+        id=endpoint_id,
+        userId=user_id,
+        version=1,
+        createdAt=rig.clock.now(),
+        spec=EndpointSpec(name=endpoint_id, templateId="t1"),
+    )
+    await rig.store.create_endpoint(endpoint)
+    return endpoint
 
 
 async def test_a_job_that_becomes_final_with_a_webhook_is_delivered_at_once(
