@@ -358,6 +358,12 @@ class BillingQuery:
         )
 
 
+#: The times a billing query may name: its buckets are cut on calendar dates, which Python
+#: cannot reach before year 1 or past 9999 (a month's bucket of December 9999 would end there).
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+
+
 def _time(value: str, field: str) -> float:
     try:
         parsed = dt.datetime.fromisoformat(value)
@@ -365,6 +371,12 @@ def _time(value: str, field: str) -> float:
         raise BadQuery(field, f"{value!r} is not an RFC 3339 time (2026-11-01T00:00:00Z)") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
+    try:
+        within = EARLIEST <= parsed <= LATEST
+    except OverflowError:  # an offset that takes it past year 1 or 9999
+        within = False
+    if not within:
+        raise BadQuery(field, f"{value!r} is not between {EARLIEST.year} and {LATEST.year}")
     return parsed.timestamp()
 
 

@@ -206,6 +206,33 @@ async def _volume_and_pod_metered(priced: InProcess, clock: ManualClock) -> None
             "startTime",
             "more than 1000 hour buckets",
         ),
+        # Calendar buckets cannot be cut past year 9999 or before year 1: refused, not a 500.
+        (
+            "pods",
+            {
+                "bucketSize": "year",
+                "startTime": "9999-06-01T00:00:00Z",
+                "endTime": "9999-12-31T23:59:59Z",
+            },
+            "endTime",
+            "not between 1970 and 9000",
+        ),
+        (
+            "networkvolumes",
+            {
+                "bucketSize": "hour",
+                "startTime": "9999-12-31T23:00:00-05:00",
+                "endTime": "2026-11-01T00:00:00Z",
+            },
+            "startTime",
+            "not between 1970 and 9000",
+        ),
+        (
+            "endpoints",
+            {"startTime": "0001-01-01T00:00:00+14:00", "endTime": "2026-11-01T00:00:00Z"},
+            "startTime",
+            "not between 1970 and 9000",
+        ),
     ],
 )
 async def test_a_query_that_cannot_be_answered_is_refused_naming_the_field(
