@@ -22,11 +22,14 @@ terminated; templates, endpoints (and an endpoint's template) and registry auths
 registry auth's credentials changed or the auth deleted; the user's public SSH key.
 """
 
+import asyncio
+import inspect
 import logging
 import os
 import re
 import shlex
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -48,6 +51,7 @@ from starlette.types import ASGIApp
 from skiff.api import credentials, errors
 from skiff.api.graphql_limits import (
     BODY_LIMIT,
+    Answer,
     parse_query,
     short,
     unstorable,
@@ -73,6 +77,7 @@ from skiff.services.hub import Services
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 #: The scope key under which ``BodyGate`` leaves the caller whose key it checked before the body.
 CALLER = "skiff.graphql.caller"
@@ -140,20 +145,23 @@ def build(services: Services) -> ASGIApp:
     async def resolve_pub_key(user: User, _info: Info) -> str | None:
         return await services.user_settings.pub_key(user)
 
-    @user_type.field("networkVolumes")
-    async def resolve_volumes(user: User, _info: Info) -> list[dict[str, Any]]:
+    async def _volumes(user: User) -> list[dict[str, Any]]:
         return [
             {"id": v.id, "name": v.name, "size": v.size, "dataCenterId": v.dataCenterId}
             for v in await services.volumes.records(user)
         ]
 
+    @user_type.field("networkVolumes")
+    async def resolve_volumes(user: User, info: Info) -> list[dict[str, Any]]:
+        return await _listed(info, "networkVolumes", lambda: _volumes(user))
+
     @user_type.field("endpoints")
-    async def resolve_endpoints(user: User, _info: Info) -> list[Endpoint]:
-        return await services.endpoints.all(user)
+    async def resolve_endpoints(user: User, info: Info) -> list[Endpoint]:
+        return await _listed(info, "endpoints", lambda: services.endpoints.all(user))
 
     @user_type.field("pods")
-    async def resolve_pods(user: User, _info: Info) -> list[Pod]:
-        return await services.pods.all(user)
+    async def resolve_pods(user: User, info: Info) -> list[Pod]:
+        return await _listed(info, "pods", lambda: services.pods.all(user))
 
     @query.field("gpuTypes")
     def resolve_gpu_types(
@@ -365,8 +373,8 @@ def build(services: Services) -> ASGIApp:
 
     # -- pods as the SDK reads them --------------------------------------------------------
     def pod_field(name: str) -> Any:
-        def resolve(pod: Pod, _info: Info) -> Any:
-            return _pod_fields(services, pod)[name]
+        def resolve(pod: Pod, info: Info) -> Any:
+            return _fields_of(info, pod, lambda: _pod_fields(services, pod))[name]
 
         return resolve
 
@@ -400,8 +408,8 @@ def build(services: Services) -> ASGIApp:
         return services.placement.warnings(endpoint)
 
     def endpoint_field(name: str) -> Any:
-        def resolve(endpoint: Endpoint, _info: Info) -> Any:
-            return _endpoint_fields(endpoint)[name]
+        def resolve(endpoint: Endpoint, info: Info) -> Any:
+            return _fields_of(info, endpoint, lambda: _endpoint_fields(endpoint))[name]
 
         return resolve
 
@@ -482,7 +490,16 @@ def build(services: Services) -> ASGIApp:
             why = lacking(caller, document, data.get("operationName"))
             if why is not None:
                 return _refused(why, 401)  # the SDK's AuthenticationError, as a bad key's
-        context: dict[str, Any] = {"user": user, "warnings": []}
+        context: dict[str, Any] = {
+            "user": user,
+            "warnings": [],
+            # Per query: each of the user's lists read once, however many aliases ask for it
+            # (``_listed``), each object's fields made once (``_fields_of``), and what the
+            # answer holds counted (``graphql_limits.Answer``).
+            "lists": {},
+            "fields": {},
+            "answer": Answer(),
+        }
         _ok, result = await graphql(
             schema,
             data,
@@ -493,6 +510,7 @@ def build(services: Services) -> ASGIApp:
             introspection=False,
             logger=_UNLOGGED,
             error_formatter=_error_format,
+            middleware=[charge_lists],
         )
         if context["warnings"]:
             # GraphQL's own place for what is not data: https://spec.graphql.org/ (Response).
@@ -501,6 +519,50 @@ def build(services: Services) -> ASGIApp:
 
     # The key and the body's size are checked from the headers, before the body is read.
     return BodyGate(request_response(endpoint), admit=admit, refuse=_refuse)
+
+
+async def _listed(info: Info, name: str, load: Callable[[], Awaitable[list[T]]]) -> list[T]:
+    """One of the user's lists, read once per query (aliases resolve side by side, so the read
+    itself is shared)."""
+    lists: dict[str, asyncio.Future[Any]] = info.context["lists"]
+    if name not in lists:
+        lists[name] = asyncio.ensure_future(load())
+    items: list[T] = await asyncio.shield(lists[name])
+    return items
+
+
+def _fields_of(info: Info, obj: object, make: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """An object's fields as the SDK reads them, made once per query however many of them are
+    asked. Kept with the object itself, so that no other object of the query (a mutation's
+    answer made after it) can take its ``id`` meanwhile."""
+    made: dict[int, tuple[object, dict[str, Any]]] = info.context["fields"]
+    key = id(obj)
+    if key not in made:
+        made[key] = (obj, make())
+    return made[key][1]
+
+
+def charge_lists(resolve: Callable[..., Any], obj: Any, info: Info, **args: Any) -> Any:
+    """Every field's resolver, with a list it answers charged to the query's ``Answer`` (its
+    items times the fields asked of each) before any item is resolved: nested lists too (an
+    endpoint's env), which the fields asked alone do not show."""
+    resolved = resolve(obj, info, **args)
+    if inspect.isawaitable(resolved):
+        return _charged_later(resolved, info)
+    if isinstance(resolved, list) and resolved:
+        _charge(info, len(resolved))
+    return resolved
+
+
+async def _charged_later(resolving: Awaitable[Any], info: Info) -> Any:
+    resolved = await resolving
+    if isinstance(resolved, list) and resolved:
+        _charge(info, len(resolved))
+    return resolved
+
+
+def _charge(info: Info, items: int) -> None:
+    info.context["answer"].charge(items, info.field_nodes[0].selection_set, info.fragments)
 
 
 async def _acting(action: Any) -> Any:

@@ -12,7 +12,11 @@ below stop such a query at the cheapest point, each with a short GraphQL error:
   followed, at most ``MAX_ALIASES`` aliases and ``MAX_FIELDS`` fields written;
 - the cost (ariadne's ``cost_validator``, one per field asked for, fragments expanded): at most
   ``MAX_COST``;
-- only then the specification's rules, one of which compares same-named fields pairwise.
+- only then the specification's rules, one of which compares same-named fields pairwise;
+- while it runs, what its answer holds (``Answer``): a list's items times the fields asked of
+  each, at most ``MAX_ANSWER_FIELDS`` in all. The cost counts a list's fields once, however
+  many items it has: 50 aliases of a user's 1,000 endpoints, each of which fits every limit
+  above, asked for 80 MB and held the event loop for seconds.
 
 Introspection (``__schema``, ``__type``) is off (``api/graphql.py``): ariadne's cost does not see
 its fields, so a few aliases of it could ask for megabytes, and no client of skiff's needs it.
@@ -71,6 +75,9 @@ MAX_COST = 500
 #: Fields written in a query, ``__typename`` included: the cost does not see it, and the same
 #: field written thousands of times makes a specification rule quadratic.
 MAX_FIELDS = 500
+#: Fields of list items one answer may hold, each item counted once per field asked of it
+#: (nested fields included): a full read of 1,000 endpoints, about 30 fields each, is 30,000.
+MAX_ANSWER_FIELDS = 100_000
 #: The longest error message sent: a message may quote a name or a value of the query.
 MAX_MESSAGE = 300
 
@@ -222,6 +229,47 @@ class StorableStrings(ValidationRule):
     def enter_string_value(self, node: StringValueNode, *_args: Any) -> None:
         if (why := unstorable(node.value)) is not None:
             self.report_error(Refusal(why))
+
+
+def fields_asked(
+    selection_set: SelectionSetNode | None, fragments: dict[str, FragmentDefinitionNode]
+) -> int:
+    """How many fields ``selection_set`` asks for, nested ones and fragments included (the
+    cost rule has bounded that already: at most ``MAX_COST``)."""
+    asked = 0
+    stack = [selection_set] if selection_set is not None else []
+    while stack:
+        for selection in stack.pop().selections:
+            if isinstance(selection, FieldNode):
+                asked += 1
+                if selection.selection_set is not None:
+                    stack.append(selection.selection_set)
+            elif isinstance(selection, InlineFragmentNode):
+                stack.append(selection.selection_set)
+            elif isinstance(selection, FragmentSpreadNode):
+                fragment = fragments.get(selection.name.value)
+                if fragment is not None:
+                    stack.append(fragment.selection_set)
+    return asked
+
+
+class Answer:
+    """What one query's answer holds so far, counted as its lists are resolved."""
+
+    def __init__(self, most: int = MAX_ANSWER_FIELDS) -> None:
+        self.most = most
+        self.fields = 0
+
+    def charge(self, items: int, selection_set: SelectionSetNode | None, fragments: Any) -> None:
+        """Count ``items`` of a list, each with the fields ``selection_set`` asks; refuse the
+        list (a GraphQL error on that field, its items unread) past the allowance."""
+        wanted = self.fields + items * max(1, fields_asked(selection_set, fragments))
+        if wanted > self.most:
+            raise Refusal(
+                f"the answer would hold more than {self.most:,} fields of list items: ask for "
+                "fewer fields, or each list once rather than under several aliases"
+            )
+        self.fields = wanted
 
 
 #: ariadne's cost rule: one per field asked for (``default_cost``), fragments expanded. No
