@@ -261,6 +261,7 @@ def router(services: Services, user_dep: Any) -> APIRouter:
             lines = await services.logs.lines(query, local_only=local_only, credentials=auth)
             return lines_json(lines)
         followed = await services.logs.follow(
+            user.id,
             query,
             local_only=local_only,
             credentials=auth,

@@ -61,7 +61,12 @@ FOLLOWED: dict[int | str, dict[str, Any]] = {
         "content": {
             "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/LogLineOut"}}
         },
-    }
+    },
+    429: {
+        "description": "With `follow`: the key's user follows 16 logs on this server already "
+        "(services/follow_slots.py); `Retry-After` says when to try again",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
+    },
 }
 
 

@@ -21,6 +21,7 @@ from skiff.services.disk_watch import DiskWatch
 from skiff.services.dispatch import Dispatch
 from skiff.services.endpoints import Endpoints
 from skiff.services.fleet import Fleet
+from skiff.services.follow_slots import FollowSlots
 from skiff.services.gpu_report import GpuReport
 from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
@@ -250,7 +251,9 @@ class Services:
             isolation=isolation,
             ssh_ports=SshPorts(settings.ssh_pod_port_range()),
         )
-        pod_logs = PodLogs(pod_log_files, store, wakeups)
+        # One user's followed logs on this replica, of endpoints and pods together.
+        follow_slots = FollowSlots()
+        pod_logs = PodLogs(pod_log_files, store, wakeups, follow_slots)
         return cls(
             settings=settings,
             clock=clock,
@@ -296,7 +299,7 @@ class Services:
             metrics=metrics,
             cluster=cluster,
             peer_logs=peer_logs,
-            logs=EndpointLogs(worker_logs, peer_logs, store, wakeups),
+            logs=EndpointLogs(worker_logs, peer_logs, store, wakeups, follow_slots),
             placement=placement,
             webhooks=webhooks,
             volumes=volumes,

@@ -34,6 +34,7 @@ from skiff.domain.logs import (
     worker_of_file,
 )
 from skiff.errors import NotFound
+from skiff.services.follow_slots import FollowSlots, Held
 from skiff.services.log_reader import LogFollower, collect
 from skiff.services.log_writer import (
     DEFAULT_LOG_BACKUPS,
@@ -229,7 +230,9 @@ class Relayed:
 
 #: A followed log from this replica: batches of new lines; the first is the backlog, and an
 #: empty one means none came for a while (send something, so the connection stays open).
-Batches = AsyncGenerator[list[LogLine], None]
+Batches = Held[list[LogLine]]
+#: The same, as this replica makes them (before ``FollowSlots`` holds them).
+_Made = AsyncGenerator[list[LogLine], None]
 
 
 class EndpointLogs:
@@ -239,11 +242,19 @@ class EndpointLogs:
     replica's behalf (``local_only``), a replica answers from its own files only, so a request
     is never passed on twice."""
 
-    def __init__(self, files: WorkerLogs, peers: PeerLogs, store: Store, wakeups: Wakeups) -> None:
+    def __init__(
+        self,
+        files: WorkerLogs,
+        peers: PeerLogs,
+        store: Store,
+        wakeups: Wakeups,
+        slots: FollowSlots | None = None,
+    ) -> None:
         self.files = files
         self._peers = peers
         self._store = store
         self._wakeups = wakeups
+        self._slots = slots or FollowSlots()
 
     async def lines(
         self, query: LogQuery, *, local_only: bool, credentials: str | None
@@ -268,6 +279,7 @@ class EndpointLogs:
 
     async def follow(
         self,
+        user_id: str,
         query: LogQuery,
         *,
         local_only: bool,
@@ -278,16 +290,20 @@ class EndpointLogs:
         reading, the endpoint is deleted, ``still_allowed`` says the caller may no longer read
         it or the server shuts down. From the leader when that is another replica (which asks
         the same of the caller's credentials); raises NotFound for a worker without a log
-        here."""
+        here, TooManyRequests when the user follows the most logs here already
+        (``FollowSlots``)."""
+        self._slots.check(user_id)
         if not local_only:
             leader = await self._peers.leader_url()
             if leader is not None:
-                return Relayed(self._peers.follow(leader, query, credentials))
+                relayed = await self._peers.follow(leader, query, credentials)
+                return Relayed(self._slots.hold(user_id, relayed))
         endpoint_id, worker = query.endpoint_id, query.worker
         if worker is not None and not self.files.has_log(endpoint_id, worker):
             raise _no_log(endpoint_id, worker)
         follower = await asyncio.to_thread(self.files.follow, endpoint_id, worker)
-        return self._batches(follower, endpoint_id, query.since, query.tail, still_allowed)
+        batches = self._batches(follower, endpoint_id, query.since, query.tail, still_allowed)
+        return self._slots.hold(user_id, batches)
 
     async def _batches(
         self,
@@ -296,7 +312,7 @@ class EndpointLogs:
         since: float | None,
         tail: int,
         still_allowed: StillAllowed | None,
-    ) -> Batches:
+    ) -> _Made:
         async def gone() -> bool:
             return await self._store.get_endpoint(endpoint_id) is None
 
@@ -308,10 +324,13 @@ class PodLogs:
     """Pods' logs (kept like workers', one "endpoint" per pod, under ``pod-logs``): a pod runs
     on the leader, whose files these are."""
 
-    def __init__(self, files: WorkerLogs, store: Store, wakeups: Wakeups) -> None:
+    def __init__(
+        self, files: WorkerLogs, store: Store, wakeups: Wakeups, slots: FollowSlots | None = None
+    ) -> None:
         self.files = files
         self._store = store
         self._wakeups = wakeups
+        self._slots = slots or FollowSlots()
 
     async def lines(self, pod_id: str, since: float | None, tail: int) -> list[LogLine]:
         return await asyncio.to_thread(self.files.read, pod_id, pod_id, since, tail)
@@ -337,8 +356,10 @@ class PodLogs:
         async def gone() -> bool:
             return await self._store.get_pod(user_id, pod_id) is None
 
+        self._slots.check(user_id)
         follower = await asyncio.to_thread(self.files.follow, pod_id, pod_id)
-        return followed(follower, self._wakeups, since, tail, gone, still_allowed)
+        batches = followed(follower, self._wakeups, since, tail, gone, still_allowed)
+        return self._slots.hold(user_id, batches)
 
 
 async def followed(
@@ -348,7 +369,7 @@ async def followed(
     tail: int,
     gone: Callable[[], Awaitable[bool]],
     still_allowed: StillAllowed | None = None,
-) -> Batches:
+) -> _Made:
     """A follow's batches: the backlog at once, then what is written, until the server shuts
     down, ``gone`` says what the log belongs to is deleted (after its last lines) or
     ``still_allowed`` says its reader may no longer read it (nothing more is sent), both asked

@@ -9,31 +9,55 @@ never passed on twice.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 
 from skiff.cluster.base import Cluster, ClusterUnavailable
 from skiff.domain.logs import LogLine, LogQuery, parse_time
+from skiff.errors import BadGateway, NotFound, SkiffError, TooManyRequests, Unauthorized
 
 log = logging.getLogger(__name__)
 
+#: What a caller refused for holding too many followed logs is told to wait.
+RETRY_AFTER_SECONDS = 10
+
 #: Set on a request one replica makes to another: answer from your own files only.
 LOCAL_HEADER = "x-skiff-local-logs"
-_TIMEOUT = httpx.Timeout(10.0, read=None)
+#: A read of lines: answered within seconds or left out.
+_LINES_TIMEOUT = httpx.Timeout(10.0)
+#: A relayed follow: open as long as its caller reads it.
+_FOLLOW_TIMEOUT = httpx.Timeout(10.0, read=None)
 
 
 class PeerLogs:
+    """Two clients, so that neither kind of request waits on the other's connections: reads of
+    lines (short; httpx's pool of 100), and relayed follows (each open as long as its reader,
+    bounded per user by ``logs.FollowSlots``, so their pool is not: one user's follows holding
+    a shared pool's every connection left every other user's reads without lines)."""
+
     def __init__(self, cluster: Cluster) -> None:
         self._cluster = cluster
         self._client: httpx.AsyncClient | None = None
+        self._follow_client: httpx.AsyncClient | None = None
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=_TIMEOUT)
+            self._client = httpx.AsyncClient(timeout=_LINES_TIMEOUT)
         return self._client
+
+    def _follows(self) -> httpx.AsyncClient:
+        if self._follow_client is None:
+            self._follow_client = httpx.AsyncClient(
+                timeout=_FOLLOW_TIMEOUT,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=0),
+            )
+        return self._follow_client
 
     async def others(self) -> list[str]:
         """Base URLs of the other live replicas (none with one replica, or when the cluster
@@ -77,18 +101,76 @@ class PeerLogs:
     async def follow(
         self, url: str, query: LogQuery, authorization: str | None
     ) -> AsyncIterator[bytes]:
-        """A followed log, streamed from the replica at ``url`` as it sends it."""
+        """A followed log from the replica at ``url``, streamed as it sends it. Opened here,
+        before the caller's answer begins: the replica's refusal (its 404, 401, 429) is the
+        caller's answer too, not lines of a stream that looked fine."""
         params = _query(query, follow=True)
-        async with self._http().stream(
-            "GET", url + _path(query.endpoint_id), params=params, headers=_headers(authorization)
-        ) as response:
-            async for chunk in response.aiter_bytes():
-                yield chunk
+        opened = contextlib.AsyncExitStack()
+        try:
+            response = await opened.enter_async_context(
+                self._follows().stream(
+                    "GET",
+                    url + _path(query.endpoint_id),
+                    params=params,
+                    headers=_headers(authorization),
+                )
+            )
+        except httpx.HTTPError as exc:
+            raise BadGateway(f"the replica that runs the workers did not answer: {exc}") from None
+        if response.status_code != 200:
+            async with opened:
+                raise _refused(response.status_code, await response.aread())
+        return _Relay(response.aiter_bytes(), opened)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in (self._client, self._follow_client):
+            if client is not None:
+                await client.aclose()
+        self._client = self._follow_client = None
+
+
+class _Relay:
+    """A relayed follow's bytes; its connection to the other replica is closed at the end,
+    on ``aclose``, or, dropped unread (its reader gone before the first line), soon after."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], opened: contextlib.AsyncExitStack) -> None:
+        self._chunks = chunks
+        self._opened: contextlib.AsyncExitStack | None = opened
+
+    def __aiter__(self) -> _Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._chunks.__anext__()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            await opened.aclose()
+
+    def __del__(self) -> None:
+        if self._opened is not None:
+            with contextlib.suppress(RuntimeError):  # no loop: the process is ending
+                asyncio.get_running_loop().create_task(self.aclose())
+
+
+def _refused(status: int, body: bytes) -> SkiffError:
+    """Another replica's refusal of a follow, as this replica's answer."""
+    try:
+        message = str(orjson.loads(body).get("message") or "")
+    except (orjson.JSONDecodeError, AttributeError):
+        message = ""
+    if status == 404:
+        return NotFound(message or "not found")
+    if status == 401:
+        return Unauthorized(message or "the key was refused")
+    if status == 429:
+        return TooManyRequests(message or "too many followed logs", RETRY_AFTER_SECONDS)
+    return BadGateway(f"the replica that runs the workers answered {status}")
 
 
 def _headers(authorization: str | None) -> dict[str, str]:

@@ -14,8 +14,9 @@ import pytest
 
 from skiff.cluster.base import Cluster
 from skiff.domain.logs import LogLine, LogQuery, iso, stamp
-from skiff.errors import NotFound
+from skiff.errors import BadGateway, NotFound, TooManyRequests, Unauthorized
 from skiff.services import logs as logs_module
+from skiff.services.follow_slots import FollowSlots
 from skiff.services.logs import EndpointLogs, Relayed, WorkerLogs
 from skiff.services.peer_logs import LOCAL_HEADER, PeerLogs
 from skiff.services.wakeups import Wakeups
@@ -52,7 +53,11 @@ class FakePeers:
     ) -> AsyncIterator[bytes]:
         q = query
         self.asked.append((url, q.endpoint_id, q.worker, q.since, q.tail, authorization))
-        yield b"from the leader\n"
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"from the leader\n"
+
+        return chunks()
 
 
 class FakeStore:
@@ -63,13 +68,19 @@ class FakeStore:
         return object() if endpoint_id in self.endpoints else None
 
 
-def endpoint_logs(tmp_path: Path, peers: FakePeers, store: FakeStore | None = None) -> EndpointLogs:
+def endpoint_logs(
+    tmp_path: Path,
+    peers: FakePeers,
+    store: FakeStore | None = None,
+    slots: FollowSlots | None = None,
+) -> EndpointLogs:
     write(tmp_path / "logs" / "ep1" / "a.log", (T0 + 0, "a0"), (T0 + 2, "a2"), (T0 + 4, "a4"))
     return EndpointLogs(
         WorkerLogs(tmp_path),
         cast(PeerLogs, peers),
         cast(Store, store or FakeStore()),
         Wakeups(),
+        slots,
     )
 
 
@@ -105,16 +116,20 @@ async def test_a_follow_is_relayed_from_the_leader_when_another_replica_leads(
 ) -> None:
     peers = FakePeers(leader="http://leader:8000")
     logs = endpoint_logs(tmp_path, peers)
-    followed = await logs.follow(LogQuery("ep1", "a", T0, 5), local_only=False, credentials="k")
+    followed = await logs.follow(
+        "u1", LogQuery("ep1", "a", T0, 5), local_only=False, credentials="k"
+    )
     assert isinstance(followed, Relayed)
     assert [chunk async for chunk in followed.chunks] == [b"from the leader\n"]
     assert peers.asked == [("http://leader:8000", "ep1", "a", T0, 5, "k")]
     # Asked on another's behalf, it follows its own files, and knows only its own workers.
-    local = await logs.follow(LogQuery("ep1", None, None, 5), local_only=True, credentials=None)
+    local = await logs.follow(
+        "u1", LogQuery("ep1", None, None, 5), local_only=True, credentials=None
+    )
     assert not isinstance(local, Relayed)
     await local.aclose()
     with pytest.raises(NotFound):
-        await logs.follow(LogQuery("ep1", "b", None, 5), local_only=True, credentials=None)
+        await logs.follow("u1", LogQuery("ep1", "b", None, 5), local_only=True, credentials=None)
 
 
 async def test_a_local_follow_sends_the_backlog_new_lines_and_ends_with_its_endpoint(
@@ -124,7 +139,7 @@ async def test_a_local_follow_sends_the_backlog_new_lines_and_ends_with_its_endp
     store = FakeStore()
     logs = endpoint_logs(tmp_path, FakePeers(), store)
     followed = await logs.follow(
-        LogQuery("ep1", None, T0 + 1, 1), local_only=False, credentials=None
+        "u1", LogQuery("ep1", None, T0 + 1, 1), local_only=False, credentials=None
     )
     assert not isinstance(followed, Relayed)
     batches = aiter(followed)
@@ -150,6 +165,7 @@ async def test_a_follow_ends_at_once_when_its_reader_may_no_longer_read(
 
     logs = endpoint_logs(tmp_path, FakePeers())
     followed = await logs.follow(
+        "u1",
         LogQuery("ep1", None, T0 + 1, 1),
         local_only=False,
         credentials=None,
@@ -174,7 +190,7 @@ async def test_a_quiet_follow_sends_empty_batches_and_opens_with_one(
     monkeypatch.setattr(logs_module, "FOLLOW_KEEPALIVE_SECONDS", 0.0)
     logs = endpoint_logs(tmp_path, FakePeers())
     followed = await logs.follow(
-        LogQuery("ep1", None, T0 + 10, 5), local_only=False, credentials=None
+        "u1", LogQuery("ep1", None, T0 + 10, 5), local_only=False, credentials=None
     )
     assert not isinstance(followed, Relayed)
     assert await anext(followed) == []
@@ -220,11 +236,10 @@ async def test_a_followed_log_is_streamed_from_the_leader_as_the_caller() -> Non
         return httpx.Response(200, content=b'{"worker": "a"}\n\n')
 
     peers = PeerLogs(cast(Cluster, OneOtherReplica()))
-    peers._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    peers._follow_client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     try:
-        chunks = [
-            c async for c in peers.follow("http://other", LogQuery("ep1", None, None, 3), "k")
-        ]
+        followed = await peers.follow("http://other", LogQuery("ep1", None, None, 3), "k")
+        chunks = [c async for c in followed]
     finally:
         await peers.aclose()
     assert b"".join(chunks) == b'{"worker": "a"}\n\n'
@@ -232,3 +247,55 @@ async def test_a_followed_log_is_streamed_from_the_leader_as_the_caller() -> Non
     assert str(request.url) == "http://other/v1/endpoints/ep1/logs?tail=3&follow=true"
     assert request.headers["authorization"] == "k"
     assert request.headers[LOCAL_HEADER] == "1"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "raised", "says"),
+    [
+        (404, b'{"message": "endpoint ep1 not found"}', NotFound, "endpoint ep1 not found"),
+        (401, b'{"message": "invalid API key"}', Unauthorized, "invalid API key"),
+        (429, b'{"message": "this user follows 16 logs"}', TooManyRequests, "follows 16"),
+        (500, b"internal", BadGateway, "answered 500"),
+    ],
+)
+async def test_the_leaders_refusal_of_a_follow_is_the_callers_answer(
+    status: int, body: bytes, raised: type[Exception], says: str
+) -> None:
+    """Opened before the caller's answer begins: a refusal is not streamed as lines."""
+    peers = PeerLogs(cast(Cluster, OneOtherReplica()))
+    peers._follow_client = httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda _r: httpx.Response(status, content=body))
+    )
+    try:
+        with pytest.raises(raised, match=says):
+            await peers.follow("http://other", LogQuery("ep1", None, None, 3), "k")
+    finally:
+        await peers.aclose()
+
+
+async def test_a_user_holds_so_many_follows_and_each_ended_one_frees_its_slot(
+    tmp_path: Path,
+) -> None:
+    """Local and relayed follows alike; one dropped unread frees its slot as well (a reader
+    gone before its first line)."""
+    slots = FollowSlots(most=2)
+    logs = endpoint_logs(tmp_path, FakePeers(leader="http://leader:8000"), slots=slots)
+    query = LogQuery("ep1", None, None, 5)
+    first = await logs.follow("u1", query, local_only=True, credentials=None)
+    second = await logs.follow("u1", query, local_only=False, credentials="k")
+    with pytest.raises(TooManyRequests, match="follows 2 logs on this server already"):
+        await logs.follow("u1", query, local_only=True, credentials=None)
+    # Another user's follows are their own.
+    theirs = await logs.follow("u2", query, local_only=True, credentials=None)
+    assert not isinstance(first, Relayed) and isinstance(second, Relayed)
+    await first.aclose()
+    third = await logs.follow("u1", query, local_only=True, credentials=None)
+    assert [chunk async for chunk in second.chunks] == [b"from the leader\n"]
+    fourth = await logs.follow("u1", query, local_only=True, credentials=None)
+    del fourth  # dropped unread
+    fifth = await logs.follow("u1", query, local_only=True, credentials=None)
+    assert slots.open_of("u1") == 2
+    for held in (third, fifth, theirs):
+        assert not isinstance(held, Relayed)
+        await held.aclose()
+    assert slots.open_of("u1") == slots.open_of("u2") == 0
