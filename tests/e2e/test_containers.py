@@ -170,6 +170,27 @@ def test_an_authenticated_pull_runs_the_private_image(server: Server, registry: 
     server.http.delete(f"/v1/endpoints/{eid}")
 
 
+def test_a_private_image_on_the_daemon_runs_for_no_template_without_credentials(
+    server: Server, registry: str
+) -> None:
+    """Every tenant's images share one daemon: the copy a pull with credentials left is not
+    run for a template without them (a pull without them is tried, and the registry refuses
+    it), nor found by a prefix of its id, which Docker would take as its name."""
+    private = f"{registry}/skiff/worker:v1"
+    with_auth = endpoint(server, private, registry_auth(server, PASSWORD))
+    assert runsync(server, with_auth, {})["status"] == "COMPLETED"
+    image_id = docker_client().images.get(private).id.removeprefix("sha256:")
+    for reference, says in ((private, "refused the credentials"), (image_id[:8], "could not be")):
+        bare = endpoint(server, reference)
+        server.http.post(f"/v2/{bare}/run", json={"input": {}})
+        failure = server.wait_for(
+            lambda bare=bare: failure_of(server, bare), what=f"{reference} refused"
+        )
+        assert says in failure["error"], failure
+        server.http.delete(f"/v1/endpoints/{bare}")
+    server.http.delete(f"/v1/endpoints/{with_auth}")
+
+
 @pytest.mark.parametrize(
     ("what", "reference", "password", "says"),
     [

@@ -276,6 +276,13 @@ def run_options(
     return options
 
 
+#: Where a pull with credentials leaves its mark: a tag ``skiff-credentialed/<hash of the
+#: repository>:pulled``. A repository so marked is private to whoever can pull it: a template
+#: without credentials naming any reference into it (a tag, a digest) runs it only after a
+#: pull without credentials succeeds.
+CREDENTIALED_MARK = "skiff-credentialed"
+
+
 def ensure_image(
     client: Any,
     image: str,
@@ -283,18 +290,90 @@ def ensure_image(
     sink: LogSink,
     given_up: Callable[[], bool],
 ) -> None:
-    """Pull ``image`` when it is not here, or always when it comes with credentials (so they
-    are checked, and a private image is never served from a copy another user pulled); its
-    progress goes into ``sink``. ``WorkerStartError`` saying why a pull failed, or that
-    ``given_up()`` turned true meanwhile (checked at each of the pull's events)."""
+    """Pull ``image`` unless a copy here may serve it; its progress goes into ``sink``.
+    ``WorkerStartError`` saying why a pull failed, or that ``given_up()`` turned true
+    meanwhile (checked at each of the pull's events).
+
+    With credentials it is always pulled, so that they are checked. Without, a copy here serves
+    only when it bears the name asked for (Docker also finds an image by a prefix of its id,
+    so ``6`` could name any image on the daemon) and its repository was never pulled with
+    someone's credentials (``CREDENTIALED_MARK``): else it is pulled without credentials, which
+    a private image's registry refuses. Every tenant's images share one daemon, so a copy
+    another user pulled must not open a private image to anyone who names it."""
     if credentials is None:
         try:
-            client.images.get(image)
-            return
+            local = client.images.get(image)
+            if bears_name(local, image) and not _credentialed(client, image):
+                return
         except ImageNotFound:
             pass
         except DockerException as exc:
             raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
+    _pull(client, image, credentials, sink, given_up)
+    if credentials is not None:
+        _mark_credentialed(client, image)
+
+
+def bears_name(local: Any, image: str) -> bool:
+    """Whether the copy ``local`` that Docker found for ``image`` bears that name (a tag, or a
+    digest it was pulled by), rather than being found by a prefix of its id."""
+    attrs = getattr(local, "attrs", None) or {}
+    names = [*(getattr(local, "tags", None) or []), *(attrs.get("RepoDigests") or [])]
+    return normal_reference(image) in {normal_reference(name) for name in names}
+
+
+def repository_of(reference: str) -> str:
+    """The repository a reference names, without its tag or digest (``host:5000/a/b``)."""
+    name = normal_reference(reference).partition("@")[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.partition(':')[0]}" if head else last.partition(":")[0]
+
+
+def _credential_mark(image: str) -> str:
+    digest = hashlib.sha256(repository_of(image).encode()).hexdigest()[:24]
+    return f"{CREDENTIALED_MARK}/{digest}"
+
+
+def _credentialed(client: Any, image: str) -> bool:
+    try:
+        client.images.get(f"{_credential_mark(image)}:pulled")
+    except ImageNotFound:
+        return False
+    return True
+
+
+def normal_reference(reference: str) -> str:
+    """A reference as Docker lists it: ``:latest`` where no tag or digest is given, and Docker
+    Hub's ``docker.io/`` and ``library/`` left out (``ubuntu`` is ``ubuntu:latest``)."""
+    name, at, digest = reference.partition("@")
+    if not at and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    for prefix in ("docker.io/", "index.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    if name.startswith("library/") and name.count("/") == 1:
+        name = name[len("library/") :]
+    return name + at + digest
+
+
+def _mark_credentialed(client: Any, image: str) -> None:
+    """Mark the repository a pull with credentials came from (``CREDENTIALED_MARK``). The mark
+    is a tag on the image just pulled; it names the repository, so it stays as long as any
+    image holds it, whichever image that is."""
+    try:
+        client.api.tag(image, _credential_mark(image), tag="pulled")
+    except DockerException as exc:
+        raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
+
+
+def _pull(
+    client: Any,
+    image: str,
+    credentials: RegistryCredentials | None,
+    sink: LogSink,
+    given_up: Callable[[], bool],
+) -> None:
     repo, tag = split_reference(image)
     auth = (
         {"username": credentials.username, "password": credentials.password}
