@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -309,9 +310,20 @@ def ensure_image(
             pass
         except DockerException as exc:
             raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
-    _pull(client, image, credentials, sink, given_up)
+    auth = None
+    if credentials is not None:
+        auth = {"username": credentials.username, "password": credentials.password}
+    _pull(client, image, auth, Pulling(sink, given_up))
     if credentials is not None:
         _mark_credentialed(client, image)
+
+
+@dataclass(frozen=True, slots=True)
+class Pulling:
+    """Where a pull's progress goes, and whether its start was given up meanwhile."""
+
+    sink: LogSink
+    given_up: Callable[[], bool]
 
 
 def bears_name(local: Any, image: str) -> bool:
@@ -367,19 +379,9 @@ def _mark_credentialed(client: Any, image: str) -> None:
         raise WorkerStartError(f"the Docker daemon failed: {_explain(exc)}") from exc
 
 
-def _pull(
-    client: Any,
-    image: str,
-    credentials: RegistryCredentials | None,
-    sink: LogSink,
-    given_up: Callable[[], bool],
-) -> None:
+def _pull(client: Any, image: str, auth: dict[str, str] | None, pulling: Pulling) -> None:
     repo, tag = split_reference(image)
-    auth = (
-        {"username": credentials.username, "password": credentials.password}
-        if credentials
-        else None
-    )
+    sink, given_up = pulling.sink, pulling.given_up
     sink.feed(f"[skiff] pulling {image}\n".encode())
     progress = PullProgress()
     try:
