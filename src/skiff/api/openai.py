@@ -27,6 +27,7 @@ from skiff.api import access
 from skiff.api.body import read_body
 from skiff.api.hot import Handler
 from skiff.api.needs import needs
+from skiff.closing_stream import ClosingStream
 from skiff.domain import json_limits, streams
 from skiff.domain.endpoints import Endpoint
 from skiff.errors import Invalid
@@ -130,7 +131,10 @@ def build(services: Services) -> OpenAIHandlers:
                     yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
     async def call(request: Request, route: str, with_body: bool) -> Response:
-        async with access.admitted(services, request, "openai") as endpoint:
+        async with contextlib.AsyncExitStack() as admission:
+            endpoint = await admission.enter_async_context(
+                access.admitted(services, request, "openai")
+            )
             body: dict[str, Any] | None = None
             if with_body:
                 raw = await read_body(request, BODY_LIMIT)
@@ -145,7 +149,10 @@ def build(services: Services) -> OpenAIHandlers:
                 body = doc
             job = await calls.start(endpoint, route, body)
             if body is not None and body.get("stream") is True:
-                return StreamingResponse(relay(endpoint, job.id), media_type="text/event-stream")
+                # The caller's concurrency slot goes with the stream and is let go when it
+                # ends: a stream lasts as long as its job, and was not counted at all.
+                held = ClosingStream(relay(endpoint, job.id), admission.pop_all())
+                return StreamingResponse(held, media_type="text/event-stream")
             # Returning ends the caller's ``admitted`` (freeing its concurrency slot) as soon
             # as the client leaves, not after the whole wait.
             outcome = await calls.outcome(endpoint, job, lambda: _gone(request))

@@ -9,7 +9,6 @@ never passed on twice.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import orjson
 
+from skiff.closing_stream import ClosingStream
 from skiff.cluster.base import Cluster, ClusterUnavailable
 from skiff.domain.logs import LogLine, LogQuery, parse_time
 from skiff.errors import BadGateway, NotFound, SkiffError, TooManyRequests, Unauthorized
@@ -120,42 +120,13 @@ class PeerLogs:
         if response.status_code != 200:
             async with opened:
                 raise _refused(response.status_code, await response.aread())
-        return _Relay(response.aiter_bytes(), opened)
+        return ClosingStream(response.aiter_bytes(), opened)
 
     async def aclose(self) -> None:
         for client in (self._client, self._follow_client):
             if client is not None:
                 await client.aclose()
         self._client = self._follow_client = None
-
-
-class _Relay:
-    """A relayed follow's bytes; its connection to the other replica is closed at the end,
-    on ``aclose``, or, dropped unread (its reader gone before the first line), soon after."""
-
-    def __init__(self, chunks: AsyncIterator[bytes], opened: contextlib.AsyncExitStack) -> None:
-        self._chunks = chunks
-        self._opened: contextlib.AsyncExitStack | None = opened
-
-    def __aiter__(self) -> _Relay:
-        return self
-
-    async def __anext__(self) -> bytes:
-        try:
-            return await self._chunks.__anext__()
-        except BaseException:
-            await self.aclose()
-            raise
-
-    async def aclose(self) -> None:
-        opened, self._opened = self._opened, None
-        if opened is not None:
-            await opened.aclose()
-
-    def __del__(self) -> None:
-        if self._opened is not None:
-            with contextlib.suppress(RuntimeError):  # no loop: the process is ending
-                asyncio.get_running_loop().create_task(self.aclose())
 
 
 def _refused(status: int, body: bytes) -> SkiffError:
