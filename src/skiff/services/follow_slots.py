@@ -8,9 +8,11 @@ has ``MAX_FOLLOWS_PER_USER`` here, and a follow past that is answered 429.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import Generic, TypeVar
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TypeVar
 
+from skiff.closing_stream import ClosingStream
 from skiff.errors import TooManyRequests
 
 T = TypeVar("T")
@@ -41,11 +43,13 @@ class FollowSlots:
                 RETRY_AFTER_SECONDS,
             )
 
-    def hold(self, user_id: str, follow: AsyncIterator[T]) -> Held[T]:
+    def hold(self, user_id: str, follow: AsyncIterator[T]) -> ClosingStream[T]:
         """``follow``, holding one of the user's slots until it ends, is closed, or is dropped
-        unread."""
+        unread (``ClosingStream``)."""
         self._open[user_id] = self._open.get(user_id, 0) + 1
-        return Held(follow, lambda: self._give_back(user_id))
+        slot = contextlib.AsyncExitStack()
+        slot.callback(self._give_back, user_id)
+        return ClosingStream(follow, slot)
 
     def _give_back(self, user_id: str) -> None:
         left = self._open[user_id] - 1
@@ -53,37 +57,3 @@ class FollowSlots:
             self._open[user_id] = left
         else:
             del self._open[user_id]
-
-
-class Held(Generic[T]):
-    """An iterator that gives its slot back once, whichever way it stops: its end, an error
-    or a cancel while it is read, ``aclose``, or being dropped unread (a reader gone before
-    the first line: nothing else would ever close it)."""
-
-    def __init__(self, inner: AsyncIterator[T], give_back: Callable[[], None]) -> None:
-        self._inner = inner
-        self._give_back: Callable[[], None] | None = give_back
-
-    def __aiter__(self) -> Held[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            return await self._inner.__anext__()
-        except BaseException:
-            self._release()
-            raise
-
-    async def aclose(self) -> None:
-        self._release()
-        close = getattr(self._inner, "aclose", None)
-        if close is not None:
-            await close()
-
-    def _release(self) -> None:
-        give_back, self._give_back = self._give_back, None
-        if give_back is not None:
-            give_back()
-
-    def __del__(self) -> None:
-        self._release()

@@ -23,6 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 
+from skiff.closing_stream import ClosingStream
 from skiff.datadir import make_private_dirs
 from skiff.domain.log_pace import LogPace, PacesByUser
 from skiff.domain.logs import (
@@ -34,7 +35,7 @@ from skiff.domain.logs import (
     worker_of_file,
 )
 from skiff.errors import NotFound
-from skiff.services.follow_slots import FollowSlots, Held
+from skiff.services.follow_slots import FollowSlots
 from skiff.services.log_reader import LogFollower, collect
 from skiff.services.log_writer import (
     DEFAULT_LOG_BACKUPS,
@@ -230,7 +231,7 @@ class Relayed:
 
 #: A followed log from this replica: batches of new lines; the first is the backlog, and an
 #: empty one means none came for a while (send something, so the connection stays open).
-Batches = Held[list[LogLine]]
+Batches = ClosingStream[list[LogLine]]
 #: The same, as this replica makes them (before ``FollowSlots`` holds them).
 _Made = AsyncGenerator[list[LogLine], None]
 
