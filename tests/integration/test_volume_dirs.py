@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from skiff.volume_dirs import MEASURING_AT_ONCE, VolumeDirs
+from skiff.clock import ManualClock
+from skiff.volume_dirs import FRESH_SECONDS, MEASURING_AT_ONCE, VolumeDirs
 
 
 def mode(path: Path) -> int:
@@ -86,5 +87,57 @@ async def test_only_so_many_volumes_are_measured_at_once(
         return measured(volume_id)
 
     monkeypatch.setattr(dirs, "used_bytes", slow)
-    assert await asyncio.gather(*(dirs.measure(f"vol-{n}") for n in range(6))) == [0] * 6
+    owners = [f"user-{n}" for n in range(6)]
+    measured_all = [dirs.measure(f"vol-{n}", owner) for n, owner in enumerate(owners)]
+    assert await asyncio.gather(*measured_all) == [0] * 6
     assert most == MEASURING_AT_ONCE
+
+
+class Walks:
+    """``used_bytes`` made slow and counted, per volume."""
+
+    def __init__(self, dirs: VolumeDirs, seconds: float) -> None:
+        self.started: list[str] = []
+        self._measured = dirs.used_bytes
+        self._seconds = seconds
+
+    def __call__(self, volume_id: str) -> int:
+        self.started.append(volume_id)
+        time.sleep(self._seconds)
+        return self._measured(volume_id)
+
+
+async def test_a_volume_asked_for_many_times_at_once_is_walked_once_and_its_figure_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    dirs = VolumeDirs(tmp_path / "volumes", monotonic=clock.now)
+    dirs.make("vol-a")
+    walks = Walks(dirs, 0.05)
+    monkeypatch.setattr(dirs, "used_bytes", walks)
+    assert await asyncio.gather(*(dirs.measure("vol-a", "alice") for _ in range(40))) == [0] * 40
+    assert walks.started == ["vol-a"]
+    clock.advance(FRESH_SECONDS - 1)
+    await dirs.measure("vol-a", "alice")
+    assert walks.started == ["vol-a"]
+    clock.advance(1)
+    await dirs.measure("vol-a", "alice")
+    assert walks.started == ["vol-a", "vol-a"]
+
+
+async def test_one_owners_walks_leave_room_for_anothers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Alice asks for ten volumes at once; Bob's one is walked beside her first, not after
+    her ten."""
+    dirs = VolumeDirs(tmp_path / "volumes")
+    for n in range(10):
+        dirs.make(f"alice-{n}")
+    dirs.make("bob-0")
+    walks = Walks(dirs, 0.05)
+    monkeypatch.setattr(dirs, "used_bytes", walks)
+    hers = [asyncio.create_task(dirs.measure(f"alice-{n}", "alice")) for n in range(10)]
+    await asyncio.sleep(0.01)
+    await dirs.measure("bob-0", "bob")
+    assert walks.started.index("bob-0") <= 2
+    await asyncio.gather(*hers)

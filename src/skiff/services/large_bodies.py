@@ -20,7 +20,7 @@ import contextlib
 import logging
 import multiprocessing
 import resource
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
@@ -34,6 +34,7 @@ from skiff.domain.results import (
     read_stream_chunk,
     too_large_to_read,
 )
+from skiff.keyed_turns import KeyedTurns
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +57,13 @@ class LargeBodies:
         self, memory_limit: int = PARSE_MEMORY_LIMIT, turns_per_user: int = TURNS_PER_USER
     ) -> None:
         self._memory_limit = memory_limit
-        self._turns_per_user = turns_per_user
         self._pool: ProcessPoolExecutor | None = None
-        #: user id -> (its turns, how many of its bodies hold or wait for one).
-        self._turns: dict[str, tuple[asyncio.Semaphore, int]] = {}
+        #: Each user's turns to have a large body read and parsed.
+        self.turns = KeyedTurns(turns_per_user)
 
-    @contextlib.asynccontextmanager
-    async def turn(self, user_id: str) -> AsyncIterator[None]:
+    def turn(self, user_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """Held while one of the user's large bodies is read and parsed."""
-        turns, waiting = self._turns.get(user_id, (None, 0))
-        if turns is None:
-            turns = asyncio.Semaphore(self._turns_per_user)
-        self._turns[user_id] = (turns, waiting + 1)
-        try:
-            async with turns:
-                yield
-        finally:
-            turns, waiting = self._turns[user_id]
-            if waiting == 1:
-                del self._turns[user_id]
-            else:
-                self._turns[user_id] = (turns, waiting - 1)
+        return self.turns.turn(user_id)
 
     async def result(self, body: bytes) -> WorkerResult:
         """``parse_worker_result`` in the helper; a body it cannot read fails the job."""

@@ -126,7 +126,7 @@ class Pods:
         await self._check_auth(user, spec.containerRegistryAuthId)
         await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb and spec.networkVolumeId is None:
-            await self._check_room(spec.volumeInGb, None)
+            await self._check_room(spec.volumeInGb, None, user)
         if spec.networkVolumeId is not None and (
             await self._store.get_network_volume(user.id, spec.networkVolumeId) is None
         ):
@@ -186,7 +186,7 @@ class Pods:
             self._check_ports(spec)
         await check_references(self._store, user, spec.env, "env")
         if spec.volumeInGb > pod.spec.volumeInGb and spec.networkVolumeId is None:
-            await self._check_room(spec.volumeInGb, pod.id)
+            await self._check_room(spec.volumeInGb, pod.id, user)
         changed = pod.model_copy(
             update={"spec": spec, "version": pod.version + (1 if restart else 0)}
         )
@@ -273,11 +273,11 @@ class Pods:
         if problem is not None:
             raise Invalid(f"ports: {problem}", field="ports")
 
-    async def _check_room(self, size_gb: int, pod_id: str | None) -> None:
+    async def _check_room(self, size_gb: int, pod_id: str | None, owner: User) -> None:
         """Refused (400, ``volumeInGb``) when the disk has not that much free, what the pod's
         volume holds already counted as its own."""
         free = await asyncio.to_thread(self._dirs.free_bytes)
-        used = await self._dirs.measure(pod_id) if pod_id else 0
+        used = await self._dirs.measure(pod_id, owner.id) if pod_id else 0
         refusal = room_refusal(size_gb, free, used, field="volumeInGb")
         if refusal is not None:
             raise Invalid(refusal, field="volumeInGb")

@@ -74,20 +74,21 @@ class Volumes:
         return VolumeReport(volume, used_bytes=0)
 
     async def all(self, user: User) -> list[VolumeReport]:
-        return [await self._report(v) for v in await self._store.list_network_volumes(user.id)]
+        volumes = await self._store.list_network_volumes(user.id)
+        return [await self._report(v, user) for v in volumes]
 
     async def records(self, user: User) -> list[NetworkVolume]:
         """The user's volumes without the space each takes (measuring walks every file)."""
         return await self._store.list_network_volumes(user.id)
 
     async def get(self, user: User, volume_id: str) -> VolumeReport:
-        return await self._report(await self._volume(user, volume_id))
+        return await self._report(await self._volume(user, volume_id), user)
 
     async def update(self, user: User, volume_id: str, data: NetworkVolumeUpdate) -> VolumeReport:
         current = await self._volume(user, volume_id)
         size = current.size if data.size is None else data.size
         refusal = shrink_refusal(current.size, size)
-        used = await self._dirs.measure(volume_id)
+        used = await self._dirs.measure(volume_id, user.id)
         if refusal is None and size > current.size:
             # What it holds already is on the disk: only the rest must be free.
             free = await asyncio.to_thread(self._dirs.free_bytes)
@@ -147,5 +148,5 @@ class Volumes:
             raise NotFound(f"network volume {volume_id} not found")
         return volume
 
-    async def _report(self, volume: NetworkVolume) -> VolumeReport:
-        return VolumeReport(volume, await self._dirs.measure(volume.id))
+    async def _report(self, volume: NetworkVolume, owner: User) -> VolumeReport:
+        return VolumeReport(volume, await self._dirs.measure(volume.id, owner.id))

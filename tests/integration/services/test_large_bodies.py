@@ -63,4 +63,4 @@ async def test_a_user_has_two_large_bodies_read_at_a_time(bodies: LargeBodies) -
     release.set()
     await asyncio.gather(*tasks)
     assert sorted(entered) == ["a0", "a1", "a2", "b0"]
-    assert bodies._turns == {}  # nothing kept of users with nothing waiting
+    assert len(bodies.turns) == 0  # nothing kept of users with nothing waiting
