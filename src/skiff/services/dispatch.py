@@ -8,6 +8,7 @@ decision already made.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from skiff.clock import Clock
@@ -378,11 +379,8 @@ class Dispatch:
             )
 
     async def _let_go(self, worker: Worker) -> None:
-        released = await self._store.release_jobs(
-            worker.id,
-            self._clock.now(),
-            self._max_attempts,
-            "the worker dropped this job without reporting a result",
+        released = await self._release(
+            worker.id, "the worker dropped this job without reporting a result"
         )
         self._announce(released)
         await self._workers.jobs_released(worker, None)
@@ -406,20 +404,15 @@ class Dispatch:
 
     async def worker_lost(self, worker: Worker, reason: str) -> list[Job]:
         """Its jobs go back to the queue (or fail once they used up their attempts)."""
-        released = await self._store.release_jobs(
-            worker.id, self._clock.now(), self._max_attempts, reason
-        )
+        released = await self._release(worker.id, reason)
         self._announce(released)
         self.result_holds.release(worker.id)
         await self._workers.remove(worker.id)
         return released
 
     async def release_expired_leases(self) -> list[Job]:
-        released = await self._store.release_jobs(
-            None,
-            self._clock.now(),
-            self._max_attempts,
-            "the worker holding this job stopped answering (lease expired)",
+        released = await self._release(
+            None, "the worker holding this job stopped answering (lease expired)"
         )
         if released:
             # A worker whose last job lapsed holds nothing now: idle (and so, in time, stopped
@@ -443,6 +436,20 @@ class Dispatch:
         for worker in silent:
             await self.worker_lost(worker, "the external worker stopped calling in")
         return silent
+
+    async def _release(self, worker_id: str | None, reason: str) -> list[Job]:
+        """``release_jobs``; a public model's caller's job it queues again was cut short
+        (``JobEvents.cut_short``), so the attempt it ran is billed to its caller, as the
+        attempt that ends a job is."""
+        now = self._clock.now()
+        calls = await self._store.running_calls(worker_id, now)
+        released = await self._store.release_jobs(worker_id, now, self._max_attempts, reason)
+        if calls:
+            again = {j.id for j in released if j.status is JobStatus.IN_QUEUE}
+            for job in calls:
+                if job.id in again:
+                    self._events.cut_short(dataclasses.replace(job, finished_at=now))
+        return released
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:

@@ -293,6 +293,11 @@ class Store(Protocol):
         """A new ttl, counted from submission."""
         ...
 
+    async def running_calls(self, worker_id: str | None, now: float) -> list[Job]:
+        """The jobs of public models' callers that ``release_jobs(worker_id, now, ...)``
+        would release now, as they are before it."""
+        ...
+
     async def time_out_jobs(self, now: float) -> list[Job]:
         """Running jobs past their execution deadline become TIMED_OUT; their workers get a
         stop signal. Returns those jobs."""

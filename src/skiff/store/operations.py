@@ -908,6 +908,13 @@ class SqlStore:
 
         await self._write(op)
 
+    async def running_calls(self, worker_id: str | None, now: float) -> list[Job]:
+        if worker_id is None:
+            rows = await self._rows("running_calls_of_lapsed_leases", now=now)
+        else:
+            rows = await self._rows("running_calls_of_worker", worker_id=worker_id)
+        return [job_from_row(r) for r in rows]
+
     async def release_jobs(
         self, worker_id: str | None, now: float, max_attempts: int, reason: str
     ) -> list[Job]:

@@ -1,16 +1,34 @@
-"""What a public model's caller is billed for a job whose ttl runs out while it runs: the time
-it ran, though the job is removed rather than made final (``JobEvents.cut_short``). Billed
-nothing before: a caller could have any run for free by setting a short ttl."""
+"""What a public model's caller is billed for runs that do not end its job: one whose ttl runs
+out while it runs (the job is removed rather than made final), and each attempt cut off by its
+worker's loss before the job is queued again (``JobEvents.cut_short``). Billed nothing before:
+a short ttl, or an input that crashes the worker, ran a model for free."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 import httpx
 
 from eventually import eventually_async
-from in_process import ADMIN_KEY, running
+from in_process import ADMIN_KEY, InProcess, running
 from skiff.clock import ManualClock
+
+
+async def _published(app: InProcess) -> tuple[str, str, str]:
+    """A model of an endpoint without workers of its own (an hour to run a job), and a caller:
+    the endpoint's id, the caller's key and id."""
+    endpoint_id = (await app.create_endpoint(workersMax=0, executionTimeoutMs=3_600_000))["id"]
+    published = await app.http.post("/v1/models", json={"modelId": "m1", "endpointId": endpoint_id})
+    assert published.status_code in (200, 201), published.text
+    admin = await app.services.auth.authenticate(ADMIN_KEY)
+    bob = await app.services.accounts.create_user(admin, "bob")
+    return endpoint_id, bob.key, (await app.services.auth.authenticate(bob.key)).id
+
+
+async def _billed(app: InProcess, user_id: str) -> list[tuple[float, float | None]]:
+    usages = await app.services.store.usages_of(user_id, 0, 4e9)
+    return sorted((u.started_at, u.ended_at) for u in usages)
 
 
 async def test_a_callers_job_removed_by_its_ttl_while_it_runs_is_billed_for_its_run(
@@ -18,19 +36,11 @@ async def test_a_callers_job_removed_by_its_ttl_while_it_runs_is_billed_for_its_
 ) -> None:
     clock = ManualClock()
     async with running(tmp_path / "data", clock=clock) as app:
-        # An hour to run: the job's ttl (10 minutes) ends it first.
-        endpoint_id = (await app.create_endpoint(workersMax=0, executionTimeoutMs=3_600_000))["id"]
-        published = await app.http.post(
-            "/v1/models", json={"modelId": "m1", "endpointId": endpoint_id}
-        )
-        assert published.status_code in (200, 201), published.text
-        admin = await app.services.auth.authenticate(ADMIN_KEY)
-        bob = await app.services.accounts.create_user(admin, "bob")
-        bob_id = (await app.services.auth.authenticate(bob.key)).id
+        endpoint_id, key, bob_id = await _published(app)
         async with httpx.AsyncClient(
             transport=app.transport,
             base_url="http://skiff.test",
-            headers={"Authorization": f"Bearer {bob.key}"},
+            headers={"Authorization": f"Bearer {key}"},
         ) as caller:
             submitted = await caller.post(
                 "/v2/m1/run", json={"input": {}, "policy": {"ttl": 600_000}}
@@ -44,9 +54,41 @@ async def test_a_callers_job_removed_by_its_ttl_while_it_runs_is_billed_for_its_
                 await app.services.reaper.pass_once()
                 assert await app.services.store.get_job(endpoint_id, job_id) is None
 
-        async def billed() -> list[tuple[float, float | None]]:
-            usages = await app.services.store.usages_of(bob_id, 0, 4e9)
-            return [(u.started_at, u.ended_at) for u in usages]
+        await eventually_async(lambda: _billed(app, bob_id), "the caller billed")
+        assert await _billed(app, bob_id) == [(started, started + 601)]
 
-        await eventually_async(billed, "the caller billed")
-        assert await billed() == [(started, started + 601)]
+
+async def test_each_attempt_a_lost_worker_cut_off_is_billed_to_the_caller(tmp_path: Path) -> None:
+    """The worker comes back holding nothing (as one that crashed and restarted), twice: the
+    job is queued again each time and fails on its third attempt. Three runs of 20 s."""
+    clock = ManualClock()
+    # The last take finds nothing: a short long-poll.
+    async with running(tmp_path / "data", clock=clock, take_wait_seconds=0.1) as app:
+        endpoint_id, key, bob_id = await _published(app)
+        async with httpx.AsyncClient(
+            transport=app.transport,
+            base_url="http://skiff.test",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as caller:
+            job_id = (await caller.post("/v2/m1/run", json={"input": {}})).json()["id"]
+            take = f"/v2/{endpoint_id}/job-take/w-1?job_in_progress=0"
+            async with await app.worker(endpoint_id) as worker:
+                starts = [clock.now()]
+                await worker.get(take)
+                for _ in range(2):  # it lets go of the job and takes it again
+                    clock.advance(20)
+                    starts.append(clock.now())
+                    await worker.get(take)
+                clock.advance(20)
+                await worker.get(take)  # let go once more: the third attempt fails the job
+                status = (await caller.get(f"/v2/m1/status/{job_id}")).json()
+        assert status["status"] == "FAILED"
+
+        def three() -> Awaitable[bool]:
+            async def check() -> bool:
+                return len(await _billed(app, bob_id)) == 3
+
+            return check()
+
+        await eventually_async(three, "three attempts billed")
+        assert await _billed(app, bob_id) == [(s, s + 20) for s in starts]

@@ -107,6 +107,16 @@ SET status = 'FAILED', error = :reason, finished_at = :now,
 WHERE status = 'IN_PROGRESS' AND lease_until < :now AND attempt >= :max_attempts
 RETURNING *;
 
+-- A public model's callers' jobs that a release would requeue, read just before it: what
+-- their attempt ran is billed (services/dispatch.py).
+-- name: running_calls_of_lapsed_leases
+SELECT * FROM jobs
+WHERE status = 'IN_PROGRESS' AND lease_until < :now AND caller_id IS NOT NULL;
+
+-- name: running_calls_of_worker
+SELECT * FROM jobs
+WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id AND caller_id IS NOT NULL;
+
 -- name: requeue_jobs_of_lapsed_leases
 UPDATE jobs
 SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
