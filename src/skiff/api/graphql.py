@@ -52,6 +52,7 @@ from skiff.api import credentials, errors
 from skiff.api.graphql_limits import (
     BODY_LIMIT,
     Answer,
+    FieldBudgets,
     parse_query,
     short,
     unstorable,
@@ -125,6 +126,8 @@ SDL = (Path(__file__).with_name("schema.graphql")).read_text(encoding="utf-8")
 
 def build(services: Services) -> ASGIApp:
     """The ``/graphql`` handler (an ASGI app, its body gated)."""
+    #: Each user's fields of list items across answers (``graphql_limits.FieldBudgets``).
+    budgets = FieldBudgets(clock=services.clock.now)
     query = QueryType()
     mutation = MutationType()
     user_type = ObjectType("User")
@@ -498,7 +501,7 @@ def build(services: Services) -> ASGIApp:
             # answer holds counted (``graphql_limits.Answer``).
             "lists": {},
             "fields": {},
-            "answer": Answer(),
+            "answer": Answer(spend=lambda fields: budgets.spend(user.id, fields)),
         }
         _ok, result = await graphql(
             schema,

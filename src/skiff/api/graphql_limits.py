@@ -32,8 +32,10 @@ the query's strings, however they are escaped, and in the variables.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ariadne.validation import cost_validator
@@ -253,22 +255,69 @@ def fields_asked(
     return asked
 
 
-class Answer:
-    """What one query's answer holds so far, counted as its lists are resolved."""
+class FieldBudgets:
+    """Each user's fields of list items across queries, on this server: a bucket of
+    ``capacity`` filled again at ``per_second``. One answer is bounded by
+    ``MAX_ANSWER_FIELDS`` (about half a second of the event loop); without a bound across
+    answers, one key sending such queries back to back would hold the loop all the time. The
+    defaults let a user read a full account of 1,000 endpoints every few seconds."""
 
-    def __init__(self, most: int = MAX_ANSWER_FIELDS) -> None:
+    def __init__(
+        self,
+        capacity: int = 2 * MAX_ANSWER_FIELDS,
+        per_second: int = MAX_ANSWER_FIELDS // 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``clock``: seconds, as the server's injected clock gives them."""
+        self._capacity = capacity
+        self._per_second = per_second
+        self._clock = clock
+        #: user id -> (fields left, when counted); a user with a full bucket is not kept.
+        self._left: dict[str, tuple[float, float]] = {}
+
+    def spend(self, user_id: str, fields: int) -> None:
+        """Take ``fields`` from the user's bucket, or refuse (nothing taken)."""
+        now = self._clock()
+        left, at = self._left.get(user_id, (float(self._capacity), now))
+        left = min(float(self._capacity), left + (now - at) * self._per_second)
+        if fields > left:
+            wait = math.ceil((fields - left) / self._per_second)
+            raise Refusal(
+                f"this user's GraphQL answers used their allowance of {self._capacity:,} fields "
+                f"of list items ({self._per_second:,} more each second): retry in {wait} s"
+            )
+        left -= fields
+        if left >= self._capacity:
+            self._left.pop(user_id, None)
+        else:
+            self._left[user_id] = (left, now)
+
+
+class Answer:
+    """What one query's answer holds so far, counted as its lists are resolved, and spent from
+    its user's ``FieldBudgets`` (``spend``; none: no allowance across answers)."""
+
+    def __init__(
+        self,
+        most: int = MAX_ANSWER_FIELDS,
+        spend: Callable[[int], None] | None = None,
+    ) -> None:
         self.most = most
         self.fields = 0
+        self._spend = spend
 
     def charge(self, items: int, selection_set: SelectionSetNode | None, fragments: Any) -> None:
         """Count ``items`` of a list, each with the fields ``selection_set`` asks; refuse the
         list (a GraphQL error on that field, its items unread) past the allowance."""
-        wanted = self.fields + items * max(1, fields_asked(selection_set, fragments))
+        added = items * max(1, fields_asked(selection_set, fragments))
+        wanted = self.fields + added
         if wanted > self.most:
             raise Refusal(
                 f"the answer would hold more than {self.most:,} fields of list items: ask for "
                 "fewer fields, or each list once rather than under several aliases"
             )
+        if self._spend is not None:
+            self._spend(added)
         self.fields = wanted
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from in_process import ADMIN_KEY, InProcess, running
-from skiff.api.graphql_limits import MAX_ANSWER_FIELDS, Answer, fields_asked
+from skiff.api.graphql_limits import MAX_ANSWER_FIELDS, Answer, FieldBudgets, fields_asked
+from skiff.clock import ManualClock
 from skiff.domain.endpoints import EndpointCreate
 from skiff.domain.users import User
 
@@ -100,3 +101,34 @@ def test_the_fields_asked_of_an_item_count_nested_ones_and_fragments() -> None:
     with pytest.raises(Exception, match="more than 20 fields"):
         answer.charge(1, endpoints.selection_set, fragments)
     assert answer.fields == 18
+
+
+async def test_answers_sent_back_to_back_spend_the_users_allowance(tmp_path: Path) -> None:
+    """Each answer may hold 100,000 fields of list items; together a user's answers draw on an
+    allowance of 200,000, filled again at 20,000 a second (on the server's clock)."""
+    clock = ManualClock()
+    async with running(tmp_path / "data", clock=clock) as app:
+        await _many_endpoints(app)
+        aliases = MAX_ANSWER_FIELDS // (ENDPOINTS * PER_ITEM)  # just within one answer
+        query = " ".join(f"a{i}: endpoints {{ {FIELDS} }}" for i in range(aliases))
+        big = f"{{ myself {{ {query} }} }}"
+        for _ in range(2):
+            assert "errors" not in await _ask(app, big)
+        refused = await _ask(app, big)
+        assert any("used their allowance" in e["message"] for e in refused["errors"])
+        clock.advance(10)
+        assert "errors" not in await _ask(app, big)
+
+
+def test_a_users_allowance_fills_again_with_time() -> None:
+    clock = ManualClock()
+    budgets = FieldBudgets(capacity=100, per_second=10, clock=clock.now)
+    budgets.spend("u1", 60)
+    with pytest.raises(Exception, match="retry in 1 s"):
+        budgets.spend("u1", 50)
+    budgets.spend("u2", 100)  # each user has their own
+    clock.advance(1)
+    budgets.spend("u1", 50)
+    clock.advance(100)
+    budgets.spend("u1", 0)  # full again: nothing kept of it
+    assert "u1" not in budgets._left
