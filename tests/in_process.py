@@ -58,6 +58,20 @@ class InProcess:
         assert endpoint.status_code == 200, endpoint.text
         return dict(endpoint.json())
 
+    async def new_user(self, name: str) -> tuple[str, str]:
+        """A user the administrator makes: its key and its id."""
+        admin = await self.services.auth.authenticate(ADMIN_KEY)
+        key = (await self.services.accounts.create_user(admin, name)).key
+        return key, (await self.services.auth.authenticate(key)).id
+
+    def as_user(self, key: str) -> httpx.AsyncClient:
+        """A client calling with ``key`` (``Authorization: Bearer``)."""
+        return httpx.AsyncClient(
+            transport=self.transport,
+            base_url=str(self.http.base_url),
+            headers={"Authorization": f"Bearer {key}"},
+        )
+
     async def worker(self, endpoint_id: str) -> httpx.AsyncClient:
         """A client that speaks the worker protocol for ``endpoint_id`` with its token, as an
         external worker would."""

@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from pathlib import Path
 
-import httpx
-
 from eventually import eventually_async
-from in_process import ADMIN_KEY, InProcess, running
+from in_process import InProcess, running
 from skiff.clock import ManualClock
 
 
@@ -21,9 +19,8 @@ async def _published(app: InProcess) -> tuple[str, str, str]:
     endpoint_id = (await app.create_endpoint(workersMax=0, executionTimeoutMs=3_600_000))["id"]
     published = await app.http.post("/v1/models", json={"modelId": "m1", "endpointId": endpoint_id})
     assert published.status_code in (200, 201), published.text
-    admin = await app.services.auth.authenticate(ADMIN_KEY)
-    bob = await app.services.accounts.create_user(admin, "bob")
-    return endpoint_id, bob.key, (await app.services.auth.authenticate(bob.key)).id
+    key, user_id = await app.new_user("bob")
+    return endpoint_id, key, user_id
 
 
 async def _billed(app: InProcess, user_id: str) -> list[tuple[float, float | None]]:
@@ -37,11 +34,7 @@ async def test_a_callers_job_removed_by_its_ttl_while_it_runs_is_billed_for_its_
     clock = ManualClock()
     async with running(tmp_path / "data", clock=clock) as app:
         endpoint_id, key, bob_id = await _published(app)
-        async with httpx.AsyncClient(
-            transport=app.transport,
-            base_url="http://skiff.test",
-            headers={"Authorization": f"Bearer {key}"},
-        ) as caller:
+        async with app.as_user(key) as caller:
             submitted = await caller.post(
                 "/v2/m1/run", json={"input": {}, "policy": {"ttl": 600_000}}
             )
@@ -65,11 +58,7 @@ async def test_each_attempt_a_lost_worker_cut_off_is_billed_to_the_caller(tmp_pa
     # The last take finds nothing: a short long-poll.
     async with running(tmp_path / "data", clock=clock, take_wait_seconds=0.1) as app:
         endpoint_id, key, bob_id = await _published(app)
-        async with httpx.AsyncClient(
-            transport=app.transport,
-            base_url="http://skiff.test",
-            headers={"Authorization": f"Bearer {key}"},
-        ) as caller:
+        async with app.as_user(key) as caller:
             job_id = (await caller.post("/v2/m1/run", json={"input": {}})).json()["id"]
             take = f"/v2/{endpoint_id}/job-take/w-1?job_in_progress=0"
             async with await app.worker(endpoint_id) as worker:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from in_process import ADMIN_KEY, InProcess, running
+from in_process import InProcess, running
 
 MOST = 3
 _names = itertools.count()
@@ -34,13 +34,8 @@ async def app(tmp_path: Path) -> AsyncIterator[InProcess]:
 
 
 async def _bob(app: InProcess) -> httpx.AsyncClient:
-    admin = await app.services.auth.authenticate(ADMIN_KEY)
-    key = (await app.services.accounts.create_user(admin, "bob")).key
-    return httpx.AsyncClient(
-        transport=app.transport,
-        base_url="http://skiff.test",
-        headers={"Authorization": f"Bearer {key}"},
-    )
+    key, _ = await app.new_user("bob")
+    return app.as_user(key)
 
 
 @pytest.mark.parametrize("kind", sorted(BODIES))
