@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from attrs import define, field
+
 from skiff.clock import Clock
 from skiff.domain.balancing import Candidate, pick
 from skiff.domain.endpoints import Endpoint
@@ -88,13 +90,13 @@ class DemandBoard(Protocol):
         ...
 
 
+@define(eq=False, repr=False, slots=False)
 class StoreBoard:
     """The board as rows of the store's ``lb_demand``."""
 
-    def __init__(self, store: Store, clock: Clock, replica_id: str) -> None:
-        self._store = store
-        self._clock = clock
-        self._replica_id = replica_id
+    _store: Store
+    _clock: Clock
+    _replica_id: str
 
     async def post(self, endpoint_id: str, demand: Demand) -> None:
         await self._store.set_lb_demand(
@@ -131,34 +133,25 @@ class _Note:
     settle: asyncio.TimerHandle | None = None
 
 
+@define(eq=False, repr=False, slots=False)
 class Balancer:
-    def __init__(
-        self,
-        workers: Workers,
-        wakeups: Wakeups,
-        wait_seconds: float,
-        clock: Clock,
-        monotonic: Callable[[], float] = time.monotonic,
-        board: DemandBoard | None = None,
-        idle_settle_seconds: float = IDLE_SETTLE_SECONDS,
-    ) -> None:
-        """``board``: where replicas share their counts (None: this replica is alone)."""
-        self._board = board
-        self._clock = clock
-        self._idle_settle_seconds = idle_settle_seconds
-        #: Endpoints whose counts on the board are not zero: refreshed until they are.
-        self._posted: set[str] = set()
-        self._workers = workers
-        self._wakeups = wakeups
-        self.wait_seconds = wait_seconds
-        self._monotonic = monotonic
-        self._notes: dict[str, _Note] = {}
-        self._in_flight: dict[str, int] = defaultdict(int)
-        self._waiting: dict[str, int] = defaultdict(int)
-        self._ready: dict[str, tuple[float, list[Worker]]] = {}
-        self._state_locks: dict[str, asyncio.Lock] = {}
-        self._syncs: set[asyncio.Task[None]] = set()
-        self._suspect: Suspect = _no_suspect
+    _workers: Workers
+    _wakeups: Wakeups
+    wait_seconds: float
+    _clock: Clock
+    _monotonic: Callable[[], float] = time.monotonic
+    #: Where replicas share their counts (None: this replica is alone).
+    _board: DemandBoard | None = None
+    _idle_settle_seconds: float = IDLE_SETTLE_SECONDS
+    #: Endpoints whose counts on the board are not zero: refreshed until they are.
+    _posted: set[str] = field(init=False, factory=set)
+    _notes: dict[str, _Note] = field(init=False, factory=dict)
+    _in_flight: dict[str, int] = field(init=False, factory=lambda: defaultdict(int))
+    _waiting: dict[str, int] = field(init=False, factory=lambda: defaultdict(int))
+    _ready: dict[str, tuple[float, list[Worker]]] = field(init=False, factory=dict)
+    _state_locks: dict[str, asyncio.Lock] = field(init=False, factory=dict)
+    _syncs: set[asyncio.Task[None]] = field(init=False, factory=set)
+    _suspect: Suspect = field(init=False, default=_no_suspect)
 
     def on_suspect(self, suspect: Suspect) -> None:
         """Who checks a worker whose connection failed (the health check, on the leader)."""

@@ -11,6 +11,8 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 
+from attrs import define, field
+
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.jobs import Job, JobStatus
@@ -51,47 +53,44 @@ def _room_of(worker: Worker, limit: int) -> int:
     return limit if worker.claims_jobs else 0
 
 
+def _holds_or_off(holds: ResultHolds | None) -> ResultHolds:
+    return holds or ResultHolds(0)
+
+
+def _lineup_or_off(lineup: Lineup | None) -> Lineup:
+    return lineup or Lineup(0)
+
+
 #: A worker that is being stopped still polls; answer it slowly so it does not spin.
 _STOPPING_WAIT_SECONDS = 1.0
 
 
+@define(eq=False, repr=False, slots=False)
 class Dispatch:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        wakeups: Wakeups,
-        workers: Workers,
-        events: JobEvents,
-        metrics: Metrics,
-        lease_seconds: float,
-        max_attempts: int,
-        result_holds: ResultHolds | None = None,
-        lineup: Lineup | None = None,
-        stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._workers = workers
-        self._events = events
-        #: Told of take outcomes (finished jobs reach it through ``events``).
-        self._metrics = metrics
-        self._lease_seconds = lease_seconds
-        self._max_attempts = max_attempts
-        #: The most a job's stream may hold (``domain.results.stream_size``).
-        self._stream_max_bytes = stream_max_bytes
-        #: Answers to job-done kept back until the worker's next job reaches it (off: none).
-        self.result_holds = result_holds or ResultHolds(0)
-        wakeups.on_close(self.result_holds.close)
-        #: Jobs handed to a default worker behind the one it takes (off: none).
-        self.lineup = lineup or Lineup(0)
-        #: Ends a worker whose next lined-up job is no longer wanted (services/lineup.py); the
-        #: fleet sets it, as it is built after this.
-        self.end_worker: EndWorker = _cannot_end
-        #: Whether ``end_worker`` could end this worker: only such a worker gets jobs lined up,
-        #: as a line-up's cancelled job is kept from starting only by ending the worker first.
-        self.can_end: Callable[[Worker], bool] = _never_endable
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _workers: Workers
+    _events: JobEvents
+    #: Told of take outcomes (finished jobs reach it through ``events``).
+    _metrics: Metrics
+    _lease_seconds: float
+    _max_attempts: int
+    #: Answers to job-done kept back until the worker's next job reaches it (off: none).
+    result_holds: ResultHolds = field(default=None, converter=_holds_or_off)
+    #: Jobs handed to a default worker behind the one it takes (off: none).
+    lineup: Lineup = field(default=None, converter=_lineup_or_off)
+    #: The most a job's stream may hold (``domain.results.stream_size``).
+    _stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES
+    #: Ends a worker whose next lined-up job is no longer wanted (services/lineup.py); the
+    #: fleet sets it, as it is built after this.
+    end_worker: EndWorker = field(init=False, default=_cannot_end)
+    #: Whether ``end_worker`` could end this worker: only such a worker gets jobs lined up,
+    #: as a line-up's cancelled job is kept from starting only by ending the worker first.
+    can_end: Callable[[Worker], bool] = field(init=False, default=_never_endable)
+
+    def __attrs_post_init__(self) -> None:
+        self._wakeups.on_close(self.result_holds.close)
 
     async def take(
         self,

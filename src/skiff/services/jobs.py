@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from attrs import define
 from cachetools import TTLCache
 
 from skiff.clock import Clock
@@ -41,29 +42,22 @@ WhyBlocked = Callable[[Endpoint, list[Worker]], Awaitable[Blocker | None]]
 WebhookGuard = Callable[[str], Awaitable[None]]
 
 
+@define(eq=False, repr=False, slots=False)
 class Jobs:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        wakeups: Wakeups,
-        events: JobEvents,
-        placement: WhyBlocked,
-        webhook_guard: WebhookGuard,
-        reserve: DiskReserve | None = None,
-    ) -> None:
-        """``placement`` answers ``health`` and the answers about queued jobs; ``reserve``
-        refuses new jobs while the database's disk is nearly full (None: never)."""
-        self._reserve = reserve
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._events = events
-        self._placement = placement
-        self._webhook_guard = webhook_guard
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _events: JobEvents
+    #: Answers ``health`` and the answers about queued jobs.
+    _placement: WhyBlocked
+    _webhook_guard: WebhookGuard
+    #: Refuses new jobs while the database's disk is nearly full (None: never).
+    _reserve: DiskReserve | None = None
+
+    def __attrs_post_init__(self) -> None:
         #: endpoint id -> what blocked its workers, for ``blocker``; on the injected clock.
         self._blockers: TTLCache[str, Blocker | None, float] = TTLCache(
-            maxsize=MAX_BLOCKERS_KEPT, ttl=BLOCKER_READ_SECONDS, timer=clock.now
+            maxsize=MAX_BLOCKERS_KEPT, ttl=BLOCKER_READ_SECONDS, timer=self._clock.now
         )
 
     async def submit(

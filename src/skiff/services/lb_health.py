@@ -16,6 +16,7 @@ import asyncio
 import logging
 
 import httpx
+from attrs import define, field
 
 from skiff.domain.balancing import PingAnswer, ping_answer
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -40,24 +41,19 @@ _CHECKED = (
 )
 
 
+@define(eq=False, repr=False, slots=False)
 class LbHealth:
-    def __init__(
-        self,
-        workers: Workers,
-        fleet: Fleet,
-        balancer: Balancer,
-        wakeups: Wakeups,
-        interval: float,
-    ) -> None:
-        self._workers = workers
-        self._fleet = fleet
-        self._balancer = balancer
-        self._wakeups = wakeups
-        self._interval = interval
-        self._failures: dict[str, int] = {}
-        self._client: httpx.AsyncClient | None = None
-        self._checks: set[asyncio.Task[None]] = set()
-        balancer.on_suspect(self.suspect)
+    _workers: Workers
+    _fleet: Fleet
+    _balancer: Balancer
+    _wakeups: Wakeups
+    _interval: float
+    _failures: dict[str, int] = field(init=False, factory=dict)
+    _client: httpx.AsyncClient | None = field(init=False, default=None)
+    _checks: set[asyncio.Task[None]] = field(init=False, factory=set)
+
+    def __attrs_post_init__(self) -> None:
+        self._balancer.on_suspect(self.suspect)
 
     @property
     def client(self) -> httpx.AsyncClient:

@@ -22,6 +22,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
+from attrs import define, field
+
 from skiff.cluster.base import Cluster
 
 log = logging.getLogger(__name__)
@@ -30,30 +32,20 @@ Loop = Callable[[], Coroutine[Any, Any, None]]
 Hook = Callable[[], Awaitable[object]]
 
 
+@define(eq=False, repr=False, slots=False)
 class Leadership:
-    def __init__(
-        self,
-        cluster: Cluster,
-        loops: Mapping[str, Loop],
-        on_gain: Hook,
-        on_loss: Hook,
-        interval: float,
-        on_sweep: Hook | None = None,
-        on_follow: Hook | None = None,
-        sweep_every: float = 5.0,
-    ) -> None:
-        self._cluster = cluster
-        self._loops = loops
-        self._on_gain = on_gain
-        self._on_loss = on_loss
-        self._on_sweep = on_sweep
-        self._on_follow = on_follow
-        self._interval = interval
-        self._sweep_every = sweep_every
-        self._tasks: list[asyncio.Task[None]] = []
-        self._lost = asyncio.Event()
-        self._closing = False
-        self._next_sweep = 0.0
+    _cluster: Cluster
+    _loops: Mapping[str, Loop]
+    _on_gain: Hook
+    _on_loss: Hook
+    _interval: float
+    _on_sweep: Hook | None = None
+    _on_follow: Hook | None = None
+    _sweep_every: float = 5.0
+    _tasks: list[asyncio.Task[None]] = field(init=False, factory=list)
+    _lost: asyncio.Event = field(init=False, factory=asyncio.Event)
+    _closing: bool = field(init=False, default=False)
+    _next_sweep: float = field(init=False, default=0.0)
 
     @property
     def running_loops(self) -> bool:

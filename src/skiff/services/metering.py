@@ -23,6 +23,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from attrs import define, field
+
 from skiff.clock import Clock
 from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.containers import DEFAULT_FLAVOR
@@ -55,26 +57,26 @@ def subject(kind: UsageKind, thing_id: str) -> str:
     return f"{kind.value}:{thing_id}"
 
 
+@define(eq=False, repr=False, slots=False)
 class Meter:
-    def __init__(
-        self, store: Store, clock: Clock, wakeups: Wakeups, interval: float = METER_SECONDS
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._interval = interval
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _interval: float = METER_SECONDS
+    #: When this leader's metering began (its first pass): nothing is billed from before.
+    _resumed_at: float | None = field(init=False, default=None)
+    #: Subjects seen not billable (a throttled worker): they count from when they become so.
+    _waiting: set[str] = field(init=False, factory=set)
+    _lock: asyncio.Lock = field(init=False, factory=asyncio.Lock)
+    _calls: set[asyncio.Task[None]] = field(init=False, factory=set)
+
+    def __attrs_post_init__(self) -> None:
         #: An end is never put more than this after the usage was last seen: what ends long
         #: after its last pass (a killed server's worker, forgotten on the restart) ended then.
-        self._gap = interval
+        self._gap = self._interval
         #: An open usage not seen for this long at a lead's start belongs to a meter that
         #: stopped (a killed server); a live one sees each usage once an interval.
-        self._unseen = 2 * interval
-        #: When this leader's metering began (its first pass): nothing is billed from before.
-        self._resumed_at: float | None = None
-        #: Subjects seen not billable (a throttled worker): they count from when they become so.
-        self._waiting: set[str] = set()
-        self._lock = asyncio.Lock()
-        self._calls: set[asyncio.Task[None]] = set()
+        self._unseen = 2 * self._interval
 
     async def resume(self) -> None:
         """This replica starts metering (it took the lead): usages left open by a meter that

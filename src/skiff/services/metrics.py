@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from attrs import define
 from prometheus_client import (
     CONTENT_TYPE_PLAIN_0_0_4,
     CollectorRegistry,
@@ -155,18 +156,14 @@ class _StateCollector:
         return [jobs, depth, age, workers]
 
 
+@define(eq=False, repr=False, slots=False)
 class Metrics:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        workers: Workers,
-        oldest_queued_at: OldestQueuedAt,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._workers = workers
-        self._oldest_queued_at = oldest_queued_at
+    _store: Store
+    _clock: Clock
+    _workers: Workers
+    _oldest_queued_at: OldestQueuedAt
+
+    def __attrs_post_init__(self) -> None:
         self.registry = CollectorRegistry()
         self._delay = self._seconds(
             "skiff_job_delay_seconds",

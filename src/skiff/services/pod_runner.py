@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from attrs import define, field
+
 from skiff.clock import Clock
 from skiff.domain.billing import UsageKind
 from skiff.domain.containers import DEFAULT_FLAVOR, GIB, MEMORY_GB_PER_VCPU
@@ -90,61 +92,48 @@ def gpus_missing(pod: Pod, inventory: list[Gpu], free: list[Gpu]) -> str | None:
     return None
 
 
+def _ssh_or_off(ports: SshPorts | None) -> SshPorts:
+    return ports or SshPorts(None)
+
+
+@define(eq=False, repr=False, slots=False)
 class PodRunner:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        wakeups: Wakeups,
-        gpus: GpuPool,
-        provider: PodProvider,
-        logs: WorkerLogs,
-        pod_dirs: VolumeDirs,
-        homes: Path,
-        volumes: Volumes,
-        replica_id: str,
-        *,
-        stop_grace: float,
-        public_host: str,
-        usage_ended: UsageEnded = not_metered,
-        isolation: Isolation | None = None,
-        ssh_ports: SshPorts | None = None,
-    ) -> None:
-        """``pod_dirs`` keeps each pod's volume, ``homes`` each pod's scratch directory;
-        ``public_host`` is the address users reach pods' ports at; ``ssh_ports`` hands each
-        running pod its own SSH port (None: SSH is off)."""
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._gpus = gpus
-        self.provider = provider
-        self._logs = logs
-        self._pod_dirs = pod_dirs
-        self._homes = homes
-        self._volumes = volumes
-        self._replica_id = replica_id
-        self._stop_grace = stop_grace
-        self.public_host = public_host
-        #: Who may run without a sandbox (services/isolation.py); None: nobody is held back.
-        self._isolation = isolation
-        self._usage_ended = usage_ended
-        self.ssh_ports = ssh_ports or SshPorts(None)
-        #: pod id -> its start under way.
-        self._starting: dict[str, asyncio.Task[None]] = {}
-        #: pod id -> the ``restarts`` its instance reflects.
-        self._restarts: dict[str, int] = {}
-        #: pod id -> (failed starts or exits in a row, not before).
-        self._backoff: dict[str, tuple[int, float]] = {}
-        #: pod id -> when its instance started (an exit after a long run starts no back-off).
-        self._started_at: dict[str, float] = {}
-        #: pod id -> why it last did not run (``_say``), shown again if a start's record lands
-        #: after its instance has already ended.
-        self._problems: dict[str, str] = {}
-        self._lock = asyncio.Lock()
-        self.leading = False
-        #: pod id -> which start its running instance came from (``instance``), and the count.
-        self._instance: dict[str, int] = {}
-        self._starts = 0
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _gpus: GpuPool
+    provider: PodProvider
+    _logs: WorkerLogs
+    #: Keeps each pod's volume.
+    _pod_dirs: VolumeDirs
+    #: Keeps each pod's scratch directory.
+    _homes: Path
+    _volumes: Volumes
+    _replica_id: str
+    _stop_grace: float = field(kw_only=True)
+    #: The address users reach pods' ports at.
+    public_host: str = field(kw_only=True)
+    _usage_ended: UsageEnded = field(kw_only=True, default=not_metered)
+    #: Who may run without a sandbox (services/isolation.py); None: nobody is held back.
+    _isolation: Isolation | None = field(kw_only=True, default=None)
+    #: Hands each running pod its own SSH port (None given: SSH is off).
+    ssh_ports: SshPorts = field(kw_only=True, default=None, converter=_ssh_or_off)
+    #: pod id -> its start under way.
+    _starting: dict[str, asyncio.Task[None]] = field(init=False, factory=dict)
+    #: pod id -> the ``restarts`` its instance reflects.
+    _restarts: dict[str, int] = field(init=False, factory=dict)
+    #: pod id -> (failed starts or exits in a row, not before).
+    _backoff: dict[str, tuple[int, float]] = field(init=False, factory=dict)
+    #: pod id -> when its instance started (an exit after a long run starts no back-off).
+    _started_at: dict[str, float] = field(init=False, factory=dict)
+    #: pod id -> why it last did not run (``_say``), shown again if a start's record lands
+    #: after its instance has already ended.
+    _problems: dict[str, str] = field(init=False, factory=dict)
+    _lock: asyncio.Lock = field(init=False, factory=asyncio.Lock)
+    leading: bool = field(init=False, default=False)
+    #: pod id -> which start its running instance came from (``instance``), and the count.
+    _instance: dict[str, int] = field(init=False, factory=dict)
+    _starts: int = field(init=False, default=0)
 
     # -- what the pods service asks --------------------------------------------------------
     def reserve(self, pod: Pod) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from attrs import define
+
 from skiff.clock import Clock
 from skiff.domain.jobs import JobStatus
 from skiff.domain.workers import WorkerKind
@@ -32,30 +34,18 @@ log = logging.getLogger(__name__)
 EXPIRE_BATCH = 2000
 
 
+@define(eq=False, repr=False, slots=False)
 class Reaper:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        wakeups: Wakeups,
-        events: JobEvents,
-        workers: Workers,
-        dispatch: Dispatch,
-        fleet: Fleet,
-        interval: float,
-        worker_silence: float,
-        stop_grace: float,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._events = events
-        self._workers = workers
-        self._dispatch = dispatch
-        self._fleet = fleet
-        self._interval = interval
-        self._worker_silence = worker_silence
-        self._stop_grace = stop_grace
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _events: JobEvents
+    _workers: Workers
+    _dispatch: Dispatch
+    _fleet: Fleet
+    _interval: float
+    _worker_silence: float
+    _stop_grace: float
 
     async def run(self) -> None:
         await self._wakeups.repeat(self.pass_once, self._interval, "the reaper pass", log)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from attrs import define
+
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint, EndpointType
 from skiff.domain.scaling import Limits, Load, decide, overdue_starts
@@ -45,28 +47,18 @@ class Passes:
         self._tokens = max(0.0, self._tokens - 1)
 
 
+@define(eq=False, repr=False, slots=False)
 class Scaler:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        wakeups: Wakeups,
-        workers: Workers,
-        fleet: Fleet,
-        balancer: Balancer,
-        interval: float,
-        start_timeout: float = 600.0,
-    ) -> None:
-        self._store = store
-        self._clock = clock
-        self._wakeups = wakeups
-        self._workers = workers
-        self._fleet = fleet
-        self._interval = interval
-        #: A worker that has not called in this long after its start is a failed start.
-        self._start_timeout = start_timeout
-        #: Load-balancing endpoints' requests, this replica's and the others'.
-        self._balancer = balancer
+    _store: Store
+    _clock: Clock
+    _wakeups: Wakeups
+    _workers: Workers
+    _fleet: Fleet
+    #: Load-balancing endpoints' requests, this replica's and the others'.
+    _balancer: Balancer
+    _interval: float
+    #: A worker that has not called in this long after its start is a failed start.
+    _start_timeout: float = 600.0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

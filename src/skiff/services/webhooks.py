@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from attrs import define, field
 from standardwebhooks import Webhook
 
 from skiff.clock import Clock
@@ -169,17 +170,17 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}"
 
 
+@define(eq=False, repr=False, slots=False)
 class Slots:
     """The deliveries being attempted, at most ``size`` at once and ``per_user`` of one
     user's. Each slot is taken again as soon as it is free (``WebhookSender.fill``), so one
     slow receiver holds up one slot, not a pass of everyone's deliveries."""
 
-    def __init__(self, size: int, per_user: int, freed: Callable[[], None]) -> None:
-        self.size = size
-        self.per_user = per_user
-        self._freed = freed
-        #: delivery id -> (its user, its attempt).
-        self.flying: dict[str, tuple[str, asyncio.Task[None]]] = {}
+    size: int
+    per_user: int
+    _freed: Callable[[], None]
+    #: delivery id -> (its user, its attempt).
+    flying: dict[str, tuple[str, asyncio.Task[None]]] = field(init=False, factory=dict)
 
     def free(self) -> int:
         return self.size - len(self.flying)

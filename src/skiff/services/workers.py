@@ -10,6 +10,7 @@ used for (is it stopping?) is checked again by the store when it matters.
 
 from __future__ import annotations
 
+from attrs import define, field
 from cachetools import TTLCache
 
 from skiff.clock import Clock
@@ -34,25 +35,21 @@ LIVE_COUNT_SECONDS = 1.0
 LIVE_COUNTS_MAX = 10_000
 
 
+@define(eq=False, repr=False, slots=False)
 class Workers:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        replica_id: str = "local",
-        usage_ended: UsageEnded = not_metered,
-    ) -> None:
-        """``usage_ended`` is told when a worker is removed, which ends its metering then."""
-        self._store = store
-        self._clock = clock
-        self._usage_ended = usage_ended
-        #: This replica: the owner recorded on the local workers it starts.
-        self.replica_id = replica_id
-        self._copies: dict[str, Worker] = {}
-        self._touched: dict[str, float] = {}
+    _store: Store
+    _clock: Clock
+    #: This replica: the owner recorded on the local workers it starts.
+    replica_id: str = "local"
+    #: Told when a worker is removed, which ends its metering then.
+    _usage_ended: UsageEnded = not_metered
+    _copies: dict[str, Worker] = field(init=False, factory=dict)
+    _touched: dict[str, float] = field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
         #: endpoint id -> its live workers, on the injected clock (tests move it by hand).
         self._live: TTLCache[str, int, float] = TTLCache(
-            maxsize=LIVE_COUNTS_MAX, ttl=LIVE_COUNT_SECONDS, timer=clock.now
+            maxsize=LIVE_COUNTS_MAX, ttl=LIVE_COUNT_SECONDS, timer=self._clock.now
         )
 
     async def add(self, worker: Worker) -> Worker:
