@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from attrs import define
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -48,13 +49,13 @@ def _declared(scope: Scope) -> int | None:
     return length if length else None
 
 
+@define(eq=False, repr=False, slots=False)
 class BodyGate:
     """Refuse a body before reading it when its sender may not send it, or not this much."""
 
-    def __init__(self, app: ASGIApp, admit: Admit, refuse: Refuse) -> None:
-        self.app = app
-        self.admit = admit
-        self.refuse = refuse
+    app: ASGIApp
+    admit: Admit
+    refuse: Refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = _declared(scope) if scope["type"] == "http" else None

@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from ariadne.validation import cost_validator
+from attrs import define, field
 from graphql import (
     DocumentNode,
     FieldNode,
@@ -255,6 +256,7 @@ def fields_asked(
     return asked
 
 
+@define(eq=False, repr=False, slots=False)
 class FieldBudgets:
     """Each user's fields of list items across queries, on this server: a bucket of
     ``capacity`` filled again at ``per_second``. One answer is bounded by
@@ -262,18 +264,12 @@ class FieldBudgets:
     answers, one key sending such queries back to back would hold the loop all the time. The
     defaults let a user read a full account of 1,000 endpoints every few seconds."""
 
-    def __init__(
-        self,
-        capacity: int = 2 * MAX_ANSWER_FIELDS,
-        per_second: int = MAX_ANSWER_FIELDS // 5,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """``clock``: seconds, as the server's injected clock gives them."""
-        self._capacity = capacity
-        self._per_second = per_second
-        self._clock = clock
-        #: user id -> (fields left, when counted); a user with a full bucket is not kept.
-        self._left: dict[str, tuple[float, float]] = {}
+    _capacity: int = 2 * MAX_ANSWER_FIELDS
+    _per_second: int = MAX_ANSWER_FIELDS // 5
+    #: Seconds, as the server's injected clock gives them.
+    _clock: Callable[[], float] = time.monotonic
+    #: user id -> (fields left, when counted); a user with a full bucket is not kept.
+    _left: dict[str, tuple[float, float]] = field(init=False, factory=dict)
 
     def spend(self, user_id: str, fields: int) -> None:
         """Take ``fields`` from the user's bucket, or refuse (nothing taken)."""

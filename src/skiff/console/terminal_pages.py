@@ -17,6 +17,7 @@ import contextlib
 import logging
 import secrets
 
+from attrs import define
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
@@ -196,17 +197,17 @@ async def first_size(websocket: WebSocket) -> TerminalSize:
     return protocol.resize_of(text)
 
 
+@define(eq=False, repr=False, slots=False)
 class Terminal:
     """One open session and its socket: bytes pumped both ways until either side ends."""
 
-    def __init__(
-        self, console: Console, shells: PodShells, websocket: WebSocket, session: Session
-    ) -> None:
-        self.console = console
-        self.shells = shells
-        self.websocket = websocket
-        self.session = session
-        self.entry = session.entry
+    console: Console
+    shells: PodShells
+    websocket: WebSocket
+    session: Session
+
+    def __attrs_post_init__(self) -> None:
+        self.entry = self.session.entry
 
     async def run(self) -> None:
         output = asyncio.create_task(self.pump_output(), name="terminal output")

@@ -22,6 +22,8 @@ import subprocess
 import termios
 from collections.abc import Mapping
 
+from attrs import define, field
+
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.providers.base import EntryRefused, PodEntry
 
@@ -76,23 +78,18 @@ def shell_argv(request: EntryRequest, shells: tuple[str, ...] = SHELLS) -> list[
     return [shell, "-c", request.command]
 
 
+@define(eq=False, repr=False, slots=False)
 class ProcessEntry:
     """A ``PodEntry`` that is a local process group (a local pod's sandbox, started by
     ``start``)."""
 
-    def __init__(
-        self,
-        proc: asyncio.subprocess.Process,
-        master: int | None,
-        terminal_output: asyncio.StreamReader | None,
-    ) -> None:
-        self._proc = proc
-        #: The terminal's master side (non-blocking, as the reader's duplicate of it makes it);
-        #: None on pipes, and once the process has ended and it is closed.
-        self._master = master
-        self._terminal = terminal_output
-        #: A write waiting for the terminal to take more input, woken when it is closed.
-        self._writable: asyncio.Future[None] | None = None
+    _proc: asyncio.subprocess.Process
+    #: The terminal's master side (non-blocking, as the reader's duplicate of it makes it);
+    #: None on pipes, and once the process has ended and it is closed.
+    _master: int | None
+    _terminal: asyncio.StreamReader | None = field(alias="terminal_output")
+    #: A write waiting for the terminal to take more input, woken when it is closed.
+    _writable: asyncio.Future[None] | None = field(init=False, default=None)
 
     @classmethod
     async def start(

@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from attrs import define, field
+
 from skiff.domain.gpus import Gpu
 from skiff.providers import ray_actor
 from skiff.providers.base import LogSink, LogSinks, WorkerStartError
@@ -350,18 +352,18 @@ def _placed(name: str, info: dict[str, Any]) -> Placed:
     return Placed(name, str(info["node_id"]), str(info["node_ip"]), info["pid"], info)
 
 
+@define(eq=False, repr=False, slots=False)
 class Followed:
     """The processes of one kind (workers, pods) this replica follows: each one's output
     streamed into its log, its end reported (``ended``) unless skiff stopped it."""
 
-    def __init__(self, connection: RayConnection, logs: LogSinks, ended: Ended) -> None:
-        self._connection = connection
-        self._logs = logs
-        self._ended = ended
-        #: key (worker or pod id) -> (actor, its watcher)
-        self._followed: dict[str, tuple[Any, asyncio.Task[None]]] = {}
-        #: keys whose end is skiff's doing: not reported.
-        self._quiet: set[str] = set()
+    _connection: RayConnection
+    _logs: LogSinks
+    _ended: Ended
+    #: key (worker or pod id) -> (actor, its watcher)
+    _followed: dict[str, tuple[Any, asyncio.Task[None]]] = field(init=False, factory=dict)
+    #: keys whose end is skiff's doing: not reported.
+    _quiet: set[str] = field(init=False, factory=set)
 
     def __contains__(self, key: str) -> bool:
         return key in self._followed

@@ -7,6 +7,8 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Final
 
+from attrs import define
+
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.permissions import Access
 from skiff.services.auth import Auth
@@ -18,14 +20,12 @@ from skiff.services.workers import Workers
 _NAMED: Final[dict[str, str]] = {op: f"/{op}" for op in BASE_LIMITS} | {"openai": "/openai/*"}
 
 
+@define(eq=False, repr=False, slots=False)
 class Admission:
-    def __init__(
-        self, auth: Auth, endpoints: Endpoints, workers: Workers, limits: RateLimits
-    ) -> None:
-        self._auth = auth
-        self._endpoints = endpoints
-        self._workers = workers
-        self._limits = limits
+    _auth: Auth
+    _endpoints: Endpoints
+    _workers: Workers
+    _limits: RateLimits
 
     def admit(self, key: str, endpoint_id: str, operation: str, access: Access) -> Admitted:
         """``async with`` it: the endpoint ``endpoint_id`` of the user of ``key``, if the key

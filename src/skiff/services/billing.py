@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attrs import define
+
 from skiff.clock import Clock
 from skiff.domain.billing import (
     GROUPINGS,
@@ -36,11 +38,11 @@ class Spend:
     record: BillingRecord
 
 
+@define(eq=False, repr=False, slots=False)
 class Billing:
-    def __init__(self, store: Store, clock: Clock, prices: Prices) -> None:
-        self._store = store
-        self._clock = clock
-        self.prices = prices
+    _store: Store
+    _clock: Clock
+    prices: Prices
 
     def query(self, resource: Resource, **params: str | None) -> BillingQuery:
         """The route's query parameters, checked (400 naming the one that cannot be

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from attrs import define
+
 from skiff.providers.base import SpansMachines
 from skiff.services.fleet import Fleet
 from skiff.services.gpus import GpuPool
@@ -20,26 +22,17 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 2.0
 
 
+@define(eq=False, repr=False, slots=False)
 class ClusterInventory:
-    def __init__(
-        self,
-        cluster: SpansMachines,
-        gpus: GpuPool,
-        fleet: Fleet,
-        wakeups: Wakeups,
-        server_url: str,
-        fixed_limit: bool,
-        interval: float = REFRESH_SECONDS,
-    ) -> None:
-        """``server_url``: the server as workers call it; ``fixed_limit``: the worker limit is
-        the operator's (``SKIFF_MAX_WORKERS``), not the cluster's."""
-        self._cluster = cluster
-        self._gpus = gpus
-        self._fleet = fleet
-        self._wakeups = wakeups
-        self._server_url = server_url
-        self._fixed_limit = fixed_limit
-        self._interval = interval
+    _cluster: SpansMachines
+    _gpus: GpuPool
+    _fleet: Fleet
+    _wakeups: Wakeups
+    #: The server as workers call it.
+    _server_url: str
+    #: The worker limit is the operator's (``SKIFF_MAX_WORKERS``), not the cluster's.
+    _fixed_limit: bool
+    _interval: float = REFRESH_SECONDS
 
     async def refresh(self) -> None:
         """Read the cluster's GPUs and capacity again; a change wakes the scaler."""

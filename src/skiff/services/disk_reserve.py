@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from attrs import define, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from skiff.clock import Clock
@@ -49,28 +50,22 @@ def job_bytes(*parts: str | None) -> int:
     return _ROW_BYTES + _WRITTEN_TIMES * sum(len(p) for p in parts if p)
 
 
+@define(eq=False, repr=False, slots=False)
 class DiskReserve:
     """Refuses new work while ``path``'s disk has less than ``reserve`` bytes free."""
 
-    def __init__(
-        self,
-        path: Path,
-        reserve: int,
-        clock: Clock,
-        measure: Callable[[Path], int] = free_bytes,
-    ) -> None:
-        self._path = path
-        self._reserve = reserve
-        self._clock = clock
-        self._measure = measure
-        #: The last figure read; None before the first read, or when the disk could not be read.
-        self._measured: int | None = None
-        #: What was admitted since the last periodic read: its writes may not have landed yet.
-        self._admitted = 0
-        self._read_at = -math.inf
-        self._low = False
-        #: Jobs refused for want of room, since start (``skiff_jobs_refused_for_room_total``).
-        self.refused = 0
+    _path: Path
+    _reserve: int
+    _clock: Clock
+    _measure: Callable[[Path], int] = free_bytes
+    #: The last figure read; None before the first read, or when the disk could not be read.
+    _measured: int | None = field(init=False, default=None)
+    #: What was admitted since the last periodic read: its writes may not have landed yet.
+    _admitted: int = field(init=False, default=0)
+    _read_at: float = field(init=False, default=-math.inf)
+    _low: bool = field(init=False, default=False)
+    #: Jobs refused for want of room, since start (``skiff_jobs_refused_for_room_total``).
+    refused: int = field(init=False, default=0)
 
     def admit(self, size: int) -> None:
         """Count ``size`` bytes of new work, or raise ``InsufficientStorage`` when they would

@@ -39,6 +39,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attrs import define
+
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.workers import WorkerKind
 from skiff.providers.base import layer_bytes_of
@@ -91,27 +93,18 @@ class _Holders:
     pods: list[tuple[str, int]] = field(default_factory=list)
 
 
+@define(eq=False, repr=False, slots=False)
 class DiskWatch:
-    def __init__(
-        self,
-        store: Store,
-        workers: Workers,
-        fleet: Fleet,
-        pods: PodRunner,
-        volumes: Volumes,
-        wakeups: Wakeups,
-        interval: float,
-    ) -> None:
-        """``pods`` runs this replica's pods as processes: each one's home is held to its
-        own ``containerDiskInGb``, its own volume to its ``volumeInGb``; ``volumes`` keeps the
-        network volumes, each held to its ``size`` while mounted here."""
-        self._store = store
-        self._workers = workers
-        self._fleet = fleet
-        self._pods = pods
-        self._volumes = volumes
-        self._wakeups = wakeups
-        self._interval = interval
+    _store: Store
+    _workers: Workers
+    _fleet: Fleet
+    #: Runs this replica's pods as processes: each one's home is held to its own
+    #: ``containerDiskInGb``, its own volume to its ``volumeInGb``.
+    _pods: PodRunner
+    #: Keeps the network volumes, each held to its ``size`` while mounted here.
+    _volumes: Volumes
+    _wakeups: Wakeups
+    _interval: float
 
     async def run(self) -> None:
         await self._wakeups.repeat(self.pass_once, self._interval, "the disk check", log)

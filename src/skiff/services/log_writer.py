@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from attrs import define, field
+
 from skiff.datadir import private_opener
 from skiff.domain.log_pace import LogPace
 from skiff.domain.logs import MAX_LINE_BYTES, rotated, stamp
@@ -24,6 +26,7 @@ DEFAULT_LOG_BACKUPS = 2
 DEFAULT_LOG_BURST_BYTES = 4 * 1024 * 1024
 
 
+@define(eq=False, repr=False, slots=False)
 class LogFile:
     """A worker's log: appends stamped lines and rotates the file when it would pass
     ``max_bytes`` (a file holds at least one line, so one is never above the cap by more than
@@ -34,24 +37,20 @@ class LogFile:
     ``paces``: how fast the output may come (``domain/log_pace.py``: the log's own, its
     user's), timed by ``monotonic``; none: as fast as it is written."""
 
-    def __init__(
-        self,
-        path: Path,
-        max_bytes: int,
-        backups: int,
-        paces: tuple[LogPace, ...] = (),
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = path
-        self._max_bytes = max_bytes
-        self._backups = backups
-        self._paces = paces
-        self._monotonic = monotonic
+    path: Path
+    _max_bytes: int
+    _backups: int
+    _paces: tuple[LogPace, ...] = ()
+    _monotonic: Callable[[], float] = time.monotonic
+    _file: io.FileIO | None = field(init=False)
+    _size: int = field(init=False)
+    #: The output fed since its last newline.
+    _pending: bytes = field(init=False, default=b"")
+
+    def __attrs_post_init__(self) -> None:
         # 0600 from the start: a worker's output can hold whatever its handler printed.
-        self._file: io.FileIO | None = io.FileIO(path, "ab", opener=private_opener)
+        self._file = io.FileIO(self.path, "ab", opener=private_opener)
         self._size = os.fstat(self._file.fileno()).st_size
-        #: The output fed since its last newline.
-        self._pending = b""
 
     def feed(self, data: bytes) -> float:
         """The worker's output as it comes: complete lines are written, stamped now. Lines are

@@ -23,6 +23,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 
+from attrs import define, field
+
 from skiff.closing_stream import ClosingStream
 from skiff.datadir import make_private_dirs
 from skiff.domain.log_pace import LogPace, PacesByUser
@@ -236,6 +238,12 @@ Batches = ClosingStream[list[LogLine]]
 _Made = AsyncGenerator[list[LogLine], None]
 
 
+def _own_slots(slots: FollowSlots | None) -> FollowSlots:
+    """The follow slots given, or slots of their own (``MAX_FOLLOWS_PER_USER`` a user)."""
+    return slots or FollowSlots()
+
+
+@define(eq=False, repr=False, slots=False)
 class EndpointLogs:
     """An endpoint's logs as a client asks for them. A worker's log is a file on the host of
     the replica that started it, so a replica answers with its own lines merged with every
@@ -243,19 +251,11 @@ class EndpointLogs:
     replica's behalf (``local_only``), a replica answers from its own files only, so a request
     is never passed on twice."""
 
-    def __init__(
-        self,
-        files: WorkerLogs,
-        peers: PeerLogs,
-        store: Store,
-        wakeups: Wakeups,
-        slots: FollowSlots | None = None,
-    ) -> None:
-        self.files = files
-        self._peers = peers
-        self._store = store
-        self._wakeups = wakeups
-        self._slots = slots or FollowSlots()
+    files: WorkerLogs
+    _peers: PeerLogs
+    _store: Store
+    _wakeups: Wakeups
+    _slots: FollowSlots = field(default=None, converter=_own_slots)
 
     async def lines(
         self, query: LogQuery, *, local_only: bool, credentials: str | None
@@ -321,17 +321,15 @@ class EndpointLogs:
             yield batch
 
 
+@define(eq=False, repr=False, slots=False)
 class PodLogs:
     """Pods' logs (kept like workers', one "endpoint" per pod, under ``pod-logs``): a pod runs
     on the leader, whose files these are."""
 
-    def __init__(
-        self, files: WorkerLogs, store: Store, wakeups: Wakeups, slots: FollowSlots | None = None
-    ) -> None:
-        self.files = files
-        self._store = store
-        self._wakeups = wakeups
-        self._slots = slots or FollowSlots()
+    files: WorkerLogs
+    _store: Store
+    _wakeups: Wakeups
+    _slots: FollowSlots = field(default=None, converter=_own_slots)
 
     async def lines(self, pod_id: str, since: float | None, tail: int) -> list[LogLine]:
         return await asyncio.to_thread(self.files.read, pod_id, pod_id, since, tail)

@@ -3,6 +3,8 @@ its worker records, its recorded start failure, the GPU inventory and the worker
 
 from __future__ import annotations
 
+from attrs import define
+
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.placement import Blocker, endpoint_warnings, why_blocked
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
@@ -11,11 +13,11 @@ from skiff.services.gpus import GpuPool
 from skiff.store.base import Store
 
 
+@define(eq=False, repr=False, slots=False)
 class Placement:
-    def __init__(self, store: Store, gpus: GpuPool, fleet: Fleet) -> None:
-        self._store = store
-        self._gpus = gpus
-        self._fleet = fleet
+    _store: Store
+    _gpus: GpuPool
+    _fleet: Fleet
 
     def warnings(self, endpoint: Endpoint) -> list[str]:
         """What the answer to saving ``endpoint`` warns of (``domain.placement``)."""

@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from attrs import define, field
+
 from skiff.clock import Clock
 from skiff.domain.pod_sessions import EntryRequest, TerminalSize
 from skiff.domain.pods import Pod, runtime_status
@@ -88,27 +90,19 @@ class Session:
     ended_because: str | None = None
 
 
+@define(eq=False, repr=False, slots=False)
 class PodShells:
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        runner: PodRunner,
-        logs: PodLogs,
-        wakeups: Wakeups,
-        idle_seconds: float,
-    ) -> None:
-        """``idle_seconds``: a session without traffic for this long is ended; 0: never."""
-        self._store = store
-        self._clock = clock
-        self._runner = runner
-        self._logs = logs
-        self._wakeups = wakeups
-        self.idle_seconds = idle_seconds
-        #: The server's SSH port once it listens (``skiff/ssh``), for the pages that show it.
-        self.gateway_port: int | None = None
-        self._ids = itertools.count(1)
-        self._open: dict[int, Session] = {}
+    _store: Store
+    _clock: Clock
+    _runner: PodRunner
+    _logs: PodLogs
+    _wakeups: Wakeups
+    #: A session without traffic for this long is ended; 0: never.
+    idle_seconds: float
+    #: The server's SSH port once it listens (``skiff/ssh``), for the pages that show it.
+    gateway_port: int | None = field(init=False, default=None)
+    _ids: itertools.count[int] = field(init=False, factory=lambda: itertools.count(1))
+    _open: dict[int, Session] = field(init=False, factory=dict)
 
     async def door(self, pod_id: str) -> Door | None:
         """The pod ``pod_id`` with its owner and their keys, when it runs on this replica and

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 import asyncssh
+from attrs import define, field
 
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.errors import SkiffError
@@ -36,30 +37,30 @@ MAX_PENDING_INPUT = 16
 ACCEPTED_ENV = ("LANG", "LC_")
 
 
+@define(eq=False, repr=False, slots=False)
 class PodChannel(asyncssh.SSHServerSession[bytes]):
-    def __init__(
-        self, shells: PodShells, caller: Caller, admitted: Admitted, client: str, local: str
-    ) -> None:
-        """``client``: the client's address; ``local``: the address it reached
-        (``SSH_CONNECTION``'s second half)."""
-        self._shells = shells
-        self._caller = caller
-        self._admitted = admitted
-        self._pod_id = admitted.pod_id
-        self._client = client
-        self._local = local
-        self._chan: asyncssh.SSHServerChannel[bytes] | None = None
-        self._command: str | None = None
-        self._terminal: TerminalSize | None = None
-        self._term = ""
-        self._session: Session | None = None
-        #: The client's input, in order; None: its EOF.
-        self._input: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._reading_paused = False
-        self._can_write = asyncio.Event()
+    _shells: PodShells
+    _caller: Caller
+    _admitted: Admitted
+    #: The client's address.
+    _client: str
+    #: The address it reached (``SSH_CONNECTION``'s second half).
+    _local: str
+    _chan: asyncssh.SSHServerChannel[bytes] | None = field(init=False, default=None)
+    _command: str | None = field(init=False, default=None)
+    _terminal: TerminalSize | None = field(init=False, default=None)
+    _term: str = field(init=False, default="")
+    _session: Session | None = field(init=False, default=None)
+    #: The client's input, in order; None: its EOF.
+    _input: asyncio.Queue[bytes | None] = field(init=False, factory=asyncio.Queue)
+    _reading_paused: bool = field(init=False, default=False)
+    _can_write: asyncio.Event = field(init=False, factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = field(init=False, default=None)
+    _left: bool = field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._pod_id = self._admitted.pod_id
         self._can_write.set()
-        self._task: asyncio.Task[None] | None = None
-        self._left = False
 
     # -- what the client asks ---------------------------------------------------------------
     def connection_made(self, chan: asyncssh.SSHServerChannel[bytes]) -> None:

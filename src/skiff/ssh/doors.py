@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import asyncssh
+from attrs import define, field
 from cachetools import LRUCache
 
 from skiff.domain.users import User
@@ -106,27 +107,25 @@ class Logins:
         self.pending = 0
 
 
+@define(eq=False, repr=False, slots=False)
 class PodDoor(asyncssh.SSHServer):
     """One connection's authentication. ``ports``: on a pod port, the ports handed to pods
     (the pod is the one ``port`` is handed to); None on the server's port, where the user name
     names it."""
 
-    def __init__(
-        self, shells: PodShells, ports: SshPorts | None, port: int, logins: Logins
-    ) -> None:
-        self._shells = shells
-        self._ports = ports
-        self._port = port
-        self._logins = logins
-        self._conn: asyncssh.SSHServerConnection | None = None
-        self._tries = 0
-        self._waiting = False
-        #: The last key found to open the pod: asyncssh asks before checking its signature,
-        #: then completes only with the key it asked about last.
-        self._candidate: Admitted | None = None
-        self.admitted: Admitted | None = None
-        self.peer = "unknown"
-        self.peer_address = ""
+    _shells: PodShells
+    _ports: SshPorts | None
+    _port: int
+    _logins: Logins
+    _conn: asyncssh.SSHServerConnection | None = field(init=False, default=None)
+    _tries: int = field(init=False, default=0)
+    _waiting: bool = field(init=False, default=False)
+    #: The last key found to open the pod: asyncssh asks before checking its signature,
+    #: then completes only with the key it asked about last.
+    _candidate: Admitted | None = field(init=False, default=None)
+    admitted: Admitted | None = field(init=False, default=None)
+    peer: str = field(init=False, default="unknown")
+    peer_address: str = field(init=False, default="")
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
