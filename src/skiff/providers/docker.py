@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import docker  # type: ignore[import-untyped]
+from attrs import define, field
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # type: ignore[import-untyped]
 from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
@@ -584,6 +585,7 @@ class Daemon:
         return found
 
 
+@define(eq=False, repr=False, slots=False)
 class DockerProvider:
     """``owner`` (this replica's id) and ``server`` (``server_identity``) are written on every
     container it starts; ``client`` is a ``docker.DockerClient`` (from the environment,
@@ -592,25 +594,15 @@ class DockerProvider:
     runs_images = True
     slow_starts = True
 
-    def __init__(
-        self,
-        on_exit: ExitCallback,
-        *,
-        logs: LogSinks,
-        owner: str,
-        server: str,
-        client: Any = None,
-        pids_limit: int = DEFAULT_PIDS_LIMIT,
-    ) -> None:
-        self._on_exit = on_exit
-        self._logs = logs
-        self._owner = owner
-        self._server = server
-        self._pids_limit = pids_limit
-        self._daemon = Daemon(client)
-        self._running: dict[str, Any] = {}
-        self._served: dict[str, ServedAt | None] = {}
-        self._watchers: set[asyncio.Task[None]] = set()
+    _on_exit: ExitCallback
+    _logs: LogSinks = field(kw_only=True)
+    _owner: str = field(kw_only=True)
+    _server: str = field(kw_only=True)
+    _daemon: Daemon = field(kw_only=True, default=None, converter=Daemon, alias="client")
+    _pids_limit: int = field(kw_only=True, default=DEFAULT_PIDS_LIMIT)
+    _running: dict[str, Any] = field(init=False, factory=dict)
+    _served: dict[str, ServedAt | None] = field(init=False, factory=dict)
+    _watchers: set[asyncio.Task[None]] = field(init=False, factory=set)
 
     @property
     def client(self) -> Any:

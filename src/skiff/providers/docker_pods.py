@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from attrs import define, field
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
@@ -183,31 +184,23 @@ def _copy_output(
             loop.call_soon_threadsafe(sink.close)
 
 
+@define(eq=False, repr=False, slots=False)
 class DockerPodProvider:
     """``server`` (``docker.server_identity``) is written on every pod container and is how a
     later run finds its own; ``client`` is a ``docker.DockerClient`` (from the environment by
     default)."""
 
-    def __init__(
-        self,
-        on_exit: PodExitCallback,
-        *,
-        logs: LogSinks,
-        server: str,
-        client: Any = None,
-        pids_limit: int = DEFAULT_PIDS_LIMIT,
-    ) -> None:
-        self._on_exit = on_exit
-        self._logs = logs
-        self._server = server
-        self._pids_limit = pids_limit
-        self._daemon = Daemon(client)
-        self._running: dict[str, tuple[Any, PodInstance]] = {}
-        #: Pods being stopped or restarted by skiff: their container's end is not an exit.
-        self._quiet: set[str] = set()
-        self._watchers: dict[str, asyncio.Task[None]] = {}
-        #: Containers made ready for sessions (``docker_entry.prepare``), by id.
-        self._prepared: set[str] = set()
+    _on_exit: PodExitCallback
+    _logs: LogSinks = field(kw_only=True)
+    _server: str = field(kw_only=True)
+    _daemon: Daemon = field(kw_only=True, default=None, converter=Daemon, alias="client")
+    _pids_limit: int = field(kw_only=True, default=DEFAULT_PIDS_LIMIT)
+    _running: dict[str, tuple[Any, PodInstance]] = field(init=False, factory=dict)
+    #: Pods being stopped or restarted by skiff: their container's end is not an exit.
+    _quiet: set[str] = field(init=False, factory=set)
+    _watchers: dict[str, asyncio.Task[None]] = field(init=False, factory=dict)
+    #: Containers made ready for sessions (``docker_entry.prepare``), by id.
+    _prepared: set[str] = field(init=False, factory=set)
 
     @property
     def client(self) -> Any:
