@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from attrs import define, field
 
 from skiff.clock import Clock
 from skiff.config import Settings
@@ -132,47 +133,35 @@ class OwnWorker:
         )
 
 
+@define(eq=False, repr=False, slots=False)
 class Fleet:
-    def __init__(
-        self,
-        settings: Settings,
-        store: Store,
-        clock: Clock,
-        workers: Workers,
-        dispatch: Dispatch,
-        auth: Auth,
-        gpus: GpuPool,
-        provider: WorkerProvider,
-        exits: WorkerExits,
-        logs: WorkerLogs,
-        worker_limit: int,
-        volumes: Volumes,
-        isolation: Isolation,
-    ) -> None:
-        """``provider`` runs the processes and reports each one's end to ``exits``;
-        ``volumes`` finds the directory of an endpoint's network volume."""
-        self._settings = settings
-        #: The most worker processes this replica runs at once (``SKIFF_MAX_WORKERS``).
-        self.worker_limit = worker_limit
-        self._store = store
-        self._clock = clock
-        self._workers = workers
-        self._dispatch = dispatch
-        self._auth = auth
-        self.provider = provider
-        exits.subscribe(self.on_exit)
-        self._backoff: dict[str, Backoff] = {}
-        self._stopping: set[asyncio.Task[None]] = set()
-        #: Endpoints whose recorded failure this replica has cleared since it began leading.
-        self._cleared: set[str] = set()
-        #: worker id -> what this replica knows of it beyond its record (``OwnWorker``).
-        self._own: dict[str, OwnWorker] = {}
-        #: endpoint id -> the cause last logged for holding its workers back (logged once).
-        self._said: dict[str, str] = {}
-        self._gpus = gpus
-        self._logs = logs
-        self._volumes = volumes
-        self._isolation = isolation
+    _settings: Settings
+    _store: Store
+    _clock: Clock
+    _workers: Workers
+    _dispatch: Dispatch
+    _auth: Auth
+    _gpus: GpuPool
+    #: Runs the processes and reports each one's end to ``exits``.
+    provider: WorkerProvider
+    _exits: WorkerExits
+    _logs: WorkerLogs
+    #: The most worker processes this replica runs at once (``SKIFF_MAX_WORKERS``).
+    worker_limit: int
+    #: Finds the directory of an endpoint's network volume.
+    _volumes: Volumes
+    _isolation: Isolation
+    _backoff: dict[str, Backoff] = field(init=False, factory=dict)
+    _stopping: set[asyncio.Task[None]] = field(init=False, factory=set)
+    #: Endpoints whose recorded failure this replica has cleared since it began leading.
+    _cleared: set[str] = field(init=False, factory=set)
+    #: worker id -> what this replica knows of it beyond its record (``OwnWorker``).
+    _own: dict[str, OwnWorker] = field(init=False, factory=dict)
+    #: endpoint id -> the cause last logged for holding its workers back (logged once).
+    _said: dict[str, str] = field(init=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self._exits.subscribe(self.on_exit)
         self._ports = ServedPortPool(reserved_ports())
 
     def _of(self, worker_id: str) -> OwnWorker:

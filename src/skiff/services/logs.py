@@ -59,35 +59,27 @@ FOLLOW_KEEPALIVE_SECONDS = 15.0
 FOLLOW_EXISTS_EVERY = 4
 
 
+@define(eq=False, repr=False, slots=False)
 class WorkerLogs:
     """The workers' logs on this host: where each lives, its writer, and its reading."""
 
-    def __init__(
-        self,
-        data_dir: Path,
-        max_bytes: int = DEFAULT_LOG_MAX_BYTES,
-        backups: int = DEFAULT_LOG_BACKUPS,
-        folder: str = "logs",
-        *,
-        bytes_per_second: int = 0,
-        burst_bytes: int = DEFAULT_LOG_BURST_BYTES,
-        user_paces: PacesByUser | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """``folder`` (under ``data_dir``): ``logs`` for workers, ``pod-logs`` for pods, whose
-        logs are kept the same way, one "endpoint" per pod. ``bytes_per_second``: how fast each
-        worker's (or pod's) output is copied, after ``burst_bytes`` at once
-        (``domain/log_pace.py``); 0: as fast as it comes. ``user_paces``: the pace each user's
-        logs share, here and in any other ``WorkerLogs`` given the same (workers' and pods');
-        None: none."""
-        self._data_dir = data_dir
-        self._root = data_dir / folder
-        self._max_bytes = max_bytes
-        self._backups = backups
-        self._bytes_per_second = bytes_per_second
-        self._burst_bytes = burst_bytes
-        self.user_paces = user_paces
-        self._monotonic = monotonic
+    _data_dir: Path
+    _max_bytes: int = DEFAULT_LOG_MAX_BYTES
+    _backups: int = DEFAULT_LOG_BACKUPS
+    #: Under ``data_dir``: ``logs`` for workers, ``pod-logs`` for pods, whose logs are kept the
+    #: same way, one "endpoint" per pod.
+    _folder: str = "logs"
+    #: How fast each worker's (or pod's) output is copied, after ``burst_bytes`` at once
+    #: (``domain/log_pace.py``); 0: as fast as it comes.
+    _bytes_per_second: int = field(kw_only=True, default=0)
+    _burst_bytes: int = field(kw_only=True, default=DEFAULT_LOG_BURST_BYTES)
+    #: The pace each user's logs share, here and in any other ``WorkerLogs`` given the same
+    #: (workers' and pods'); None: none.
+    user_paces: PacesByUser | None = field(kw_only=True, default=None)
+    _monotonic: Callable[[], float] = field(kw_only=True, default=time.monotonic)
+
+    def __attrs_post_init__(self) -> None:
+        self._root = self._data_dir / self._folder
 
     def beside(self, folder: str) -> WorkerLogs:
         """Logs kept as these are (caps, rotation, paces, each user's pace shared with these)

@@ -215,40 +215,35 @@ class Slots:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+@define(eq=False, repr=False, slots=False)
 class WebhookSender:
     """Attempts due deliveries: ``run`` forever in the server, ``pass_once`` in tests."""
 
-    def __init__(
-        self,
-        store: Store,
-        clock: Clock,
-        client: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None = None,
-        allow_private: bool = False,
-        timeout: float = 10.0,
-        batch: int = 50,
-        resolve: Resolver | None = None,
-        concurrency: int = CONCURRENCY,
-    ) -> None:
-        """``client`` is an ``httpx.AsyncClient`` (used as given, closed by its owner) or a
-        factory for one; by default the sender makes its own (no redirects, no proxies from
-        the environment, no kept-alive connections) and ``aclose`` closes it."""
-        self._store = store
-        self._clock = clock
+    _store: Store
+    _clock: Clock
+    #: An ``httpx.AsyncClient`` (used as given, closed by its owner) or a factory for one; by
+    #: default the sender makes its own (no redirects, no proxies from the environment, no
+    #: kept-alive connections) and ``aclose`` closes it.
+    _given: httpx.AsyncClient | Callable[[], httpx.AsyncClient] | None = field(
+        default=None, alias="client"
+    )
+    _allow_private: bool = False
+    _timeout: float = 10.0
+    _batch: int = 50
+    _resolve: Resolver | None = None
+    _concurrency: int = CONCURRENCY
+    #: Made by ``run`` (asyncio objects belong to the loop that runs them).
+    _wake: asyncio.Event | None = field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        given = self._given
         self._client: httpx.AsyncClient | None = None
         self._factory: Callable[[], httpx.AsyncClient] | None = None
-        if isinstance(client, httpx.AsyncClient):
-            self._client = client
-            self._owns_client = False
+        self._owns_client = not isinstance(given, httpx.AsyncClient)
+        if isinstance(given, httpx.AsyncClient):
+            self._client = given
         else:
-            self._factory = client
-            self._owns_client = True
-        self._allow_private = allow_private
-        self._timeout = timeout
-        self._batch = batch
-        self._resolve = resolve
-        self._concurrency = concurrency
-        #: Made by ``run`` (asyncio objects belong to the loop that runs them).
-        self._wake: asyncio.Event | None = None
+            self._factory = given
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import asyncssh
+from attrs import define, field
 
 from skiff.services.pod_shells import Caller, PodShells
 from skiff.services.ssh_ports import SshPorts
@@ -49,23 +50,19 @@ class PodServer(PodDoor):
         return PodChannel(self._shells, caller, admitted, self.peer_address, self._local)
 
 
+@define(eq=False, repr=False, slots=False)
 class SshServer:
-    def __init__(
-        self,
-        shells: PodShells,
-        ports: SshPorts,
-        *,
-        host: str,
-        port: int,
-        data_dir: Path,
-    ) -> None:
-        self._shells = shells
-        self._ports = ports
-        self._host = host
-        self._port = port
-        self._key = host_key.load_or_make(data_dir)
-        self._acceptors: list[asyncssh.SSHAcceptor] = []
-        self._logins = Logins()
+    _shells: PodShells
+    _ports: SshPorts
+    _host: str = field(kw_only=True)
+    _port: int = field(kw_only=True)
+    #: Where the host key is kept (made on the first start).
+    _data_dir: Path = field(kw_only=True)
+    _acceptors: list[asyncssh.SSHAcceptor] = field(init=False, factory=list)
+    _logins: Logins = field(init=False, factory=Logins)
+
+    def __attrs_post_init__(self) -> None:
+        self._key = host_key.load_or_make(self._data_dir)
 
     async def _listen(self, port: int, pod_port: bool) -> asyncssh.SSHAcceptor:
         ports = self._ports if pod_port else None
