@@ -401,9 +401,15 @@ class Dispatch:
         """End the waits of an endpoint's job-take long-polls so each re-checks its worker."""
         self._wakeups.notify(Wake.endpoint(endpoint_id))
 
-    async def worker_lost(self, worker: Worker, reason: str) -> list[Job]:
-        """Its jobs go back to the queue (or fail once they used up their attempts)."""
-        released = await self._release(worker.id, reason)
+    async def worker_lost(
+        self, worker: Worker, reason: str, *, unseen_since: bool = False
+    ) -> list[Job]:
+        """Its jobs go back to the queue (or fail once they used up their attempts).
+        ``unseen_since``: nobody saw it end (its replica died, it went silent), so what it ran
+        ended when it last called in, not now: a public model's caller is billed the attempt up
+        to then, not the time no server ran it."""
+        alive_until = worker.last_seen if unseen_since else None
+        released = await self._release(worker.id, reason, alive_until)
         self._announce(released)
         self.result_holds.release(worker.id)
         await self._workers.remove(worker.id)
@@ -433,13 +439,18 @@ class Dispatch:
             if w.kind is WorkerKind.EXTERNAL and now - (w.last_seen or w.started_at) > silence
         ]
         for worker in silent:
-            await self.worker_lost(worker, "the external worker stopped calling in")
+            await self.worker_lost(
+                worker, "the external worker stopped calling in", unseen_since=True
+            )
         return silent
 
-    async def _release(self, worker_id: str | None, reason: str) -> list[Job]:
+    async def _release(
+        self, worker_id: str | None, reason: str, alive_until: float | None = None
+    ) -> list[Job]:
         """``release_jobs``; a public model's caller's job it queues again was cut short
         (``JobEvents.cut_short``), so the attempt it ran is billed to its caller, as the
-        attempt that ends a job is."""
+        attempt that ends a job is: up to now, or to ``alive_until`` (when its worker was last
+        seen) where that is earlier."""
         now = self._clock.now()
         calls = await self._store.running_calls(worker_id, now)
         released = await self._store.release_jobs(worker_id, now, self._max_attempts, reason)
@@ -447,7 +458,9 @@ class Dispatch:
             again = {j.id for j in released if j.status is JobStatus.IN_QUEUE}
             for job in calls:
                 if job.id in again:
-                    self._events.cut_short(dataclasses.replace(job, finished_at=now))
+                    ended = now if alive_until is None else min(now, alive_until)
+                    ended = max(ended, job.started_at or ended)
+                    self._events.cut_short(dataclasses.replace(job, finished_at=ended))
         return released
 
     def _announce(self, released: list[Job]) -> None:

@@ -811,7 +811,13 @@ class Fleet:
                 # A cluster's actor is found by the worker's id, with or without a pid (one
                 # still being placed has none).
                 self.provider.kill_leftover(worker.id, worker.pid or 0)
-            await self._dispatch.worker_lost(worker, "the replica that ran the worker is gone")
+            await self._dispatch.worker_lost(
+                worker, "the replica that ran the worker is gone", unseen_since=True
+            )
+            if same_host:
+                # Its home went with nothing: a crashed server's workers' homes would stay on
+                # the disk, over the next worker's budget (services/disk_watch.py).
+                await self._remove_ended(worker)
         return dead
 
     async def forget_stale_own(self, leading: bool) -> list[Worker]:
@@ -831,7 +837,9 @@ class Fleet:
             and not (leading and w.is_pending)
         ]
         for worker in stale:
-            await self._dispatch.worker_lost(worker, "the worker's process is gone")
+            await self._dispatch.worker_lost(
+                worker, "the worker's process is gone", unseen_since=True
+            )
             await self._remove_ended(worker)
         return stale
 

@@ -81,3 +81,30 @@ async def test_each_attempt_a_lost_worker_cut_off_is_billed_to_the_caller(tmp_pa
 
         await eventually_async(three, "three attempts billed")
         assert await _billed(app, bob_id) == [(s, s + 20) for s in starts]
+
+
+async def test_an_attempt_whose_worker_went_silent_is_billed_to_its_last_call_not_to_now(
+    tmp_path: Path,
+) -> None:
+    """An outside worker (or one of a server that crashed) is found gone long after it last
+    called in: its caller pays for the attempt up to that call, not for the silence after."""
+    clock = ManualClock()
+    async with running(tmp_path / "data", clock=clock, take_wait_seconds=0.1) as app:
+        endpoint_id, key, bob_id = await _published(app)
+        async with app.as_user(key) as caller:
+            job_id = (await caller.post("/v2/m1/run", json={"input": {}})).json()["id"]
+            async with await app.worker(endpoint_id) as worker:
+                started = clock.now()
+                taken = await worker.get(f"/v2/{endpoint_id}/job-take/w-1?job_in_progress=0")
+                assert taken.json()["id"] == job_id
+                clock.advance(10)
+                pinged = await worker.get(f"/v2/{endpoint_id}/ping/w-1?job_id={job_id}")
+                assert pinged.status_code == 200, pinged.text
+        clock.advance(app.services.settings.worker_silence_seconds + 100)
+        lost = await app.services.dispatch.forget_silent_workers(
+            app.services.settings.worker_silence_seconds
+        )
+        assert [w.id for w in lost] == ["w-1"]
+
+        await eventually_async(lambda: _billed(app, bob_id), "the caller billed")
+        assert await _billed(app, bob_id) == [(started, started + 10)]

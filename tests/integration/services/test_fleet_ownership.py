@@ -127,6 +127,25 @@ async def test_the_new_leader_sweeps_the_workers_of_dead_replicas_only(
     assert job is not None and job.status is JobStatus.IN_QUEUE
 
 
+async def test_the_swept_workers_homes_on_this_host_go_with_them(
+    services: Services, endpoint: None
+) -> None:
+    """A crashed server's workers left their homes behind; kept, they would count against the
+    next worker's disk budget and end it as a failed start."""
+    now = services.clock.now()
+    await services.workers.add(record("dead-1", "replica-dead", WorkerState.RUNNING, now))
+    home = services.fleet.home("ep1", "dead-1")
+    home.mkdir(parents=True)
+    (home / "left.bin").write_bytes(b"x" * 1024)
+
+    async def alive(ids: Iterable[str]) -> set[str]:
+        return set()
+
+    await services.fleet.sweep_dead(alive, same_host=True)
+
+    assert not home.parent.exists()
+
+
 async def test_a_process_whose_record_was_deleted_elsewhere_is_stopped(
     services: Services, endpoint: None, tmp_path: Path
 ) -> None:
