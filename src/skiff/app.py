@@ -15,6 +15,7 @@ import contextlib
 import gc
 import ipaddress
 import logging
+import math
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -268,6 +269,11 @@ def build_services(settings: Settings, store: Store, clock: Clock, cluster: Clus
     )
 
 
+#: How often the leader looks for files that no record names (at its start, then this often):
+#: a directory's listing and a read of every endpoint and volume, so not every sweep.
+ORPHANS_EVERY_SECONDS = 600.0
+
+
 def create_app(
     settings: Settings,
     clock: Clock | None = None,
@@ -280,6 +286,7 @@ def create_app(
     cluster = open_cluster(settings)
     services = build_services(settings, store, clock, cluster)
     ready = False
+    orphans_swept_at = -math.inf
 
     async def take_up_lead() -> None:
         # Usages a dead leader left open end where it last saw them, before its workers are
@@ -299,6 +306,12 @@ def create_app(
             same_host=isinstance(cluster, LocalCluster) or settings.provider in ("docker", "ray"),
         )
         await services.fleet.forget_stale_own(leading=True)
+        nonlocal orphans_swept_at
+        if clock.now() - orphans_swept_at >= ORPHANS_EVERY_SECONDS:
+            # What a crash left of a delete or a create cut in the middle: files with no record.
+            orphans_swept_at = clock.now()
+            await services.fleet.remove_files_of_deleted()
+            await services.volumes.remove_orphans()
 
     async def lose_lead() -> None:
         services.meter.pause()

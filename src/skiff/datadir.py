@@ -91,3 +91,23 @@ def free_bytes(path: Path) -> int:
     """The bytes an unprivileged writer may still use on ``path``'s file system: root's
     reserved blocks are not counted, as the server should not live on them."""
     return shutil.disk_usage(path).free
+
+
+def folders(root: Path, older_than: float | None = None) -> set[str]:
+    """The names of the folders in ``root`` (none when it is missing; a link is not one);
+    with ``older_than`` (a wall-clock time), only those last changed before it."""
+    found = set()
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return set()
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if older_than is not None and entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                continue
+        except FileNotFoundError:
+            continue
+        found.add(entry.name)
+    return found

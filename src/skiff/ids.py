@@ -21,6 +21,12 @@ def short_id(length: int = 14) -> str:
     return "".join(secrets.choice(_ALPHABET) for _ in range(length))
 
 
+def made_by_short_id(text: str, length: int = 14) -> bool:
+    """Whether ``text`` has the shape ``short_id(length)`` gives: a folder named so can be one
+    of a record's, one named otherwise (the pods' volumes, ``pods``) is not."""
+    return len(text) == length and all(c in _ALPHABET for c in text)
+
+
 def time_ordered_uuid(now_ms: int | None = None) -> uuid.UUID:
     """A version-7 UUID (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from skiff.datadir import free_bytes, make_private_dirs
+from skiff.datadir import folders, free_bytes, make_private_dirs
 from skiff.keyed_turns import KeyedTurns
 from skiff.tenant_trees import allocated_bytes, remove_tree
 
@@ -74,6 +74,11 @@ class VolumeDirs:
         path = self.path(volume_id)
         make_private_dirs(path)
         return path
+
+    def folders(self, older_than: float) -> set[str]:
+        """The ids of the volume directories here last changed before ``older_than`` (a
+        wall-clock time)."""
+        return folders(self.root, older_than)
 
     def remove(self, volume_id: str) -> None:
         """The directory and everything in it, gone; nothing when it is gone already."""

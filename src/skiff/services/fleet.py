@@ -21,6 +21,7 @@ from attrs import define, field
 
 from skiff.clock import Clock
 from skiff.config import Settings
+from skiff.datadir import folders
 from skiff.domain.balancing import PortProblem, container_ports, separate_health_port
 from skiff.domain.containers import cpu_limits
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointType
@@ -36,7 +37,7 @@ from skiff.domain.placement import (
 )
 from skiff.domain.templates import Template
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.ids import short_id
+from skiff.ids import made_by_short_id, short_id
 from skiff.providers.base import (
     ContainerSpec,
     Launch,
@@ -917,6 +918,23 @@ class Fleet:
         of any size takes as long as it takes."""
         await asyncio.to_thread(self._logs.remove, endpoint_id)
         await asyncio.to_thread(remove_tree, self.homes(endpoint_id))
+
+    async def remove_files_of_deleted(self) -> list[str]:
+        """Logs and homes on this host of endpoints that are gone: a delete that a crash cut
+        between its record and its files (``Endpoints.delete``) leaves them, and nothing else
+        would ever remove them. Run as a replica begins leading; an endpoint is made before
+        any of its files, so none of a live one can be taken for a deleted one."""
+        on_disk = await asyncio.to_thread(
+            lambda: self._logs.endpoints() | folders(self.homes_root())
+        )
+        if not on_disk:
+            return []
+        known = {e.id for e in await self._store.list_endpoints(None)}
+        gone = sorted(e for e in on_disk - known if made_by_short_id(e))
+        for endpoint_id in gone:
+            log.info("removing the files of endpoint %s, deleted before they were", endpoint_id)
+            await self.remove_files(endpoint_id)
+        return gone
 
     async def _end_all(self) -> None:
         """Stop every worker process of this replica, as asked: not counted as failed starts."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from attrs import define, field
 
 from skiff.closing_stream import ClosingStream
-from skiff.datadir import make_private_dirs
+from skiff.datadir import folders, make_private_dirs
 from skiff.domain.log_pace import LogPace, PacesByUser
 from skiff.domain.logs import (
     LogLine,
@@ -122,6 +122,10 @@ class WorkerLogs:
             log.write([text.encode()], ts)
         finally:
             log.close()
+
+    def endpoints(self) -> set[str]:
+        """The ids of the endpoints (or pods) that have logs here."""
+        return folders(self._root)
 
     def remove(self, endpoint_id: str) -> None:
         """Every log of the endpoint, rotated files included (it was deleted)."""

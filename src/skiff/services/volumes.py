@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 
 from skiff.clock import Clock
@@ -26,13 +27,17 @@ from skiff.domain.volumes import (
     shrink_refusal,
 )
 from skiff.errors import Conflict, Invalid, NotFound
-from skiff.ids import short_id
+from skiff.ids import made_by_short_id, short_id
 from skiff.services.metering import UsageEnded, not_metered
 from skiff.services.quotas import Quotas
 from skiff.store.base import Store
 from skiff.volume_dirs import VolumeDirs
 
 log = logging.getLogger(__name__)
+
+#: A volume directory without a record is left this long after its last change (wall-clock
+#: seconds): a create on another replica makes the directory a moment before the record.
+ORPHAN_GRACE_SECONDS = 600.0
 
 
 class Volumes:
@@ -114,6 +119,24 @@ class Volumes:
             raise Conflict(users.refusal(volume_id))
         await self._usage_ended(UsageKind.NETWORK_VOLUME, volume_id)
         await asyncio.to_thread(self._dirs.remove, volume_id)
+
+    async def remove_orphans(self) -> list[str]:
+        """Directories that no volume's record names: a create or a delete that a crash cut
+        in the middle (a directory is made before its record and removed after it), whose
+        files nobody could reach or remove any more. Run as a replica begins leading. One
+        changed in the last ``ORPHAN_GRACE_SECONDS`` is left: another replica sharing the
+        volumes' root may be making its record now."""
+        older_than = time.time() - ORPHAN_GRACE_SECONDS
+        on_disk = await asyncio.to_thread(self._dirs.folders, older_than)
+        if not on_disk:
+            return []
+        known = {volume.id for _, volume in await self._store.all_network_volumes()}
+        # The pods' volumes have a folder of their own among the volumes (``pods``).
+        orphans = sorted(v for v in on_disk - known if made_by_short_id(v))
+        for volume_id in orphans:
+            log.info("removing the directory of volume %s, which has no record", volume_id)
+            await asyncio.to_thread(self._dirs.remove, volume_id)
+        return orphans
 
     async def endpoints_using(self, user: User, volume_id: str) -> list[str]:
         """Ids of the user's endpoints attached to the volume, oldest first."""
