@@ -116,7 +116,7 @@ class LbHealth:
             if worker.state is WorkerState.STANDBY:
                 # Ready, held back: seen, so the start-up deadline spares it and a promotion
                 # puts it straight into rotation.
-                await self._workers.touch(worker.id)
+                await self._workers.touch(worker)
             elif worker.state is WorkerState.INITIALIZING:
                 if await self._workers.ready(worker.id) is not None:
                     self._balancer.changed(worker.endpoint_id)

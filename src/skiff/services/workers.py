@@ -100,8 +100,12 @@ class Workers:
             recent = now - self._touched.get(worker_id, float("-inf")) < TOUCH_EVERY_SECONDS
             if recent and copy.state is not WorkerState.INITIALIZING:
                 return copy
-        worker = await self._store.touch_worker(worker_id, now)
+        worker = await self._store.touch_worker(worker_id, endpoint_id, now)
         if worker is None:
+            # Another endpoint's worker is not touched: a caller cannot make a worker of
+            # someone else's look ready (idle) by naming its id through its own endpoint.
+            if await self._store.get_worker(worker_id) is not None:
+                raise Conflict(f"worker id {worker_id} is in use by another endpoint")
             await self._may_add_outside(endpoint_id, worker_id)
             worker = await self._store.add_worker(
                 Worker(
@@ -146,12 +150,12 @@ class Workers:
         worker.state = state
         self._remember(worker.id, await self._store.update_worker(worker.id, fields))
 
-    async def touch(self, worker_id: str) -> Worker | None:
+    async def touch(self, worker: Worker) -> Worker | None:
         """Note that a worker this replica checks on was seen now (never adds a record)."""
-        worker = await self._store.touch_worker(worker_id, self._clock.now())
-        if worker is not None:
-            self._remember(worker_id, worker)
-        return worker
+        touched = await self._store.touch_worker(worker.id, worker.endpoint_id, self._clock.now())
+        if touched is not None:
+            self._remember(worker.id, touched)
+        return touched
 
     async def ready(self, worker_id: str) -> Worker | None:
         """A load-balancing worker passed ``GET /ping``: idle, if it was starting."""

@@ -465,8 +465,9 @@ class Store(Protocol):
         fields of one worker do not undo each other; returns the record, None if gone."""
         ...
 
-    async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
-        """The worker called in: note when, and one that was starting is now idle."""
+    async def touch_worker(self, worker_id: str, endpoint_id: str, now: float) -> Worker | None:
+        """The worker of ``endpoint_id`` called in: note when, and one that was starting is now
+        idle. None when that endpoint has no such worker (another's is left as it is)."""
         ...
 
     async def set_lb_demand(

@@ -1104,9 +1104,11 @@ class SqlStore:
         values = {**worker_field_values(fields), "id": worker_id}
         return await self._write_one(lambda c: c.read_one(query, worker_from_row, **values))
 
-    async def touch_worker(self, worker_id: str, now: float) -> Worker | None:
+    async def touch_worker(self, worker_id: str, endpoint_id: str, now: float) -> Worker | None:
         return await self._write_one(
-            lambda c: c.read_one("touch_worker", worker_from_row, now=now, id=worker_id)
+            lambda c: c.read_one(
+                "touch_worker", worker_from_row, now=now, id=worker_id, endpoint_id=endpoint_id
+            )
         )
 
     async def set_lb_demand(

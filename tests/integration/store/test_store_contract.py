@@ -1408,14 +1408,25 @@ async def test_touch_worker_notes_the_call_and_a_starting_worker_becomes_idle(
     store: Store,
 ) -> None:
     await store.save_worker(replace(make_worker("w-1"), state=WorkerState.INITIALIZING))
-    touched = await store.touch_worker("w-1", T0 + 5)
+    touched = await store.touch_worker("w-1", EP, T0 + 5)
     assert touched is not None
     assert touched.state is WorkerState.IDLE
     assert touched.last_seen == T0 + 5 and touched.idle_since == T0 + 5
     await store.update_worker("w-1", {"state": WorkerState.STOPPING})
-    again = await store.touch_worker("w-1", T0 + 6)
+    again = await store.touch_worker("w-1", EP, T0 + 6)
     assert again is not None and again.state is WorkerState.STOPPING
-    assert await store.touch_worker("w-gone", T0) is None
+    assert await store.touch_worker("w-gone", EP, T0) is None
+
+
+async def test_touch_worker_through_another_endpoint_leaves_the_worker_as_it_was(
+    store: Store,
+) -> None:
+    """A caller of another endpoint naming this worker's id must not make it look ready."""
+    await store.save_worker(replace(make_worker("w-1"), state=WorkerState.INITIALIZING))
+    assert await store.touch_worker("w-1", "another-endpoint", T0 + 5) is None
+    untouched = await store.get_worker("w-1")
+    assert untouched is not None
+    assert untouched.state is WorkerState.INITIALIZING and untouched.last_seen is None
 
 
 async def test_claiming_makes_the_worker_running_and_letting_go_makes_it_idle(
@@ -1455,7 +1466,7 @@ async def test_a_stopping_standby_or_recycled_worker_claims_nothing(store: Store
     assert await store.claim_jobs(EP, "w-ready", 1, now=T0, lease_until=T0 + 60) == []
     assert await store.claim_jobs(EP, "w-old", 1, now=T0, lease_until=T0 + 60) == []
     # A standby that calls in stays held back until it is promoted.
-    touched = await store.touch_worker("w-ready", T0 + 1)
+    touched = await store.touch_worker("w-ready", EP, T0 + 1)
     assert touched is not None and touched.state is WorkerState.STANDBY
     claimed = await store.claim_jobs(EP, "w-unrecorded", 1, now=T0, lease_until=T0 + 60)
     assert [j.id for j in claimed] == ["j-1"]

@@ -31,13 +31,14 @@ SELECT * FROM workers ORDER BY started_at;
 -- name: list_workers_of_endpoint
 SELECT * FROM workers WHERE endpoint_id = :endpoint_id ORDER BY started_at;
 
--- A worker seen for the first time since it started is ready: idle.
+-- A worker seen for the first time since it started is ready: idle. Only through its own
+-- endpoint: a caller of another names the id in vain (services/workers.py).
 -- name: touch_worker
 UPDATE workers
 SET last_seen = :now,
     idle_since = CASE WHEN state = 'initializing' THEN :now ELSE idle_since END,
     state = CASE WHEN state = 'initializing' THEN 'idle' ELSE state END
-WHERE id = :id
+WHERE id = :id AND endpoint_id = :endpoint_id
 RETURNING *;
 
 -- A load-balancing worker's first 200 from GET /ping: ready, unless told to stop meanwhile.
