@@ -65,7 +65,9 @@ def build(services: Services) -> WorkerHandlers:
         endpoint_id = request.path_params["endpoint_id"]
         token = credentials.worker_token(request.headers.get("authorization"))
         await services.auth.check_worker(endpoint_id, token)
-        return await services.endpoints.recent_copy(endpoint_id)
+        endpoint = await services.endpoints.recent_copy(endpoint_id)
+        await services.auth.check_worker_owner(endpoint.userId)
+        return endpoint
 
     def jobs_in_progress(request: Request) -> bool | None:
         flag = request.query_params.get("job_in_progress")

@@ -39,6 +39,11 @@ class Auth:
         self._cache: TTLCache[str, Caller | None, float] = TTLCache(
             maxsize=_KEYS_CACHED_MAX, ttl=cache_seconds, timer=clock.now
         )
+        #: user id -> whether the workers of their endpoints may call in (not disabled): a
+        #: worker token is not a key, but a disabled user's workers stop as their keys do.
+        self._owners: TTLCache[str, bool, float] = TTLCache(
+            maxsize=_KEYS_CACHED_MAX, ttl=cache_seconds, timer=clock.now
+        )
         self._worker_secret: bytes | None = None
         #: worker token -> the endpoint it was checked for.
         self._checked_tokens: LRUCache[str, str] = LRUCache(maxsize=_CHECKED_TOKENS_MAX)
@@ -79,6 +84,8 @@ class Auth:
         for digest, caller in list(self._cache.items()):
             if caller is not None and (caller.key_id == key_id or caller.user.id == user_id):
                 self._cache.pop(digest, None)
+        if user_id is not None:
+            self._owners.pop(user_id, None)
 
     async def caller_of_digest(self, digest: str) -> Caller | None:
         """The caller of a key by its hash, if the key is known and not revoked and its user
@@ -129,6 +136,18 @@ class Auth:
         if not keys.check_worker_token(await self.worker_secret(), endpoint_id, token):
             raise Unauthorized(await self._not_a_worker_token(token))
         self._checked_tokens[token] = endpoint_id
+
+    async def check_worker_owner(self, user_id: str) -> None:
+        """Refuse (401) the workers of a disabled user's endpoints, within the keys' cache time
+        on other replicas: their token is the endpoint's and outlives the user's keys."""
+        try:  # a cached False is an answer too, hence no .get()
+            active = self._owners[user_id]
+        except KeyError:
+            user = await self._store.get_user(user_id)
+            active = user is None or user.disabled_at is None
+            self._owners[user_id] = active
+        if not active:
+            raise Unauthorized("the owner of this endpoint is disabled")
 
     async def _not_a_worker_token(self, token: str) -> str:
         """Why ``token`` is refused on the worker routes. A worker started by hand on a machine
