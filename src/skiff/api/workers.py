@@ -60,6 +60,7 @@ def build(services: Services) -> WorkerHandlers:
     #: Bodies over 1 MB: read in the user's turn, parsed in a helper process.
     large = services.large_bodies
     wait = services.settings.take_wait_seconds
+    polls = services.long_polls
 
     async def endpoint_of(request: Request) -> Endpoint:
         endpoint_id = request.path_params["endpoint_id"]
@@ -91,15 +92,16 @@ def build(services: Services) -> WorkerHandlers:
         instead, its job and the jobs lined up behind it, which it runs one after another: they
         show `IN_QUEUE` until it starts each (docs/workers.md, "Default workers: line-ups")."""
         endpoint = await endpoint_of(request)
-        jobs = await dispatch.take(
-            endpoint,
-            worker_id,
-            1,
-            wait,
-            still_connected(request),
-            jobs_in_progress(request),
-            may_line_up=accepts_lineups(request.headers.get("user-agent")),
-        )
+        with polls.hold(endpoint.userId, worker_id):
+            jobs = await dispatch.take(
+                endpoint,
+                worker_id,
+                1,
+                wait,
+                still_connected(request),
+                jobs_in_progress(request),
+                may_line_up=accepts_lineups(request.headers.get("user-agent")),
+            )
         if not jobs:
             return Response(status_code=NO_CONTENT)
         if len(jobs) > 1:
@@ -115,15 +117,16 @@ def build(services: Services) -> WorkerHandlers:
             room = max(1, int(request.query_params.get("batch_size", "1")))
         except ValueError:
             room = 1
-        jobs = await dispatch.take(
-            endpoint,
-            worker_id,
-            min(MAX_BATCH, room),
-            wait,
-            still_connected(request),
-            jobs_in_progress(request),
-            room=room,
-        )
+        with polls.hold(endpoint.userId, worker_id):
+            jobs = await dispatch.take(
+                endpoint,
+                worker_id,
+                min(MAX_BATCH, room),
+                wait,
+                still_connected(request),
+                jobs_in_progress(request),
+                room=room,
+            )
         if not jobs:
             return Response(status_code=NO_CONTENT)
         return json_response([worker_payload(j) for j in jobs])
@@ -132,7 +135,8 @@ def build(services: Services) -> WorkerHandlers:
     async def job_stop(request: Request, worker_id: str) -> Response:
         """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
         endpoint = await endpoint_of(request)
-        ids = await dispatch.stop_signals(endpoint, worker_id, wait, still_connected(request))
+        with polls.hold(endpoint.userId, worker_id):
+            ids = await dispatch.stop_signals(endpoint, worker_id, wait, still_connected(request))
         if not ids:
             return Response(status_code=NO_CONTENT)
         return json_response({"jobsToStop": ids})

@@ -32,6 +32,7 @@ from skiff.services.lb_health import LbHealth
 from skiff.services.lb_proxy import LbProxy
 from skiff.services.lineup import Lineup
 from skiff.services.logs import EndpointLogs, PodLogs, WorkerLogs
+from skiff.services.long_polls import LongPolls
 from skiff.services.metering import Meter
 from skiff.services.metrics import Metrics
 from skiff.services.openai_calls import OpenAICalls
@@ -110,6 +111,7 @@ class Services:
     disk_watch: DiskWatch | None
     #: Workers' results and stream chunks over 1 MB, parsed in a helper process.
     large_bodies: LargeBodies
+    long_polls: LongPolls
 
     @classmethod
     def build(
@@ -328,4 +330,5 @@ class Services:
             if settings.provider in ("local", "docker") and settings.disk_check_seconds
             else None,
             large_bodies=LargeBodies(settings.large_body_memory_mb * 1024 * 1024),
+            long_polls=LongPolls(),
         )
