@@ -90,7 +90,9 @@ def build(services: Services) -> WorkerHandlers:
         """200 with `{id, input, ...}`, or 204 when no job came within the hold time. A runpod
         SDK 1.12+ worker (by its User-Agent) asking with `job_in_progress=0` may get a list
         instead, its job and the jobs lined up behind it, which it runs one after another: they
-        show `IN_QUEUE` until it starts each (docs/workers.md, "Default workers: line-ups")."""
+        show `IN_QUEUE` until it starts each (docs/workers.md, "Default workers: line-ups").
+        429 at once when the worker holds 4 long-polls on this server already, or its
+        endpoint owner's workers 1,024 (docs/deployment.md, "How much one user may hold")."""
         endpoint = await endpoint_of(request)
         with polls.hold(endpoint.userId, worker_id):
             jobs = await dispatch.take(
@@ -111,7 +113,8 @@ def build(services: Services) -> WorkerHandlers:
 
     @needs(access.WORKER)
     async def job_take_batch(request: Request, worker_id: str) -> Response:
-        """200 with a list of at most `batch_size` jobs, or 204."""
+        """200 with a list of at most `batch_size` jobs, or 204; 429 past the long-polls a
+        worker or its owner's workers may hold (as `job-take`)."""
         endpoint = await endpoint_of(request)
         try:
             room = max(1, int(request.query_params.get("batch_size", "1")))
@@ -133,7 +136,8 @@ def build(services: Services) -> WorkerHandlers:
 
     @needs(access.WORKER)
     async def job_stop(request: Request, worker_id: str) -> Response:
-        """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204."""
+        """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204; 429
+        past the long-polls a worker or its owner's workers may hold (as `job-take`)."""
         endpoint = await endpoint_of(request)
         with polls.hold(endpoint.userId, worker_id):
             ids = await dispatch.stop_signals(endpoint, worker_id, wait, still_connected(request))
