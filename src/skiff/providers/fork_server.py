@@ -26,8 +26,9 @@ zygote (anything else, ``-m module``, a shell, another program, starts the plain
   for ``IDLE_SECONDS`` or its endpoint is gone; at most ``MAX_SANDBOXED`` run at once.
   Inside, processes are numbered by the sandbox's PID namespace: each forked worker tells the
   server it exists itself, and the server takes its pid on the host from the message's
-  credentials (``SO_PASSCRED``), so it stops and watches it as any other. What a zygote says
-  is checked like any tenant input (it shares its sandbox with the tenant's code).
+  credentials (``SO_PASSCRED``), and holds it by a pidfd from then on (``forked.py``), so it
+  stops and watches it as any other. What a zygote says is checked like any tenant input (it
+  shares its sandbox with the tenant's code, and imports the SDK from the tenant's path).
 
 A zygote that cannot import the SDK (an interpreter without it) is not asked again for
 ``RETRY_SECONDS``.
@@ -59,6 +60,7 @@ import orjson
 
 from skiff.providers.base import Launch
 from skiff.providers.cgroups import Group, joining
+from skiff.providers.forked import ForkedProcess, open_pidfd
 
 log = logging.getLogger(__name__)
 
@@ -154,23 +156,6 @@ def forkable(launch: Launch, sandbox: SandboxSpot | None = None) -> Forkable | N
         sandbox = replace(sandbox, script=os.path.abspath(os.path.join(sandbox.cwd, rest[0])))
     key = ZygoteKey(os.path.abspath(interpreter), python_env, sandbox)
     return Forkable(key, rest, unbuffered)
-
-
-class ForkedProcess:
-    """A worker forked by a zygote: what ``local.py`` uses of an ``asyncio`` process."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._exited = asyncio.get_running_loop().create_future()
-
-    def exited(self, code: int) -> None:
-        if self.returncode is None:
-            self.returncode = code
-            self._exited.set_result(code)
-
-    async def wait(self) -> int:
-        return int(await asyncio.shield(self._exited))
 
 
 def _sender_pid(ancdata: list[tuple[int, int, bytes]]) -> int | None:
@@ -282,7 +267,7 @@ class _Zygote:
                 packet, sender = await _receive(ours)
                 if not packet:
                     break
-                self._on_message(packet, sender, loop.time())
+                self._on_message(packet, sender)
         except (OSError, TimeoutError, orjson.JSONDecodeError) as exc:
             log.warning("the fork server of %s ended: %s", self.key.interpreter, exc)
         finally:
@@ -291,7 +276,7 @@ class _Zygote:
                 self.failed_at = loop.time()
             await self._end()
 
-    def _on_message(self, packet: bytes, sender: int | None, now: float) -> None:
+    def _on_message(self, packet: bytes, sender: int | None) -> None:
         # A sandboxed zygote shares its sandbox with the tenant's workers, so what it says is
         # checked like any input: a malformed message is dropped, and a worker is known by the
         # pid the kernel vouches for, never by the one written in the message.
@@ -300,33 +285,45 @@ class _Zygote:
             if "forked" in message:
                 self._on_forked(int(message["forked"]), int(message["pid"]), sender)
             elif "exited" in message:
-                exited = self._children.pop(int(message["exited"]), None)
+                # Believed only of a worker that has ended (``forked.py``).
+                exited = self._children.get(int(message["exited"]))
                 if exited is not None:
                     exited.exited(int(message["code"]))
-                    if not self._children:
-                        self._idle_since = now
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             log.warning("the fork server of %s said something unreadable: %s", self.key, exc)
 
     def _on_forked(self, token: int, inner: int, sender: int | None) -> None:
         if sender is None:
             raise ValueError("a fork announced without its sender's credentials")
-        child = ForkedProcess(sender)
         waiter = self._waiting.pop(token, None)
+        try:
+            # Taken while the worker waits at its gate: the pid is still its own.
+            child = ForkedProcess(sender, open_pidfd(sender))
+        except ProcessLookupError:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(OSError("the forked worker ended before it was adopted"))
+            return
         if waiter is None or waiter.done():
             # Its caller gave up waiting (and started the worker the plain way).
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(sender, signal.SIGKILL)
+            child.signal_group(signal.SIGKILL)
             return
         self._children[inner] = child
+        child.on_end(lambda: self._forget(inner, child))
         waiter.set_result(child)
+
+    def _forget(self, inner: int, child: ForkedProcess) -> None:
+        if self._children.get(inner) is child:
+            del self._children[inner]
+            if not self._children:
+                self._idle_since = asyncio.get_running_loop().time()
 
     async def fork(
         self, forkable: Forkable, launch: Launch, log_fd: int, place: Place | None = None
     ) -> ForkedProcess:
-        """The worker, forked and announced. With ``place``, the child waits at a gate (a pipe)
-        until ``place`` has been called with its pid, before anything of its own runs; when
-        ``place`` fails the child is ended and the error raised."""
+        """The worker, forked and announced. The child waits at a gate (a pipe) until it is
+        adopted, and with ``place`` until ``place`` has been called with its pid, before
+        anything of its own runs; when ``place`` fails the child is ended and the error
+        raised."""
         assert self._sock is not None
         env = launch.env | ({"PYTHONUNBUFFERED": "1"} if forkable.unbuffered else {})
         self._tokens += 1
@@ -339,29 +336,24 @@ class _Zygote:
         }
         waiter: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._waiting[token] = waiter
-        fds = [log_fd]
-        gate = None
-        if place is not None:
-            gate = os.pipe()
-            fds.append(gate[0])
-            request["gated"] = True
+        # Every child waits at a gate until its pidfd is open (``forked.py``), and with
+        # ``place`` until it is placed.
+        gate = os.pipe()
         try:
             try:
                 # One packet (SOCK_SEQPACKET): it goes whole or not at all.
-                socket.send_fds(self._sock, [orjson.dumps(request)], fds)
+                socket.send_fds(self._sock, [orjson.dumps(request)], [log_fd, gate[0]])
             finally:
-                if gate is not None:
-                    os.close(gate[0])
+                os.close(gate[0])
             async with asyncio.timeout(_FORK_SECONDS):
                 child = await waiter
-            if place is not None and gate is not None:
+            if place is not None:
                 try:
                     place(child.pid)
                 except OSError:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(child.pid, signal.SIGKILL)
+                    child.signal_group(signal.SIGKILL)
                     raise
-                os.write(gate[1], b"g")
+            os.write(gate[1], b"g")
             return child
         except TimeoutError:
             # Taken for broken: ended, with whatever it forked (``run`` reports them).
@@ -371,8 +363,7 @@ class _Zygote:
             raise
         finally:
             self._waiting.pop(token, None)
-            if gate is not None:
-                os.close(gate[1])
+            os.close(gate[1])
 
     async def _end(self) -> None:
         """The zygote is gone: its workers die with it (PDEATHSIG); they are reported so."""
@@ -387,9 +378,8 @@ class _Zygote:
                 waiter.set_exception(OSError("the fork server ended"))
         self._waiting.clear()
         for child in list(self._children.values()):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.exited(-signal.SIGKILL)
+            child.signal_group(signal.SIGKILL)
+            child.ends_with(-signal.SIGKILL)
         self._children.clear()
         if self.group is not None:
             group, self.group = self.group, None

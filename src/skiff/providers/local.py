@@ -46,13 +46,13 @@ from skiff.providers.base import (
 from skiff.providers.bubblewrap import Sandbox
 from skiff.providers.cgroups import CGROUP_ENV, ZYGOTE_MEMORY_BYTES, Caps, Cgroups, Group, joining
 from skiff.providers.fork_server import (
-    ForkedProcess,
     ForkServers,
     Place,
     SandboxSpot,
     ZygoteKey,
     forkable,
 )
+from skiff.providers.forked import ForkedProcess
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,14 @@ def _kill_group(pgid: int, sig: signal.Signals) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def _signal_group(proc: asyncio.subprocess.Process | ForkedProcess, sig: signal.Signals) -> None:
+    """A forked worker is signalled only while its pidfd says it lives (``forked.py``)."""
+    if isinstance(proc, ForkedProcess):
+        proc.signal_group(sig)
+    else:
+        _kill_group(proc.pid, sig)
 
 
 async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
@@ -415,8 +423,11 @@ class LocalProvider:
     ) -> None:
         code = await proc.wait()
         # The leader is gone; end whatever it left in its group (the SDK's heartbeat process),
-        # and in its cgroup whatever left that group to outlive it.
-        _kill_group(proc.pid, signal.SIGKILL)
+        # and in its cgroup whatever left that group to outlive it. A forked worker's group was
+        # ended as its pidfd said it had ended (``forked.py``): by the time its zygote's report
+        # is given up on, its number may be another process's.
+        if not isinstance(proc, ForkedProcess):
+            _kill_group(proc.pid, signal.SIGKILL)
         over_memory: str | None = None
         if group is not None:
             if self._groups.get(worker_id) is group:
@@ -445,12 +456,12 @@ class LocalProvider:
         proc = self._procs.get(worker_id)
         if proc is None or proc.returncode is not None:
             return
-        _kill_group(proc.pid, signal.SIGTERM)
+        _signal_group(proc, signal.SIGTERM)
         try:
             async with asyncio.timeout(grace):
                 await asyncio.shield(proc.wait())
         except TimeoutError:
-            _kill_group(proc.pid, signal.SIGKILL)
+            _signal_group(proc, signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await asyncio.shield(proc.wait())

@@ -10,11 +10,13 @@ per packet:
 - zygote -> server, once: ``{"ready": true}`` after the imports, or ``{"error": "..."}`` and
   exit when they fail (the server then starts that interpreter's workers the plain way);
 - server -> zygote: ``{"fork": T, "argv": [...], "env": {...}, "cwd": "..."}`` with the
-  worker's log pipe as an attached file descriptor (``SCM_RIGHTS``);
+  worker's log pipe and the read end of its gate as attached file descriptors
+  (``SCM_RIGHTS``);
 - the forked worker -> server, first thing and once: ``{"forked": T, "pid": N}``, ``N`` its pid
   as it sees it. The server reads the worker's pid in its own namespace from the message's
   credentials (``SO_PASSCRED``): a zygote in a sandbox (its own PID namespace) numbers its
-  children otherwise. The worker then closes the socket, before any of its own code runs;
+  children otherwise. The worker then closes the socket and waits for a byte at its gate
+  before any of its own code runs (none: it exits);
 - zygote -> server: ``{"exited": N, "code": C}`` when a worker ends, ``N`` as the worker sent
   it (``C`` as ``asyncio``'s returncode: negative for a signal).
 
@@ -154,13 +156,13 @@ def main() -> None:
                 sock.close()
                 os.close(wake_r)
                 os.close(wake_w)
-                if request.get("gated"):
-                    # Nothing of the tenant's runs before the server has moved this process
-                    # into the worker's cgroup (``cgroups.py``); no go, no worker.
-                    go = os.read(fds[1], 1)
-                    os.close(fds[1])
-                    if not go:
-                        os._exit(70)
+                # Nothing of the tenant's runs before the server holds this process by a
+                # pidfd and has moved it into the worker's cgroup (``cgroups.py``); no go, no
+                # worker.
+                go = os.read(fds[1], 1)
+                os.close(fds[1])
+                if not go:
+                    os._exit(70)
                 _become(request, fds[0], base_path)
             for fd in fds:
                 os.close(fd)

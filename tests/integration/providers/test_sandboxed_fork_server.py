@@ -22,7 +22,7 @@ from eventually import eventually_async
 from pod_programs import pod_port
 from process_exits import Exits
 from skiff.domain.gpus import Gpu
-from skiff.providers import bubblewrap, fork_server, port_fence
+from skiff.providers import bubblewrap, fork_server, forked, port_fence
 from skiff.providers.base import Launch, ServedPorts
 from skiff.providers.fork_server import SandboxSpot, ZygoteKey, _Start, _Zygote
 from skiff.providers.local import LocalProvider
@@ -244,7 +244,7 @@ def test_what_a_zygote_says_is_checked_and_garbage_is_dropped() -> None:
         (b'{"exited": 99, "code": 0}', 10),  # no such worker
         (b"[1, 2]", 10),
     ):
-        zygote._on_message(packet, sender, 0.0)
+        zygote._on_message(packet, sender)
     assert zygote._children == {} and zygote._waiting == {}
 
 
@@ -255,7 +255,7 @@ async def test_a_worker_announced_for_no_waiting_fork_is_killed(box: Box) -> Non
     )
     spot = SandboxSpot("/h", "/c", None, "/runpod-volume", "/c/s.py")
     zygote = _Zygote(ZygoteKey("/usr/bin/python3", (), spot), _Start({}, None, None))
-    zygote._on_message(b'{"forked": 7, "pid": 3}', proc.pid, 0.0)
+    zygote._on_message(b'{"forked": 7, "pid": 3}', proc.pid)
     assert await asyncio.wait_for(proc.wait(), 10) == -signal.SIGKILL
     assert not zygote._children
 
@@ -278,3 +278,46 @@ async def test_a_forked_worker_binds_no_port_of_its_own_and_one_that_serves_star
     assert await box.run(served) == 0
     report = box.report(served.worker_id)
     assert not report["preloaded"] and report["bind"] == "bound"
+
+
+#: A tenant's own ``runpod`` package on its ``PYTHONPATH``, which its endpoint's zygote imports:
+#: it makes the zygote reap its workers and never say so.
+_SILENT_REAPER = """\
+import os, sys
+
+def _reap(sock):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+sys.modules["__main__"]._reap = _reap
+"""
+
+
+async def test_a_worker_its_zygote_reaps_without_a_word_is_still_seen_to_end(
+    box: Box, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its end comes from its pidfd: before, the server waited for the report for ever and
+    held the worker's pid, which the host gives to its next process."""
+    monkeypatch.setattr(forked, "REPORT_SECONDS", 0.2)
+    package = tmp_path / "tenant-path" / "runpod"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(_SILENT_REAPER)
+
+    def tenants(launch: Launch) -> Launch:
+        return replace(launch, env=launch.env | {"PYTHONPATH": str(package.parent)})
+
+    assert await box.run(tenants(box.launch())) == 0
+    await box.zygote_ready()
+    launch = tenants(box.launch())
+    assert await box.run(launch) == forked.EXIT_NOT_REPORTED
+    assert box.report(launch.worker_id)["ppid"] != 1  # it did come out of the zygote
+    # And the worker is forgotten: stopping it signals nothing.
+    killed: list[int] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, sig: killed.append(pgid))
+    await box.provider.stop(launch.worker_id, 1)
+    assert killed == []
