@@ -1,6 +1,7 @@
 """The collaborators a service test leaves out, each the answer of the plain case: a client
 still connected, nothing keeping an endpoint's workers from running, any webhook URL allowed,
-no queued job to age, a fleet that only records which workers it was told to end."""
+no queued job to age, a fleet that only records which workers it was told to end; and the plain
+endpoint and job a test starts from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skiff.domain.endpoints import Endpoint, EndpointSpec, EndpointType, ScalerType
+from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.placement import Blocker
 from skiff.domain.workers import Worker
 
@@ -49,3 +51,20 @@ def lb_endpoint(created_at: float, **spec: Any) -> Endpoint:
     return Endpoint(
         id="ep1", userId="u1", version=1, createdAt=created_at, spec=EndpointSpec(**(fields | spec))
     )
+
+
+def a_job(**changes: Any) -> Job:
+    """Job ``j1`` of endpoint ``ep1``, queued at 0 with the defaults; ``changes`` set the rest."""
+    fields: dict[str, Any] = {
+        "id": "j1",
+        "endpoint_id": "ep1",
+        "status": JobStatus.IN_QUEUE,
+        "input_json": "{}",
+        "execution_timeout_ms": 600_000,
+        "ttl_ms": 86_400_000,
+        "low_priority": False,
+        "webhook": None,
+        "s3_config_json": None,
+        "submitted_at": 0.0,
+    }
+    return Job(**(fields | changes))

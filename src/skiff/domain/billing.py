@@ -14,9 +14,13 @@ import datetime as dt
 import enum
 import math
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from skiff.domain.containers import DEFAULT_FLAVOR
+from skiff.domain.endpoints import ComputeType, EndpointSpec
+from skiff.domain.jobs import Job
 
 #: What the hosted platform counts a month of storage as (hours).
 HOURS_PER_MONTH = 730.0
@@ -67,6 +71,45 @@ class Usage:
     cpu_flavor: str | None = None
     vcpus: int = 0
     disk_gb: int = 0
+
+
+def flavor_of(flavors: Sequence[str]) -> str:
+    """The flavor a CPU worker or pod runs as: the first it lists, else the default."""
+    return str(flavors[0]) if flavors else str(DEFAULT_FLAVOR)
+
+
+def call_usage(
+    job: Job,
+    spec: EndpointSpec,
+    billed_as: str,
+    gpu: str | None,
+    gpu_ids: str | None,
+    ended_at: float,
+) -> Usage | None:
+    """What a public model's caller is billed for one run of its job (one attempt), ended at
+    ``ended_at``: its run time, at the rate of one worker of the endpoint (``spec``; ``gpu``
+    and ``gpu_ids``, the worker that ran it, None when it is gone), under ``billed_as`` (the
+    model's id). None for a job that is no caller's (the owner's own) or that never started.
+
+    The usage's id names the run, ``call:<job>:<retries>:<attempt>`` (each start of a job
+    raises one of the two), so a run recorded twice is one row: the store keeps the first."""
+    if job.caller_id is None or job.started_at is None:
+        return None
+    gpus = len(gpu_ids.split(",")) if gpu_ids else 0
+    cpu = spec.computeType is ComputeType.CPU or not gpus
+    return Usage(
+        id=f"call:{job.id}:{job.retries}:{job.attempt}",
+        user_id=job.caller_id,
+        kind=UsageKind.WORKER,
+        started_at=job.started_at,
+        ended_at=max(ended_at, job.started_at),
+        endpoint_id=billed_as,
+        instance_id=job.worker_id,
+        gpu_type=None if cpu else gpu,
+        gpu_count=0 if cpu else gpus,
+        cpu_flavor=flavor_of(spec.cpuFlavorIds) if cpu else None,
+        vcpus=spec.vcpuCount if cpu else 0,
+    )
 
 
 # -- buckets ------------------------------------------------------------------------------

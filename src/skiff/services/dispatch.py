@@ -8,7 +8,6 @@ decision already made.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Awaitable, Callable
 
 from attrs import define, field
@@ -407,7 +406,7 @@ class Dispatch:
         """Its jobs go back to the queue (or fail once they used up their attempts).
         ``unseen_since``: nobody saw it end (its replica died, it went silent), so what it ran
         ended when it last called in, not now: a public model's caller is billed the attempt up
-        to then, not the time no server ran it."""
+        to then, not the time no server ran it (by the store, as it releases the jobs)."""
         alive_until = worker.last_seen if unseen_since else None
         released = await self._release(worker.id, reason, alive_until)
         self._announce(released)
@@ -447,21 +446,13 @@ class Dispatch:
     async def _release(
         self, worker_id: str | None, reason: str, alive_until: float | None = None
     ) -> list[Job]:
-        """``release_jobs``; a public model's caller's job it queues again was cut short
-        (``JobEvents.cut_short``), so the attempt it ran is billed to its caller, as the
-        attempt that ends a job is: up to now, or to ``alive_until`` (when its worker was last
-        seen) where that is earlier."""
+        """``release_jobs`` now; the store bills a public model's caller the attempt of each
+        job it queues again as it does: up to now, or to ``alive_until`` (when its worker was
+        last seen) where that is earlier."""
         now = self._clock.now()
-        calls = await self._store.running_calls(worker_id, now)
-        released = await self._store.release_jobs(worker_id, now, self._max_attempts, reason)
-        if calls:
-            again = {j.id for j in released if j.status is JobStatus.IN_QUEUE}
-            for job in calls:
-                if job.id in again:
-                    ended = now if alive_until is None else min(now, alive_until)
-                    ended = max(ended, job.started_at or ended)
-                    self._events.cut_short(dataclasses.replace(job, finished_at=ended))
-        return released
+        return await self._store.release_jobs(
+            worker_id, now, self._max_attempts, reason, alive_until
+        )
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:

@@ -206,8 +206,6 @@ class Services:
         )
         events.on_final(metrics.job_finished)
         events.on_final(webhooks.job_finished)
-        events.on_final(meter.call_finished)
-        events.on_cut_short(meter.call_finished)
 
         async def webhook_guard(url: str) -> None:
             await check_webhook_url(url, settings.webhook_allow_private)

@@ -24,7 +24,6 @@ class JobEvents:
     def __init__(self, wakeups: Wakeups) -> None:
         self._wakeups = wakeups
         self._subscribers: list[OnFinal] = []
-        self._cut_short: list[OnFinal] = []
         #: Jobs a caller on this replica waits for (``awaiting``), each with how many wait and
         #: the job as it became final here, once it has: the waiter's answer without a read.
         self._awaited: dict[str, tuple[int, Job | None]] = {}
@@ -47,19 +46,6 @@ class JobEvents:
     def on_final(self, subscriber: OnFinal) -> None:
         """Call ``subscriber`` with every job that becomes final from now on."""
         self._subscribers.append(subscriber)
-
-    def on_cut_short(self, subscriber: OnFinal) -> None:
-        """Call ``subscriber`` with every job removed while it ran (``cut_short``)."""
-        self._cut_short.append(subscriber)
-
-    def cut_short(self, job: Job) -> None:
-        """``job`` was removed while its worker ran it (its ttl ran out) and never becomes
-        final; ``finished_at`` is when. Its waiters wake to find it gone; what it ran is still
-        accounted (the meter bills a public model's caller for it), though nothing else of a
-        final job follows (no webhook: it has no outcome)."""
-        self._wakeups.notify(Wake.job(job.id))
-        for subscriber in self._cut_short:
-            subscriber(job)
 
     def finished(self, job: Job, stop_worker: bool = False) -> None:
         """``job`` just became final. ``stop_worker``: it was cancelled or timed out while its

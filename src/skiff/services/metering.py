@@ -14,22 +14,23 @@ they lead for a moment, or a hook and a pass, never count a second twice. A serv
 outright leaves its usages open; the next leader, as it takes the lead, ends those not seen for
 two passes where they were last seen, and opens usages again for what still runs from then on:
 the time no server metered (a few seconds on a failover) is not billed.
+
+A public model's caller is billed each run of its job (``domain.billing.call_usage``) by the
+store, in the transaction that ends the run, not here: no crash can lose it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from attrs import define, field
 
 from skiff.clock import Clock
-from skiff.domain.billing import Usage, UsageKind
-from skiff.domain.containers import DEFAULT_FLAVOR
+from skiff.domain.billing import Usage, UsageKind, flavor_of
 from skiff.domain.endpoints import ComputeType
-from skiff.domain.jobs import Job
 from skiff.domain.pods import DesiredStatus
 from skiff.domain.workers import WorkerKind, WorkerState
 from skiff.ids import short_id
@@ -68,7 +69,6 @@ class Meter:
     #: Subjects seen not billable (a throttled worker): they count from when they become so.
     _waiting: set[str] = field(init=False, factory=set)
     _lock: asyncio.Lock = field(init=False, factory=asyncio.Lock)
-    _calls: set[asyncio.Task[None]] = field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
         #: An end is never put more than this after the usage was last seen: what ends long
@@ -103,46 +103,6 @@ class Meter:
         """The thing is gone now: its usage ends at this very moment."""
         async with self._lock:
             await self._store.end_usage(subject(kind, thing_id), self._clock.now(), self._gap)
-
-    def call_finished(self, job: Job) -> None:
-        """A job ended (``JobEvents``). One a public model's caller ran (not its owner) is billed
-        to that caller: its run time, at the rate of one worker of the endpoint, under the
-        model's id. (The worker's own time is the owner's, metered as any worker's.)"""
-        if job.caller_id is None or job.started_at is None or job.finished_at is None:
-            return
-        task = asyncio.create_task(self._bill_call(job))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
-
-    async def _bill_call(self, job: Job) -> None:
-        assert job.caller_id is not None and job.started_at is not None
-        assert job.finished_at is not None
-        try:
-            endpoint = await self._store.get_endpoint(job.endpoint_id)
-            if endpoint is None:
-                return
-            models = [m for m in await self._store.public_models() if m.endpoint_id == endpoint.id]
-            worker = await self._store.get_worker(job.worker_id) if job.worker_id else None
-            gpus = len(worker.gpu_ids.split(",")) if worker and worker.gpu_ids else 0
-            cpu = endpoint.spec.computeType is ComputeType.CPU or not gpus
-            usage = Usage(
-                id=short_id(),
-                user_id=job.caller_id,
-                kind=UsageKind.WORKER,
-                started_at=job.started_at,
-                endpoint_id=models[0].model_id if models else endpoint.id,
-                instance_id=job.worker_id,
-                gpu_type=None if cpu or worker is None else worker.gpu,
-                gpu_count=0 if cpu else gpus,
-                cpu_flavor=_flavor(endpoint.spec.cpuFlavorIds) if cpu else None,
-                vcpus=endpoint.spec.vcpuCount if cpu else 0,
-            )
-            key = f"call:{job.id}"
-            async with self._lock:  # so a pass cannot end it between its opening and its end
-                await self._store.open_usage(usage, key, job.finished_at)
-                await self._store.end_usage(key, job.finished_at, self._gap)
-        except Exception:
-            log.exception("billing job %s to its caller failed", job.id)
 
     async def pass_once(self) -> None:
         async with self._lock:
@@ -193,7 +153,7 @@ class Meter:
                 instance_id=worker.id,
                 gpu_type=None if cpu else worker.gpu,
                 gpu_count=0 if cpu else gpus,
-                cpu_flavor=_flavor(endpoint.spec.cpuFlavorIds) if cpu else None,
+                cpu_flavor=flavor_of(endpoint.spec.cpuFlavorIds) if cpu else None,
                 vcpus=endpoint.spec.vcpuCount if cpu else 0,
             )
         self._waiting = waiting
@@ -211,7 +171,7 @@ class Meter:
                     instance_id=pod.id,
                     gpu_type=pod.placement.gpuName if gpus else None,
                     gpu_count=gpus,
-                    cpu_flavor=_flavor(spec.cpuFlavorIds)
+                    cpu_flavor=flavor_of(spec.cpuFlavorIds)
                     if spec.computeType is ComputeType.CPU
                     else None,
                     vcpus=spec.vcpuCount if spec.computeType is ComputeType.CPU else 0,
@@ -236,11 +196,6 @@ class Meter:
                 disk_gb=volume.size,
             )
         return wanted
-
-
-def _flavor(flavors: Sequence[str]) -> str:
-    """The flavor a CPU worker or pod runs as: the first it lists, else the default."""
-    return str(flavors[0]) if flavors else str(DEFAULT_FLAVOR)
 
 
 def _same(have: Usage, want: Usage) -> bool:

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from attrs import define
@@ -58,13 +57,10 @@ class Reaper:
         while True:
             expired = await self._store.expire_jobs(now, EXPIRE_BATCH)
             for job in expired:
-                if job.status is not JobStatus.IN_PROGRESS:
-                    # Gone rather than final: its waiters wake to find it no longer there.
-                    self._wakeups.notify(Wake.job(job.id))
-                    continue
-                # Removed while it ran: what it ran is still accounted (its caller billed).
-                self._events.cut_short(dataclasses.replace(job, finished_at=now))
-                if job.worker_id is not None:
+                # Gone rather than final: its waiters wake to find it no longer there. One
+                # removed while it ran was billed to its caller in the removal (the store).
+                self._wakeups.notify(Wake.job(job.id))
+                if job.status is JobStatus.IN_PROGRESS and job.worker_id is not None:
                     self._dispatch.request_stop(job.worker_id)
             if len(expired) < EXPIRE_BATCH:
                 break

@@ -279,6 +279,10 @@ class Store(Protocol):
     async def endpoints_using_template(self, template_id: str) -> list[str]: ...
 
     # -- jobs -----------------------------------------------------------------------
+    # Whatever ends a run of a public model's caller's job (a final state, a requeue, a removal
+    # by its ttl) records that run's usage for the caller in the same transaction
+    # (``domain.billing.call_usage``): a crash cannot leave the one without the other, and a
+    # run is recorded once.
     async def insert_job(self, job: Job) -> None: ...
 
     async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
@@ -291,11 +295,6 @@ class Store(Protocol):
 
     async def set_job_ttl(self, endpoint_id: str, job_id: str, ttl_ms: int) -> Job | None:
         """A new ttl, counted from submission."""
-        ...
-
-    async def running_calls(self, worker_id: str | None, now: float) -> list[Job]:
-        """The jobs of public models' callers that ``release_jobs(worker_id, now, ...)``
-        would release now, as they are before it."""
         ...
 
     async def time_out_jobs(self, now: float) -> list[Job]:
@@ -426,11 +425,18 @@ class Store(Protocol):
         ...
 
     async def release_jobs(
-        self, worker_id: str | None, now: float, max_attempts: int, reason: str
+        self,
+        worker_id: str | None,
+        now: float,
+        max_attempts: int,
+        reason: str,
+        alive_until: float | None = None,
     ) -> list[Job]:
         """Jobs held by a lost worker (or, with ``None``, any job whose lease lapsed) go back
         to the queue; those that used up their attempts are FAILED with ``reason``. Jobs lined
-        up on it that never started go back as they were, no attempt counted."""
+        up on it that never started go back as they were, no attempt counted. A caller's job
+        queued again is billed the attempt it ran up to ``now``, or to ``alive_until`` (when
+        its worker was last seen) where that is earlier."""
         ...
 
     # -- webhooks -------------------------------------------------------------------------

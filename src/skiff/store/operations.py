@@ -26,7 +26,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from skiff.domain.billing import Usage
+from skiff.domain.billing import Usage, call_usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.domain.pods import Pod, PodPlacement
@@ -772,8 +772,12 @@ class SqlStore:
     async def expire_jobs(self, now: float, limit: int) -> list[Job]:
         async def op(c: Connection) -> list[Job]:
             jobs = await c.read("expire_jobs", job_from_row, now=now, limit=limit)
-            running = [(j.worker_id, j.id) for j in jobs if j.status is JobStatus.IN_PROGRESS]
-            await self._signal_stop(c, running, "ttl expired", now)
+            running = [j for j in jobs if j.status is JobStatus.IN_PROGRESS]
+            await self._signal_stop(c, [(j.worker_id, j.id) for j in running], "ttl expired", now)
+            for job in running:
+                # Removed while it ran, never final: what it ran is billed all the same.
+                if job.caller_id is not None:
+                    await self._bill_call(c, job, now)
             if jobs:
                 ids = c.ids([j.id for j in jobs])
                 await c.execute("delete_stream_chunks_of_jobs", job_ids=ids)
@@ -908,17 +912,21 @@ class SqlStore:
 
         await self._write(op)
 
-    async def running_calls(self, worker_id: str | None, now: float) -> list[Job]:
-        if worker_id is None:
-            rows = await self._rows("running_calls_of_lapsed_leases", now=now)
-        else:
-            rows = await self._rows("running_calls_of_worker", worker_id=worker_id)
-        return [job_from_row(r) for r in rows]
-
     async def release_jobs(
-        self, worker_id: str | None, now: float, max_attempts: int, reason: str
+        self,
+        worker_id: str | None,
+        now: float,
+        max_attempts: int,
+        reason: str,
+        alive_until: float | None = None,
     ) -> list[Job]:
         async def op(c: Connection) -> list[Job]:
+            # Callers' jobs as they run, before the release: the attempt of each requeued is
+            # billed up to now, or to when its worker was last seen where that is earlier.
+            if worker_id is None:
+                calls = await c.read("running_calls_of_lapsed_leases", job_from_row, now=now)
+            else:
+                calls = await c.read("running_calls_of_worker", job_from_row, worker_id=worker_id)
             unlined = await self._unline(c, worker_id, now)
             if worker_id is None:
                 failed = await c.read(
@@ -942,16 +950,26 @@ class SqlStore:
             if requeued:
                 ids = c.ids([j.id for j in requeued])
                 await c.execute("delete_stream_chunks_of_jobs", job_ids=ids)
+                again = {j.id for j in requeued}
+                ended = now if alive_until is None else min(now, alive_until)
+                for job in calls:
+                    if job.id in again:
+                        await self._bill_call(c, job, ended)
             await self._after_final(c, failed)
             return failed + requeued + unlined
 
         return await self._write(op)
 
     async def _after_final(self, c: Connection, jobs: list[Job]) -> None:
-        """In the transaction that made jobs final: store their webhook deliveries, so a crash
-        right after can lose none (the sender attempts them later)."""
+        """In the transaction that made jobs final: bill each public model's caller its job's
+        last run and store their webhook deliveries, so a crash right after can lose neither
+        (the sender attempts the deliveries later)."""
         for job in jobs:
-            if job.webhook is None or job.finished_at is None:
+            if job.finished_at is None:
+                continue
+            if job.caller_id is not None:
+                await self._bill_call(c, job, job.finished_at)
+            if job.webhook is None:
                 continue
             # Signed with the secret of whoever submitted the job: a public model's caller gets
             # its own, never the model owner's (which would let any caller have messages of its
@@ -964,6 +982,27 @@ class SqlStore:
                 signer = owner["user_id"]
             params = webhook_delivery_params(job, signer, job.finished_at)
             await c.execute("add_webhook_delivery", **params)
+
+    @staticmethod
+    async def _bill_call(c: Connection, job: Job, ended_at: float) -> None:
+        """In the transaction that ended a run of a public model's caller's job (made it final,
+        requeued it, removed it): the run billed to the caller (``domain.billing.call_usage``),
+        so that no crash separates the two. A run recorded again (the same id) is kept once."""
+        if job.started_at is None:
+            return
+        rate = await c.fetchrow("call_rate", endpoint_id=job.endpoint_id, worker_id=job.worker_id)
+        if rate is None:
+            return  # its endpoint is gone: nothing to bill the run at
+        usage = call_usage(
+            job,
+            EndpointSpec.model_validate_json(rate["spec"]),
+            rate["model_id"] or job.endpoint_id,
+            rate["gpu"],
+            rate["gpu_ids"],
+            ended_at,
+        )
+        if usage is not None:
+            await c.execute("record_call_usage", **usage_params(usage, f"call:{job.id}", ended_at))
 
     @staticmethod
     async def _signal_stop(

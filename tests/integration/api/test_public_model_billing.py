@@ -1,16 +1,23 @@
 """What a public model's caller is billed for runs that do not end its job: one whose ttl runs
 out while it runs (the job is removed rather than made final), and each attempt cut off by its
-worker's loss before the job is queued again (``JobEvents.cut_short``). Billed nothing before:
-a short ttl, or an input that crashes the worker, ran a model for free."""
+worker's loss before the job is queued again. Billed nothing before: a short ttl, or an input
+that crashes the worker, ran a model for free. And a run that ended just before the server was
+killed: billed by the store with its end, it is billed once when the next server starts."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from eventually import eventually_async
 from in_process import InProcess, running
+from pgtest import PG_DSN, fresh_schema
 from skiff.clock import ManualClock
+from skiff.domain.jobs import Job
 
 
 async def _published(app: InProcess) -> tuple[str, str, str]:
@@ -108,3 +115,52 @@ async def test_an_attempt_whose_worker_went_silent_is_billed_to_its_last_call_no
 
         await eventually_async(lambda: _billed(app, bob_id), "the caller billed")
         assert await _billed(app, bob_id) == [(started, started + 10)]
+
+
+@contextlib.asynccontextmanager
+async def _database(name: str) -> AsyncIterator[dict[str, Any]]:
+    """The settings of a database that outlives the servers started on it."""
+    if name == "sqlite":
+        yield {}
+        return
+    async with fresh_schema() as schema:
+        yield {"database_url": PG_DSN, "database_schema": schema}
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+async def test_a_callers_job_finished_just_before_a_crash_is_billed_once_after_the_restart(
+    tmp_path: Path, database: str
+) -> None:
+    """The server is killed (SIGKILL) right after the worker's result is committed: nothing it
+    would do next in memory (the job's events and what their subscribers start) happens. The
+    next server on the same database, leading from its start, has bob billed for the run, once,
+    though the worker sends its result again (its answer was lost) and the leader's loops run."""
+    clock = ManualClock()
+    async with _database(database) as db:
+        async with running(tmp_path / "data", clock=clock, **db) as app:
+            endpoint_id, key, bob_id = await _published(app)
+            async with app.as_user(key) as caller:
+                job_id = (await caller.post("/v2/m1/run", json={"input": {}})).json()["id"]
+            done = f"/v2/{endpoint_id}/job-done/w-1/{job_id}?isStream=false"
+            async with await app.worker(endpoint_id) as worker:
+                started = clock.now()
+                await worker.get(f"/v2/{endpoint_id}/job-take/w-1?job_in_progress=0")
+                clock.advance(7)
+
+                def killed(job: Job, stop_worker: bool = False) -> None:
+                    """The process is gone: nothing after the commit runs."""
+
+                app.services.job_events.finished = killed  # type: ignore[method-assign]
+                answered = await worker.post(done, json={"output": {"n": 1}})
+                assert answered.status_code == 200, answered.text
+            job = await app.services.store.get_job(endpoint_id, job_id)
+            assert job is not None and job.status.value == "COMPLETED"
+
+        clock.advance(30)
+        async with running(tmp_path / "data", clock=clock, **db) as app:
+            async with await app.worker(endpoint_id) as worker:
+                again = await worker.post(done, json={"output": {"n": 1}})
+                assert again.status_code == 200, again.text
+            await app.services.meter.pass_once()
+            await app.services.reaper.pass_once()
+            assert await _billed(app, bob_id) == [(started, started + 7)]

@@ -3,15 +3,24 @@
 
 At most one usage of a subject is open at once, whoever opens it; an end is never before its
 start; a usage last seen long ago ends where it was last seen; a user reads only their own
-usages that overlap the range asked for."""
+usages that overlap the range asked for. A run of a public model's caller's job is recorded by
+whatever ends it, in the same operation, and once however often (or however many replicas at
+once) end it."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from integration.store import test_store_contract as contract
-from integration.store.test_store_contract import T0
+from integration.store.test_store_contract import EP, T0, make_endpoint, make_job, make_worker
 from skiff.domain.billing import Usage, UsageKind
+from skiff.domain.jobs import JobStatus
+from skiff.domain.public_models import PublicModel
 from skiff.domain.volumes import NetworkVolume
 from skiff.store.base import Store
 
@@ -104,3 +113,111 @@ async def test_every_owners_network_volumes_are_listed_for_the_meter(store: Stor
         ("alice", "v-1", 5),
         ("bob", "v-2", 5),
     ]
+
+
+# -- public models' callers' runs -------------------------------------------------------------
+
+
+async def _a_callers_job_running(store: Store, **job: Any) -> None:
+    """Endpoint ``EP``, published as "m1", runs bob's job "j-1" on its worker "w-1" (two GPUs)
+    from ``T0 + 1``."""
+    await store.create_endpoint(make_endpoint())
+    await store.publish_model(PublicModel("m1", EP, "", "u-1", T0))
+    await store.save_worker(replace(make_worker("w-1"), gpu="NVIDIA A40", gpu_ids="0,1"))
+    await store.insert_job(make_job("j-1", caller_id="bob", **job))
+    [claimed] = await store.claim_jobs(EP, "w-1", 1, now=T0 + 1, lease_until=T0 + 61)
+    assert claimed.id == "j-1"
+
+
+def _run(ended_at: float, attempt: int = 1, retries: int = 0) -> Usage:
+    """bob's run of "j-1", from ``T0 + 1``, as it is billed."""
+    return Usage(
+        id=f"call:j-1:{retries}:{attempt}",
+        user_id="bob",
+        kind=UsageKind.WORKER,
+        started_at=T0 + 1,
+        ended_at=ended_at,
+        endpoint_id="m1",
+        instance_id="w-1",
+        gpu_type="NVIDIA A40",
+        gpu_count=2,
+    )
+
+
+#: Each way a running job's run ends (T0 + 8 unless said), and when that run is billed to.
+ENDS: dict[str, tuple[Callable[[Store], Awaitable[object]], float]] = {
+    "its worker's result": (
+        lambda s: s.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 8),
+        T0 + 8,
+    ),
+    "a cancel": (lambda s: s.cancel_job(EP, "j-1", T0 + 8), T0 + 8),
+    "its execution timeout": (lambda s: s.time_out_jobs(T0 + 8), T0 + 8),
+    "its ttl": (lambda s: s.expire_jobs(T0 + 8, 10), T0 + 8),
+    "its worker lost": (lambda s: s.release_jobs("w-1", T0 + 8, 3, "lost"), T0 + 8),
+    "its worker lost unseen since": (
+        lambda s: s.release_jobs("w-1", T0 + 30, 3, "lost", alive_until=T0 + 8),
+        T0 + 8,
+    ),
+    "its worker lost on its last attempt": (
+        lambda s: s.release_jobs("w-1", T0 + 8, 1, "lost"),
+        T0 + 8,
+    ),
+    "its lease lapsed": (lambda s: s.release_jobs(None, T0 + 62, 3, "lapsed"), T0 + 62),
+}
+
+
+@pytest.mark.parametrize("end", list(ENDS), ids=list(ENDS))
+async def test_a_callers_run_is_recorded_once_by_whatever_ends_it_however_often(
+    store: Store, end: str
+) -> None:
+    """Two at once (two replicas, or a retry racing the first): one ends the run, and the run
+    is recorded once."""
+    await _a_callers_job_running(store, execution_timeout_ms=7_000, ttl_ms=8_000)
+    ending, ended_at = ENDS[end]
+    await asyncio.gather(ending(store), ending(store))
+    await ending(store)
+    assert await store.usages_of("bob", T0, T0 + 100) == [_run(ended_at)]
+
+
+async def test_the_owners_own_job_records_no_run(store: Store) -> None:
+    await store.create_endpoint(make_endpoint())
+    await store.publish_model(PublicModel("m1", EP, "", "u-1", T0))
+    await store.insert_job(make_job("j-1"))
+    await store.claim_jobs(EP, "w-1", 1, now=T0 + 1, lease_until=T0 + 61)
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 8)
+    assert await store.usages_of("u-1", T0, T0 + 100) == []
+    assert await store.open_usages() == []
+
+
+async def test_a_callers_job_that_never_ran_records_nothing(store: Store) -> None:
+    await store.create_endpoint(make_endpoint())
+    await store.insert_job(make_job("j-1", caller_id="bob"))
+    assert await store.cancel_job(EP, "j-1", T0 + 8) is not None
+    assert await store.usages_of("bob", T0, T0 + 100) == []
+
+
+async def test_each_run_of_a_callers_job_is_recorded_apart(store: Store) -> None:
+    """Queued again by its worker's loss, then run to a failure, retried and run again: three
+    runs, each its own record."""
+    await _a_callers_job_running(store)
+    await store.release_jobs("w-1", T0 + 8, 3, "lost")
+    await store.claim_jobs(EP, "w-1", 1, now=T0 + 10, lease_until=T0 + 70)
+    await store.finish_job("j-1", "w-1", JobStatus.FAILED, None, "boom", T0 + 12)
+    assert await store.retry_job(EP, "j-1") is not None
+    await store.claim_jobs(EP, "w-1", 1, now=T0 + 20, lease_until=T0 + 80)
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 25)
+    billed = await store.usages_of("bob", T0, T0 + 100)
+    assert [(u.id, u.started_at, u.ended_at) for u in billed] == [
+        ("call:j-1:0:1", T0 + 1, T0 + 8),
+        ("call:j-1:1:2", T0 + 10, T0 + 12),
+        ("call:j-1:2:1", T0 + 20, T0 + 25),
+    ]
+
+
+async def test_a_run_of_a_model_withdrawn_meanwhile_is_recorded_under_its_endpoint(
+    store: Store,
+) -> None:
+    await _a_callers_job_running(store)
+    assert await store.unpublish_model("m1")
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, "1", None, T0 + 8)
+    assert await store.usages_of("bob", T0, T0 + 100) == [replace(_run(T0 + 8), endpoint_id=EP)]

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import skiff.console
+from service_stubs import a_job
 from skiff.console.job_pages import timings
 from skiff.console.render import environment
 from skiff.domain.jobs import Job, JobStatus
@@ -36,18 +37,7 @@ def _facts(job: Job) -> str:
     return worker_line
 
 
-QUEUED = Job(
-    id="j1",
-    endpoint_id="ep1",
-    status=JobStatus.IN_QUEUE,
-    input_json="{}",
-    execution_timeout_ms=600_000,
-    ttl_ms=86_400_000,
-    low_priority=False,
-    webhook=None,
-    s3_config_json=None,
-    submitted_at=NOW - 5,
-)
+QUEUED = a_job(submitted_at=NOW - 5)
 
 
 def test_a_queued_job_names_no_worker() -> None:

@@ -1,13 +1,16 @@
 """Billing, pure (``domain/billing``): UTC buckets, intervals split exactly at their
-boundaries, prices applied per GPU, per vCPU and per GB-month, and the price table's file."""
+boundaries, prices applied per GPU, per vCPU and per GB-month, the price table's file, and
+what a public model's caller's run is billed as."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from service_stubs import a_job
 from skiff.domain.billing import (
     MAX_BUCKETS,
     BucketSize,
@@ -17,11 +20,14 @@ from skiff.domain.billing import (
     UsageKind,
     bucket_count,
     bucket_start,
+    call_usage,
     load_prices,
     next_bucket,
     parse_prices,
     records,
 )
+from skiff.domain.endpoints import ComputeType, CpuFlavor, EndpointSpec
+from skiff.domain.jobs import JobStatus
 
 RTX = "NVIDIA GeForce RTX 4090"
 PRICES = Prices(gpu_hour={RTX: 0.5}, vcpu_hour=0.01, volume_gb_month=0.73)
@@ -200,3 +206,54 @@ def test_the_price_table_file_is_read_or_its_problem_named(tmp_path: Path) -> No
     assert load_prices(table) == Prices(vcpu_hour=0.5)
     with pytest.raises(ValueError, match=r"SKIFF_PRICES .*missing\.toml: cannot read it"):
         load_prices(tmp_path / "missing.toml")
+
+
+#: bob's job "j1" on "ep1", run a second time (after one retry) by "w-1" from 110.
+CALLERS_RUN = a_job(
+    status=JobStatus.COMPLETED,
+    submitted_at=100.0,
+    started_at=110.0,
+    worker_id="w-1",
+    caller_id="bob",
+    attempt=2,
+    retries=1,
+)
+
+
+def test_a_callers_run_is_billed_one_worker_of_the_endpoint_under_the_model_id() -> None:
+    gpu = EndpointSpec(name="e", templateId="t")
+    usage = call_usage(CALLERS_RUN, gpu, "m1", RTX, "0,1", ended_at=117.0)
+    assert usage == Usage(
+        id="call:j1:1:2",
+        user_id="bob",
+        kind=UsageKind.WORKER,
+        started_at=110.0,
+        ended_at=117.0,
+        endpoint_id="m1",
+        instance_id="w-1",
+        gpu_type=RTX,
+        gpu_count=2,
+    )
+    cpu = EndpointSpec(
+        name="e",
+        templateId="t",
+        computeType=ComputeType.CPU,
+        cpuFlavorIds=[CpuFlavor.cpu5c],
+        vcpuCount=4,
+    )
+    on_cpu = call_usage(CALLERS_RUN, cpu, "m1", None, None, ended_at=117.0)
+    assert on_cpu is not None
+    assert (on_cpu.gpu_type, on_cpu.gpu_count, on_cpu.cpu_flavor, on_cpu.vcpus) == (
+        None,
+        0,
+        "cpu5c",
+        4,
+    )
+
+
+def test_only_a_callers_run_that_started_is_billed_and_never_before_its_start() -> None:
+    spec = EndpointSpec(name="e", templateId="t")
+    assert call_usage(replace(CALLERS_RUN, caller_id=None), spec, "m1", RTX, "0", 117.0) is None
+    assert call_usage(replace(CALLERS_RUN, started_at=None), spec, "m1", RTX, "0", 117.0) is None
+    early = call_usage(CALLERS_RUN, spec, "m1", RTX, "0", ended_at=105.0)
+    assert early is not None and early.ended_at == 110.0

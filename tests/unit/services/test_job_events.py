@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import pytest
 
+from service_stubs import a_job
 from skiff.clock import ManualClock
 from skiff.domain.jobs import Job, JobStatus
 from skiff.services.job_events import JobEvents
@@ -16,17 +17,10 @@ from skiff.store.base import Store
 
 
 def final_job(worker_id: str | None = "w1", webhook: str | None = None) -> Job:
-    return Job(
-        id="j1",
-        endpoint_id="ep1",
+    return a_job(
         status=JobStatus.CANCELLED,
-        input_json="{}",
         execution_timeout_ms=60_000,
-        ttl_ms=86_400_000,
-        low_priority=False,
         webhook=webhook,
-        s3_config_json=None,
-        submitted_at=0.0,
         worker_id=worker_id,
     )
 

@@ -107,8 +107,8 @@ SET status = 'FAILED', error = :reason, finished_at = :now,
 WHERE status = 'IN_PROGRESS' AND lease_until < :now AND attempt >= :max_attempts
 RETURNING *;
 
--- A public model's callers' jobs that a release would requeue, read just before it: what
--- their attempt ran is billed (services/dispatch.py).
+-- A public model's callers' jobs that a release would requeue, read just before it in its
+-- transaction: what their attempt ran is billed with the release (store/operations.py).
 -- name: running_calls_of_lapsed_leases
 SELECT * FROM jobs
 WHERE status = 'IN_PROGRESS' AND lease_until < :now AND caller_id IS NOT NULL;

@@ -11,6 +11,25 @@ VALUES (:id, :subject, :user_id, :kind, :started_at, :ended_at, :last_seen, :end
         :instance_id, :volume_id, :gpu_type, :gpu_count, :cpu_flavor, :vcpus, :disk_gb)
 ON CONFLICT (subject) WHERE ended_at IS NULL DO NOTHING;
 
+-- A run of a public model's caller's job, recorded ended in the transaction that ended it
+-- (store/operations.py): its id names the run, so a run recorded again is kept once.
+-- name: record_call_usage
+INSERT INTO usage (id, subject, user_id, kind, started_at, ended_at, last_seen, endpoint_id,
+                   pod_id, instance_id, volume_id, gpu_type, gpu_count, cpu_flavor, vcpus,
+                   disk_gb)
+VALUES (:id, :subject, :user_id, :kind, :started_at, :ended_at, :last_seen, :endpoint_id, :pod_id,
+        :instance_id, :volume_id, :gpu_type, :gpu_count, :cpu_flavor, :vcpus, :disk_gb)
+ON CONFLICT DO NOTHING;
+
+-- What such a run is billed at (domain/billing.py call_usage): the endpoint's spec, the id it
+-- is published under, and the GPUs of the worker that ran it (none once it is gone).
+-- name: call_rate
+SELECT e.spec, m.model_id, w.gpu, w.gpu_ids
+FROM endpoints e
+LEFT JOIN public_models m ON m.endpoint_id = e.id
+LEFT JOIN workers w ON w.id = :worker_id
+WHERE e.id = :endpoint_id;
+
 -- name: open_usages
 SELECT * FROM usage WHERE ended_at IS NULL ORDER BY started_at, id;
 
