@@ -1,6 +1,7 @@
 """``/v1/billing``: the reference's billing routes (endpoints, pods, network volumes), each a
 list of records per UTC bucket and group, the caller's own usage alone."""
 
+import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -30,16 +31,12 @@ class BillingRecordOut(BaseModel):
 
 
 def record_out(record: BillingRecord) -> BillingRecordOut:
-    return BillingRecordOut(
-        time=times.iso(record.time),
-        amount=round(record.amount, 6),
-        timeBilledMs=record.timeBilledMs,
-        diskSpaceBilledGb=record.diskSpaceBilledGb,
-        endpointId=record.endpointId,
-        podId=record.podId,
-        gpuTypeId=record.gpuTypeId,
-        networkVolumeId=record.networkVolumeId,
-    )
+    # The record's own fields, under the same names: only its time and amount are shown apart.
+    shown = dataclasses.asdict(record) | {
+        "time": times.iso(record.time),
+        "amount": round(record.amount, 6),
+    }
+    return BillingRecordOut(**shown)
 
 
 BAD: dict[int | str, dict[str, Any]] = {

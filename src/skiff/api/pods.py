@@ -24,7 +24,7 @@ from skiff.domain import times
 from skiff.domain.containers import DEFAULT_FLAVOR, MEMORY_GB_PER_VCPU
 from skiff.domain.endpoints import ComputeType
 from skiff.domain.permissions import READ, WRITE
-from skiff.domain.pods import DesiredStatus, Pod, PodCreate, PodUpdate, runtime_status
+from skiff.domain.pods import DesiredStatus, Pod, PodCreate, PodSpec, PodUpdate, runtime_status
 from skiff.domain.users import User
 from skiff.services.hub import Services
 from skiff.services.pods import PodFilters
@@ -105,6 +105,11 @@ class PodOut(BaseModel):
     )
 
 
+#: The settings a pod's answer shows as its spec holds them, under the same names: every one
+#: the two models share but ``gpuCount``, which a CPU pod shows as 0.
+_SPEC_AS_IS = (PodSpec.model_fields.keys() & PodOut.model_fields.keys()) - {"gpuCount"}
+
+
 def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None) -> PodOut:
     spec, placement = pod.spec, pod.placement
     gpu = None
@@ -133,30 +138,16 @@ def pod_out(services: Services, pod: Pod, restarted_for: list[str] | None = None
             gatewayPort=services.pod_shells.gateway_port,
         )
     return PodOut(
+        **spec.model_dump(include=_SPEC_AS_IS),
         id=pod.id,
-        name=spec.name,
         desiredStatus=pod.desiredStatus,
         image=spec.imageName,
-        dockerEntrypoint=spec.dockerEntrypoint,
-        dockerStartCmd=spec.dockerStartCmd,
-        env=spec.env,
-        templateId=spec.templateId,
-        containerRegistryAuthId=spec.containerRegistryAuthId,
         gpu=gpu,
         gpuCount=spec.gpuCount if spec.computeType is ComputeType.GPU else 0,
-        vcpuCount=spec.vcpuCount,
         memoryInGb=memory,
-        containerDiskInGb=spec.containerDiskInGb,
-        volumeInGb=spec.volumeInGb,
-        volumeMountPath=spec.volumeMountPath,
-        networkVolumeId=spec.networkVolumeId,
-        ports=spec.ports,
         costPerHr=round(services.billing.pod_cost_per_hour(pod), 6),
         lastStartedAt=times.iso(pod.lastStartedAt) if pod.lastStartedAt else None,
         lastStatusChange=times.iso(pod.lastStatusChange),
-        interruptible=spec.interruptible,
-        locked=spec.locked,
-        computeType=spec.computeType,
         createdAt=times.iso(pod.createdAt),
         status=runtime_status(pod),
         problem=placement.problem,

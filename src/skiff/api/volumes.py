@@ -30,14 +30,12 @@ class NetworkVolumeOut(BaseModel):
 
 
 def volume_out(report: VolumeReport) -> NetworkVolumeOut:
-    v = report.volume
+    volume = report.volume
+    # The stored volume's fields, under the same names: only its creation time is shown apart.
     return NetworkVolumeOut(
-        id=v.id,
-        name=v.name,
-        size=v.size,
-        dataCenterId=v.dataCenterId,
+        **volume.model_dump(exclude={"createdAt"}),
         usedBytes=report.used_bytes,
-        createdAt=times.iso(v.createdAt),
+        createdAt=times.iso(volume.createdAt),
     )
 
 

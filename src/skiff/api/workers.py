@@ -150,22 +150,28 @@ def build(services: Services) -> WorkerHandlers:
         """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
         update; `error` fails the job; anything else completes it. A body nested too deep to
         store fails the job with that reason and answers 400 saying so."""
-        endpoint = await endpoint_of(request)
         # A job lined up on the worker counts as held: its result may come first.
-        read = Read(request, endpoint, worker_id, job_id, lined_up=True)
-        result = await worker_body(read, parse_worker_result, large.result)
-        if result is None:
-            return _taken(None)
-        return _taken(await dispatch.done(endpoint, worker_id, job_id, result))
+        read = Read(request, await endpoint_of(request), worker_id, job_id, lined_up=True)
+        return await handed_over(read, parse_worker_result, large.result, dispatch.done)
 
     @needs(access.WORKER)
     async def job_stream(request: Request, worker_id: str, job_id: str) -> Response:
-        endpoint = await endpoint_of(request)
-        read = Read(request, endpoint, worker_id, job_id, lined_up=False)
-        chunk = await worker_body(read, read_stream_chunk, large.chunk)
-        if chunk is None:
+        read = Read(request, await endpoint_of(request), worker_id, job_id, lined_up=False)
+        return await handed_over(read, read_stream_chunk, large.chunk, dispatch.stream)
+
+    async def handed_over(
+        read: Read,
+        parse: Callable[[bytes], T],
+        parse_apart: Callable[[bytes], Awaitable[T]],
+        hand_over: Callable[[Endpoint, str, str, T], Awaitable[str | None]],
+    ) -> Response:
+        """A result or stream chunk read (``worker_body``) and handed to the dispatcher
+        (``hand_over``), answered with why it refused it, if it did; one left unread is
+        answered as taken by nothing."""
+        body = await worker_body(read, parse, parse_apart)
+        if body is None:
             return _taken(None)
-        return _taken(await dispatch.stream(endpoint, worker_id, job_id, chunk))
+        return _taken(await hand_over(read.endpoint, read.worker_id, read.job_id, body))
 
     async def worker_body(
         read: Read, parse: Callable[[bytes], T], parse_apart: Callable[[bytes], Awaitable[T]]

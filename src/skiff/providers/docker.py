@@ -43,7 +43,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,6 +63,7 @@ from skiff.providers.base import (
     Launch,
     LogSink,
     LogSinks,
+    PodLaunch,
     RegistryCredentials,
     ServedAt,
     ServedPorts,
@@ -168,15 +169,12 @@ def pull_failure(image: str, message: str) -> str:
     return f"image {image} could not be pulled: {why}: {message.strip()}"
 
 
-def container_environment(launch: Launch, spec: ContainerSpec) -> dict[str, str]:
+def container_environment(launch: Launch) -> dict[str, str]:
     """The worker's environment inside its container: the host path of its home means nothing
-    there (the image's own ``HOME`` stays), and its GPUs are numbered from 0."""
+    there (the image's own ``HOME`` stays). ``run_options`` adds its GPUs'."""
     env = dict(launch.env)
     if env.get("HOME") == str(launch.home.resolve()):
         del env["HOME"]
-    if spec.gpu_indices:
-        env["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(spec.gpu_indices))
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
     return env
 
 
@@ -188,17 +186,8 @@ def create_options(
     pids_limit: int = DEFAULT_PIDS_LIMIT,
 ) -> dict[str, Any]:
     """The arguments of ``containers.create`` for a worker (pure, so tests can read them)."""
-    options = run_options(
-        spec.entrypoint,
-        spec.command,
-        spec.gpu_indices,
-        spec.vcpus,
-        spec.memory_bytes,
-        pids_limit=pids_limit,
-    )
+    options = run_options(spec, container_environment(launch), pids_limit=pids_limit)
     options |= {
-        "image": spec.image,
-        "environment": container_environment(launch, spec),
         "labels": labels(launch.worker_id, launch.endpoint_id, owner, server),
         "name": f"skiff-{launch.worker_id}",
     }
@@ -235,19 +224,20 @@ def published_port(container_attrs: dict[str, Any], port: int) -> int | None:
 
 
 def run_options(
-    entrypoint: list[str],
-    command: list[str],
-    gpu_indices: Sequence[int],
-    vcpus: int | None,
-    memory_bytes: int | None,
-    *,
-    pids_limit: int,
+    runs: ContainerSpec | PodLaunch, env: Mapping[str, str], *, pids_limit: int
 ) -> dict[str, Any]:
     """What a worker's container and a pod's share of ``containers.create``'s arguments: a
-    detached container that reaches the host, runs ``entrypoint``/``command`` (the image's own
-    where empty), and gets exactly its GPUs and its CPU and memory limits, at most
-    ``pids_limit`` processes and threads (0: none set here), and no way to gain privileges."""
+    detached container of ``runs.image`` that reaches the host, runs its entrypoint/command
+    (the image's own where empty) with ``env``, and gets exactly its GPUs (numbered from 0
+    inside) and its CPU and memory limits, at most ``pids_limit`` processes and threads (0:
+    none set here), and no way to gain privileges."""
+    environment = dict(env)
+    if runs.gpu_indices:
+        environment["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(runs.gpu_indices))
+        environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in runs.gpu_indices)
     options: dict[str, Any] = {
+        "image": runs.image,
+        "environment": environment,
         "extra_hosts": {HOST_GATEWAY: "host-gateway"},
         "detach": True,
         "stdin_open": False,
@@ -259,22 +249,22 @@ def run_options(
     if pids_limit:
         # Leaving it out (0) leaves the daemon's own default-pids-limit to apply.
         options["pids_limit"] = pids_limit
-    if entrypoint:
-        options["entrypoint"] = entrypoint
-    if command:
-        options["command"] = command
-    if gpu_indices:
+    if runs.entrypoint:
+        options["entrypoint"] = runs.entrypoint
+    if runs.command:
+        options["command"] = runs.command
+    if runs.gpu_indices:
         options["device_requests"] = [
             DeviceRequest(
                 driver="nvidia",
-                device_ids=[str(i) for i in gpu_indices],
+                device_ids=[str(i) for i in runs.gpu_indices],
                 capabilities=[["gpu"]],
             )
         ]
-    if vcpus is not None:
-        options["nano_cpus"] = vcpus * 1_000_000_000
-    if memory_bytes is not None:
-        options["mem_limit"] = memory_bytes
+    if runs.vcpus is not None:
+        options["nano_cpus"] = runs.vcpus * 1_000_000_000
+    if runs.memory_bytes is not None:
+        options["mem_limit"] = runs.memory_bytes
     return options
 
 

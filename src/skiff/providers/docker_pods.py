@@ -33,7 +33,7 @@ from typing import Any
 from attrs import define, field
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
-from skiff.domain.containers import DEFAULT_PIDS_LIMIT, visible_devices_inside
+from skiff.domain.containers import DEFAULT_PIDS_LIMIT
 from skiff.domain.pod_sessions import EntryRequest
 from skiff.domain.pods import PodSpec, parse_port
 from skiff.providers.base import (
@@ -107,21 +107,8 @@ def pod_create_options(
     launch: PodLaunch, server: str, pids_limit: int = DEFAULT_PIDS_LIMIT
 ) -> dict[str, Any]:
     """The arguments of ``containers.create`` for a pod (pure, so tests can read them)."""
-    env = dict(launch.env)
-    if launch.gpu_indices:
-        env["CUDA_VISIBLE_DEVICES"] = visible_devices_inside(len(launch.gpu_indices))
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(str(i) for i in launch.gpu_indices)
-    options = run_options(
-        launch.entrypoint,
-        launch.command,
-        launch.gpu_indices,
-        launch.vcpus,
-        launch.memory_bytes,
-        pids_limit=pids_limit,
-    )
+    options = run_options(launch, launch.env, pids_limit=pids_limit)
     options |= {
-        "image": launch.image,
-        "environment": env,
         "labels": pod_labels(launch, server),
         "name": f"skiff-pod-{launch.pod_id}",
         # Every port on a host port of Docker's choosing, on every address of the host.
