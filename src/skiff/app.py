@@ -62,19 +62,10 @@ from skiff.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from skiff.services.pod_runner import PodProviders
 from skiff.services.worker_exits import WorkerExits
 from skiff.ssh.server import SshServer
-from skiff.store import open_store as store_for
+from skiff.store import open_configured
 from skiff.store.base import Store
 
 log = logging.getLogger(__name__)
-
-
-def open_store(settings: Settings) -> Store:
-    return store_for(
-        settings.database_url,
-        settings.sqlite_path(),
-        settings.database_schema,
-        settings.key_source(),
-    )
 
 
 def open_cluster(settings: Settings) -> Cluster:
@@ -282,7 +273,7 @@ def create_app(
     """Build the whole server. ``on_first_key`` is told the administrator key made at the first
     start (the CLI prints it once)."""
     clock = clock or SystemClock()
-    store = open_store(settings)
+    store = open_configured(settings)
     cluster = open_cluster(settings)
     services = build_services(settings, store, clock, cluster)
     ready = False

@@ -31,7 +31,7 @@ from skiff.listen import CannotListen, listen
 from skiff.serve_lock import LOCK_NAME, AlreadyServing, ServeLock, lock_path_of_database, take
 from skiff.services.auth import Auth, IssuedKey
 from skiff.setting_errors import explain
-from skiff.store import open_store, safe_url
+from skiff.store import open_configured, safe_url
 from skiff.store.base import Store
 from skiff.store.sealing import SealingKeyProblem
 
@@ -86,22 +86,13 @@ def _data_dir_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def _store(settings: Settings) -> Store:
-    return open_store(
-        settings.database_url,
-        settings.sqlite_path(),
-        settings.database_schema,
-        settings.key_source(),
-    )
-
-
 async def _opened(_store: Store) -> None:
     """Nothing to do with the store but open it."""
 
 
 def _with_store(settings: Settings, work: Callable[[Store], Awaitable[T]]) -> T:
     async def run() -> T:
-        store = _store(settings)
+        store = open_configured(settings)
         try:
             await store.open()
         except SealingKeyProblem as exc:
@@ -288,7 +279,7 @@ def migrate(data_dir: Path | None, database_url: str | None) -> None:
     settings = _settings(data_dir=data_dir, database_url=database_url)
 
     async def run() -> list[str]:
-        store = _store(settings)
+        store = open_configured(settings)
         try:
             applied = await store.open()
         except SealingKeyProblem as exc:

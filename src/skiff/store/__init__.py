@@ -4,6 +4,7 @@ two adapters under them, chosen by the database URL."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from skiff.databases import Backend, backend_of
@@ -11,6 +12,10 @@ from skiff.store.base import Store
 from skiff.store.outages import disk_full as disk_full
 from skiff.store.outages import unavailable as unavailable
 from skiff.store.sealing import KeySource
+
+if TYPE_CHECKING:
+    # Only named: ``config`` imports ``sealing`` from this package.
+    from skiff.config import Settings
 
 
 def safe_url(database_url: str) -> str:
@@ -40,3 +45,13 @@ def open_store(
 
     assert database_url is not None  # backend_of reads no URL as SQLite
     return PostgresStore(database_url, schema=schema, keys=keys)
+
+
+def open_configured(settings: Settings) -> Store:
+    """The store ``settings`` name: the server's, and the command line's."""
+    return open_store(
+        settings.database_url,
+        settings.sqlite_path(),
+        settings.database_schema,
+        settings.key_source(),
+    )
