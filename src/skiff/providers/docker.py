@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import docker  # type: ignore[import-untyped]
-from attrs import define, field
+from attrs import define, field, setters
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound  # type: ignore[import-untyped]
 from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
@@ -575,7 +575,7 @@ class Daemon:
         return found
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class DockerProvider:
     """``owner`` (this replica's id) and ``server`` (``server_identity``) are written on every
     container it starts; ``client`` is a ``docker.DockerClient`` (from the environment,

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from attrs import define, field
+from attrs import define, field, setters
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
 from skiff.domain.containers import DEFAULT_PIDS_LIMIT
@@ -171,7 +171,7 @@ def _copy_output(
             loop.call_soon_threadsafe(sink.close)
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class DockerPodProvider:
     """``server`` (``docker.server_identity``) is written on every pod container and is how a
     later run finds its own; ``client`` is a ``docker.DockerClient`` (from the environment by

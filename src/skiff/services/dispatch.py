@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from attrs import define, field
+from attrs import define, field, setters
 
 from skiff.clock import Clock
 from skiff.domain.endpoints import Endpoint
@@ -64,7 +64,7 @@ def _lineup_or_off(lineup: Lineup | None) -> Lineup:
 _STOPPING_WAIT_SECONDS = 1.0
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class Dispatch:
     _store: Store
     _clock: Clock

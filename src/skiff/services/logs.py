@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from pathlib import Path
 
-from attrs import define, field
+from attrs import define, field, setters
 
 from skiff.closing_stream import ClosingStream
 from skiff.datadir import folders, make_private_dirs
@@ -239,7 +239,7 @@ def _own_slots(slots: FollowSlots | None) -> FollowSlots:
     return slots or FollowSlots()
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class EndpointLogs:
     """An endpoint's logs as a client asks for them. A worker's log is a file on the host of
     the replica that started it, so a replica answers with its own lines merged with every
@@ -317,7 +317,7 @@ class EndpointLogs:
             yield batch
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class PodLogs:
     """Pods' logs (kept like workers', one "endpoint" per pod, under ``pod-logs``): a pod runs
     on the leader, whose files these are."""

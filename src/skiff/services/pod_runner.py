@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from attrs import define, field
+from attrs import define, field, setters
 
 from skiff.clock import Clock
 from skiff.domain.billing import UsageKind
@@ -96,7 +96,7 @@ def _ssh_or_off(ports: SshPorts | None) -> SshPorts:
     return ports or SshPorts(None)
 
 
-@define(eq=False, repr=False, slots=False)
+@define(eq=False, repr=False, slots=False, on_setattr=setters.NO_OP)
 class PodRunner:
     _store: Store
     _clock: Clock
