@@ -15,6 +15,9 @@ is hostile to every other user's, so each local worker and pod runs in namespace
   data directory wherever it lies (database, lock, logs, every worker's and pod's home), the
   volumes directory, the database file, and the credentials of the server's own user (its SSH
   and cloud keys, ``/etc/shadow``). Into that come, writable, only its own home and its volume;
+- a cgroup namespace, and of the host's cgroups (``/sys/fs/cgroup``) only its own group at each
+  hierarchy's usual place (``cgroups.view``, ``_sys_args``): no other worker's or tenant's
+  group, its own limits where libraries look for them;
 - its own IPC namespace (no other tenant's System V shared memory).
 
 What it keeps: the host's network (it reaches the server at its URL), its environment, exit
@@ -65,6 +68,7 @@ from pathlib import Path
 
 from skiff.providers import port_fence
 from skiff.providers.base import VOLUME_MOUNT_PATH
+from skiff.providers.cgroups import CGROUP_MOUNTS, View
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,9 @@ SANDBOX_GID = 1000
 #: Top-level entries that are never the host's own inside: made fresh (``/dev``, ``/proc``) or
 #: private (``/tmp``, ``/run``, whose sockets lead to the host's services).
 _OWN_ENTRIES = frozenset({"dev", "proc", "tmp", "run"})
+#: The host's top-level entry rebuilt inside from its own entries rather than bound whole:
+#: ``/sys``, whose ``fs/cgroup`` must never come in (``_sys_args``).
+_SYS = "sys"
 
 #: The host's files that stay hidden although the server's uid could read them: credentials.
 HOST_SECRETS = (
@@ -187,7 +194,7 @@ def mount_problem(mount: str) -> str | None:
             f"{mount!r} is not a top-level directory (such as /workspace): a process pod's "
             "volume is mounted at the top of its file system"
         )
-    if entry in _OWN_ENTRIES:
+    if entry in _OWN_ENTRIES or entry == _SYS:
         return f"{mount!r} is a directory of the system; mount the volume at /workspace"
     return None
 
@@ -236,6 +243,55 @@ def _files_args(root: Path, files: Mapping[str, Path]) -> tuple[set[str], list[s
         for name, source in placed:
             args += ["--ro-bind", str(source), f"/{top}/{name}"]
     return set(tops), args
+
+
+#: A sandbox that shows nothing of cgroups.
+NO_CGROUPS = View()
+
+
+def _sys_args(root: Path, view: View) -> list[str]:
+    """The host's ``/sys`` read-only, showing of its cgroups only ``view`` (``cgroups.view``).
+
+    ``/sys`` and ``/sys/fs`` are made anew from their entries, each bound read-only, and never
+    bound whole: a bind takes every mount below it along, and the hierarchies mounted under
+    ``/sys/fs/cgroup`` would then be listed in the sandbox's ``/proc/self/mountinfo`` even
+    covered, where a library looking for its own limits would take one of them for its own.
+    ``/sys/fs/cgroup`` is an empty read-only directory holding the host's symlinks there
+    (``cpu`` to ``cpu,cpuacct``) and the shown directories, each at its hierarchy's mount
+    point; a hierarchy mounted anywhere else is covered by an empty directory."""
+    host = root / _SYS
+    if not host.is_dir() or host.is_symlink():
+        return []
+    made = [f"/{_SYS}"]  # the directories made anew, made read-only again last
+    args = ["--tmpfs", f"/{_SYS}"]
+    args += _host_entries(host, {"fs"}, f"/{_SYS}")
+    fs = host / "fs"
+    usual = root / CGROUP_MOUNTS.relative_to("/")
+    if fs.is_dir() and not fs.is_symlink():
+        made.append(f"/{_SYS}/fs")
+        args += ["--tmpfs", f"/{_SYS}/fs"]
+        args += _host_entries(fs, {CGROUP_MOUNTS.name}, f"/{_SYS}/fs")
+        if not any(s.point == CGROUP_MOUNTS for s in view.shown):
+            made.append(str(CGROUP_MOUNTS))
+            args += ["--tmpfs", str(CGROUP_MOUNTS)]
+            if usual.is_dir() and not usual.is_symlink():
+                with os.scandir(usual) as entries:
+                    for entry in sorted(entries, key=lambda e: e.name):
+                        if entry.is_symlink():
+                            link = os.readlink(entry.path)
+                            args += ["--symlink", link, str(CGROUP_MOUNTS / entry.name)]
+    for point in view.covered:
+        if _under(point, CGROUP_MOUNTS) or any(_under(point, Path("/", e)) for e in _OWN_ENTRIES):
+            continue  # never brought in, or never the host's inside
+        if (root / point.relative_to("/")).is_dir():
+            args += ["--tmpfs", str(point)]
+    for shown in view.shown:
+        if _under(shown.point, CGROUP_MOUNTS) and not fs.is_dir():
+            continue
+        args += ["--ro-bind-try", str(shown.source), str(shown.point)]
+    for directory in reversed(made):
+        args += ["--remount-ro", directory]
+    return args
 
 
 def _volume_args(volume: Path | None, mount: str) -> list[str]:
@@ -414,6 +470,7 @@ class Sandbox:
         files: Mapping[str, Path] | None = None,
         setenv: Mapping[str, str] | None = None,
         argv_needed: bool = True,
+        cgroups: View = NO_CGROUPS,
     ) -> list[str]:
         """``argv`` run inside the sandbox, ``home`` (and ``volume`` at ``mount``) writable,
         in ``cwd`` (the server's own when None). ``reach``: files the command will use that
@@ -424,7 +481,8 @@ class Sandbox:
         read-only at these paths (``_files_args``). ``setenv``: variables set inside only
         (``outside_and_inside``). ``argv_needed``: False when ``argv`` is a command line
         rather than files (a session's), so that only ``reach`` says what of the host's
-        ``/tmp`` it sees. The caller starts it with SIGTERM ignored."""
+        ``/tmp`` it sees. ``cgroups``: what it sees of the host's cgroups (``_sys_args``:
+        nothing by default). The caller starts it with SIGTERM ignored."""
         if self.bwrap is None:
             raise FileNotFoundError(
                 2, f"bubblewrap (bwrap) is not installed (Debian's {PACKAGE} package)"
@@ -435,9 +493,10 @@ class Sandbox:
         mount_entry = mount.strip("/") if volume is not None else None
         args = [self.bwrap, "--die-with-parent", "--tmpfs", "/"]
         rebuilt, files_args = _files_args(self.root, files)
-        own = _OWN_ENTRIES | rebuilt | ({mount_entry} if mount_entry else set())
+        own = _OWN_ENTRIES | rebuilt | {_SYS} | ({mount_entry} if mount_entry else set())
         args += _host_entries(self.root, own)
         args += files_args
+        args += _sys_args(self.root, cgroups)
         args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
         # Name resolution may go through a resolver's file under /run (systemd-resolved).
         args += ["--ro-bind-try", "/run/systemd/resolve", "/run/systemd/resolve"]

@@ -30,6 +30,18 @@ forked from a zygote (``fork_server.py``) waits until the server has moved it. A
 group of its own too, capped at the same number of processes and at ``ZYGOTE_MEMORY_BYTES``:
 it runs the worker's interpreter, which a template may name, and with it whatever that
 interpreter runs at start (a ``sitecustomize``, a ``.pth`` file of its environment).
+
+What a sandboxed process sees of cgroups (``view``, shown by ``bubblewrap.py``): its own group
+at each hierarchy's usual place and nothing above it, as in a container. bwrap gives the
+sandbox a cgroup namespace, which starts at the group the shim joined, so ``/proc/self/cgroup``
+says ``/`` and the mount's root in ``/proc/self/mountinfo`` is ``/``: a library (a JVM, Go's
+automaxprocs, a thread pool's sizing) finds its own limits, and no other worker's or tenant's
+group is in sight. A sandboxed zygote's sandbox is made once for all its workers, so the group
+it starts in is a parent (``make_parent``, ``forks.N``) that its sandbox shows: the zygote is
+moved into a capped group of its own within it before its interpreter runs (``settle``), and
+each worker forked from it into its own beside it (``make(..., under=)``), which it finds by
+``/proc/self/cgroup`` (``/w1.N``) below the shown parent. Only its endpoint's zygote and forked
+workers are in that parent.
 """
 
 from __future__ import annotations
@@ -38,6 +50,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -57,6 +70,14 @@ _REMOVE_SECONDS = 5.0
 #: The shim's variable naming the ``cgroup.procs`` files to join, one per line (``local.py``);
 #: taken out of the environment before the command runs.
 CGROUP_ENV = "SKIFF_CGROUP_PROCS"
+#: How many times ``Cgroups.settle`` looks again for processes left to move (one forked while
+#: the others moved).
+_SETTLE_ROUNDS = 20
+#: The kernel's first cgroup namespace, the host's: its inode number is fixed
+#: (``CGROUP_NS_INIT_INO``).
+_HOST_CGROUP_NAMESPACE = 0xEFFFFFFB
+#: Where the cgroup hierarchies are mounted on nearly every host, and shown in the sandbox.
+CGROUP_MOUNTS = Path("/sys/fs/cgroup")
 #: A zygote's memory: an interpreter with the SDK's imports takes about a tenth of this. Its
 #: workers' pages are charged to their own groups once they are moved there.
 ZYGOTE_MEMORY_BYTES = GIB
@@ -132,22 +153,34 @@ class Group:
                 os.kill(pid, signal.SIGKILL)
 
     def remove(self) -> None:
-        """Kill what is left in it and remove it. A directory that still holds a process after
-        ``_REMOVE_SECONDS`` stays (the next server start's sweep takes it)."""
+        """Kill what is left in it and remove it, the groups made within it first (a sandboxed
+        zygote's workers'). A directory that still holds a process after ``_REMOVE_SECONDS``
+        stays (the next server start's sweep takes it)."""
         deadline = time.monotonic() + _REMOVE_SECONDS
         for d in self.dirs:
-            while True:
-                self.kill()
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY or time.monotonic() > deadline:
-                        log.warning("could not remove the cgroup %s: %s", d, exc)
-                        break
-                    time.sleep(0.01)
+            _remove_tree(d, deadline)
+
+
+def _remove_tree(d: Path, deadline: float) -> None:
+    try:
+        within = [c for c in d.iterdir() if c.is_dir()]
+    except OSError:
+        within = []
+    for child in within:
+        _remove_tree(child, deadline)
+    alone = Group([d])
+    while True:
+        alone.kill()
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                log.warning("could not remove the cgroup %s: %s", d, exc)
+                return
+            time.sleep(0.01)
 
 
 def joining(env: dict[str, str], group: Group | None) -> dict[str, str]:
@@ -218,9 +251,66 @@ class Cgroups:
             for d in leftovers:
                 Group([d]).remove()
 
-    def make(self, key: str, caps: Caps) -> Group:
-        """A fresh group for the worker or pod ``key``, with ``caps`` set; OSError when it
+    def make(self, key: str, caps: Caps, under: Group | None = None) -> Group:
+        """A fresh group for the worker or pod ``key``, with ``caps`` set, in skiff's directory
+        or ``under`` a group of it (a sandboxed zygote's ``parent``, settled); OSError when it
         cannot be made."""
+        group = self._fresh(key, under)
+        try:
+            self._cap(group, caps)
+        except OSError:
+            group.remove()
+            raise
+        return group
+
+    def _cap(self, group: Group, caps: Caps) -> None:
+        """Write ``caps`` into ``group``'s directories (one per ``_bases``, in that order)."""
+        bases = self._bases()
+        for controller, hierarchy in self._hierarchies.items():
+            d = group.dirs[bases.index(hierarchy)]
+            for file, value in _settings(controller, caps, hierarchy.v2):
+                target = d / file.rstrip("?")
+                if file.endswith("?") and not target.exists():
+                    continue  # a setting this kernel does not have, and need not
+                target.write_text(value)
+
+    def make_parent(self, key: str) -> Group:
+        """A fresh group ``key`` with no caps, for a sandboxed zygote and the workers forked
+        from it: the zygote's shim joins it, so that its sandbox's cgroup namespace starts
+        there and the sandbox shows it (``view``); ``settle`` then moves the zygote into a
+        capped group of its own within it, where its workers' groups are made beside it."""
+        return self._fresh(key, None)
+
+    def settle(self, parent: Group, key: str, caps: Caps) -> Group:
+        """Move every process of ``parent`` (made by ``make_parent``) into a fresh group
+        ``key`` within it, capped at ``caps``, and let ``parent``'s groups have the
+        controllers (v2 allows that only once it holds no process); OSError when it cannot."""
+        made = Group([d / key for d in parent.dirs])
+        try:
+            for d in made.dirs:
+                d.mkdir()
+            for _ in range(_SETTLE_ROUNDS):
+                held = parent.pids()
+                if not held:
+                    break
+                for pid in held:
+                    with contextlib.suppress(ProcessLookupError):
+                        made.add(pid)  # one that has ended meanwhile needs no move
+            else:
+                raise OSError(errno.EBUSY, f"the processes of {parent.dirs} would not move")
+            for d, hierarchy in zip(parent.dirs, self._bases(), strict=True):
+                if hierarchy.v2:
+                    (d / "cgroup.subtree_control").write_text(
+                        " ".join(f"+{c}" for c in CONTROLLERS)
+                    )
+            self._cap(made, caps)
+        except OSError:
+            made.remove()
+            raise
+        return made
+
+    def _fresh(self, key: str, under: Group | None) -> Group:
+        """An empty directory ``key`` in each hierarchy, in skiff's or ``under``'s."""
         with self._sweeping:
             if not self._swept:
                 self.sweep()
@@ -230,25 +320,24 @@ class Cgroups:
             # has it made anew.
             for hierarchy in self._bases():
                 _made(hierarchy)
+        places = [h.base for h in self._bases()] if under is None else under.dirs
         dirs: list[Path] = []
         group = Group(dirs)
         try:
-            for hierarchy in self._bases():
-                d = hierarchy.base / key
+            for place in places:
+                d = place / key
                 if d.exists():
                     Group([d]).remove()  # an instance before this one of the same key
                 d.mkdir()
                 dirs.append(d)
-            for controller, hierarchy in self._hierarchies.items():
-                for file, value in _settings(controller, caps, hierarchy.v2):
-                    target = hierarchy.base / key / file.rstrip("?")
-                    if file.endswith("?") and not target.exists():
-                        continue  # a setting this kernel does not have, and need not
-                    target.write_text(value)
         except OSError:
             group.remove()
             raise
         return group
+
+    def view(self, group: Group | None, proc: Path = Path("/proc/self")) -> View:
+        """What a sandbox of a process in ``group`` shows (``View``)."""
+        return view(group, [h.base for h in self._bases()], proc)
 
     def close(self) -> None:
         """Remove skiff's directories where they hold no group (its workers have ended)."""
@@ -290,33 +379,88 @@ def _settings(controller: str, caps: Caps, v2: bool) -> Iterable[tuple[str, str]
             yield "cpu.cfs_quota_us", str(quota)
 
 
+@dataclass(frozen=True, slots=True)
+class _Mount:
+    """One line of ``mountinfo``: the file system's id, the directory of it mounted (its
+    ``root``, as this process's cgroup namespace names it), where, its type and options."""
+
+    fs: str
+    root: str
+    point: Path
+    fstype: str
+    options: frozenset[str]
+
+
+def _unescape(text: str) -> str:
+    """A path as ``mountinfo`` writes it: a space, tab, newline or backslash in octal."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _mounts(proc: Path) -> list[_Mount]:
+    """The cgroup hierarchies mounted in ``proc``'s mount namespace, in mounting order."""
+    found: list[_Mount] = []
+    for line in (proc / "mountinfo").read_text().splitlines():
+        if " - " not in line:
+            continue
+        before, after_text = line.split(" - ", 1)
+        fields, after = before.split(), after_text.split()
+        fstype, options = after[0], after[2] if len(after) > 2 else ""
+        if fstype in ("cgroup", "cgroup2"):
+            mount = _Mount(
+                fields[2],
+                _unescape(fields[3]),
+                Path(_unescape(fields[4])),
+                fstype,
+                frozenset(options.split(",")),
+            )
+            found.append(mount)
+    return found
+
+
+def _memberships(proc: Path) -> list[tuple[frozenset[str] | None, str]]:
+    """``proc``'s group in each hierarchy: its v1 controllers (and ``name=`` options), None
+    for v2, and the group's path."""
+    found: list[tuple[frozenset[str] | None, str]] = []
+    for line in (proc / "cgroup").read_text().splitlines():
+        _id, listed, path = line.split(":", 2)
+        if listed == "" and _id == "0":
+            found.append((None, path))
+        else:
+            found.append((frozenset(listed.split(",")), path))
+    return found
+
+
+def _member_of(mount: _Mount, memberships: list[tuple[frozenset[str] | None, str]]) -> str | None:
+    """The path of the group in ``mount``'s hierarchy that the process is in."""
+    for names, path in memberships:
+        if names is None and mount.fstype == "cgroup2":
+            return path
+        if names is not None and mount.fstype == "cgroup" and names <= mount.options:
+            return path
+    return None
+
+
 def _find(proc: Path) -> dict[str, tuple[Path, bool]]:
     """The directory of this process's own group for each controller skiff uses, and whether
     it is in the v2 tree. A controller mounted in both counts where v1 has it (the kernel lets
     a controller serve only one hierarchy)."""
     mounts: dict[str, tuple[Path, str]] = {}  # controller (or "" for v2) -> mount point, root
     v2_mount: tuple[Path, str] | None = None
-    for line in (proc / "mountinfo").read_text().splitlines():
-        fields = line.split()
-        if " - " not in line:
-            continue
-        after = line.split(" - ", 1)[1].split()
-        fstype, options = after[0], after[2] if len(after) > 2 else ""
-        root, point = fields[3], Path(fields[4].replace("\\040", " "))
-        if fstype == "cgroup2":
-            v2_mount = (point, root)
-        elif fstype == "cgroup":
-            for option in options.split(","):
+    for mount in _mounts(proc):
+        if mount.fstype == "cgroup2":
+            v2_mount = (mount.point, mount.root)
+        else:
+            for option in mount.options:
                 if option in CONTROLLERS:
-                    mounts[option] = (point, root)
+                    mounts[option] = (mount.point, mount.root)
     own_v1: dict[str, str] = {}
     own_v2: str | None = None
-    for line in (proc / "cgroup").read_text().splitlines():
-        _id, listed, path = line.split(":", 2)
-        if listed == "" and _id == "0":
+    for names, path in _memberships(proc):
+        if names is None:
             own_v2 = path
-        for controller in listed.split(","):
-            own_v1[controller] = path
+        else:
+            for controller in names:
+                own_v1[controller] = path
     found: dict[str, tuple[Path, bool]] = {}
     for controller, (point, root) in mounts.items():
         if controller in own_v1:
@@ -329,6 +473,94 @@ def _find(proc: Path) -> dict[str, tuple[Path, bool]]:
             if controller not in found and controller in available:
                 found[controller] = (group_dir, True)
     return found
+
+
+def _holds_groups(d: Path) -> bool:
+    """Whether the group ``d`` has groups within it; True where it cannot be read."""
+    try:
+        with os.scandir(d) as entries:
+            return any(e.is_dir(follow_symlinks=False) for e in entries)
+    except OSError:
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A directory of the host's cgroup hierarchies (``source``) shown read-only at ``point``
+    in a sandbox: the hierarchy's own mount point, its usual place."""
+
+    source: Path
+    point: Path
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """What a sandbox shows of the host's cgroups, as container runtimes do: ``covered``, every
+    place a hierarchy is mounted, hidden under an empty directory (``/sys/fs/cgroup`` itself),
+    then ``shown`` over them. So a worker sees no other worker's or tenant's group, and a
+    library finds its own limits where ``/proc/self/cgroup`` and ``/proc/self/mountinfo`` say."""
+
+    covered: tuple[Path, ...] = ()
+    shown: tuple[Shown, ...] = ()
+
+
+def view(group: Group | None, bases: Iterable[Path] = (), proc: Path = Path("/proc/self")) -> View:
+    """What a sandbox of a process in ``group`` (its cgroup namespace starting there: bwrap's
+    ``--unshare-cgroup``, once the shim has joined it) shows of each hierarchy mounted here:
+
+    - one where skiff makes groups (``bases``, skiff's directories): ``group``'s own directory
+      there at the hierarchy's mount point, nothing above it; nothing without a group;
+    - any other (a v1 controller skiff does not use, a hybrid host's empty v2 tree): the group
+      the process is in there, which is the server's own and holds none of skiff's, so that a
+      runtime that wants every controller (the JVM: cpuset and cpuacct), or a server run in a
+      capped container that makes no groups, finds them; not where that group holds groups
+      (the host's root group holds every group of the host, another server's tenants'
+      among them), nor where it is the host's root.
+
+    One of skiff's hierarchies mounted twice is shown at the mount its groups were made under
+    only. Nothing is shown where the hierarchies cannot be read."""
+    try:
+        mounts = _mounts(proc)
+        memberships = _memberships(proc)
+        host_namespace = os.stat(proc / "ns" / "cgroup").st_ino == _HOST_CGROUP_NAMESPACE
+    except OSError:
+        return View((CGROUP_MOUNTS,), ())
+
+    def holder(path: Path) -> _Mount | None:
+        """The mount ``path`` lies in (the deepest)."""
+        found = [m for m in mounts if path == m.point or m.point in path.parents]
+        return max(found, key=lambda m: len(m.point.parts), default=None)
+
+    skiffs = {m.fs for base in bases if (m := holder(base)) is not None}
+    own: dict[Path, Path] = {}  # mount point -> the group's directory there
+    for d in group.dirs if group is not None else []:
+        mount = holder(d)
+        if mount is not None:
+            skiffs.add(mount.fs)
+            own[mount.point] = d
+    shown: list[Shown] = []
+    for mount in mounts:
+        if mount.fs in skiffs:
+            if mount.point in own:
+                shown.append(Shown(own[mount.point], mount.point))
+            continue
+        path = _member_of(mount, memberships)
+        if path is None or (path == "/" and host_namespace):
+            continue
+        if mount.root != "/":
+            if path != mount.root and not path.startswith(mount.root + "/"):
+                continue  # its group lies outside what this mount shows
+            path = path[len(mount.root) :]
+        source = mount.point / path.lstrip("/")
+        if _holds_groups(source):
+            continue  # of another program's, or of another server's tenants
+        shown.append(Shown(source, mount.point))
+    # A place shown twice (a hierarchy mounted over another): the last one, as on the host.
+    last = {s.point: s for s in shown}
+    return View(
+        tuple(dict.fromkeys([CGROUP_MOUNTS, *(m.point for m in mounts)])),
+        tuple(last.values()),
+    )
 
 
 def _below(point: Path, root: str, own: str) -> Path:

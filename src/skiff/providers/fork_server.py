@@ -19,11 +19,16 @@ zygote (anything else, ``-m module``, a shell, another program, starts the plain
   its workers' homes, working directory, volume and script, besides the interpreter), started
   by bubblewrap as the endpoint's workers are. A sandbox's namespaces and mounts are made when
   bubblewrap starts its first process, so the zygote's sandbox binds the directory of all the
-  endpoint's homes (each forked worker finds its own in it) and no GPU device node (a GPU
-  worker starts the plain way). It is started ``SANDBOXED_START_SECONDS`` after the endpoint's
-  first worker, not at once (its import would slow that worker's own start), and only if the
-  endpoint still exists then; the next worker start anywhere ends it once it has had no worker
-  for ``IDLE_SECONDS`` or its endpoint is gone; at most ``MAX_SANDBOXED`` run at once.
+  endpoint's homes (each forked worker finds its own in it), no GPU device node (a GPU
+  worker starts the plain way), and of cgroups a group made for the zygote and its workers
+  (``ZygoteGroups.parent``; ``cgroups.py``), in which its sandbox's cgroup namespace starts:
+  bwrap first runs ``_SETTLE_GATE``, which waits until the server has moved it into its own
+  capped group within (``settle``) before the zygote's interpreter runs, and each worker is
+  moved into a group of its own beside it. It is started ``SANDBOXED_START_SECONDS`` after
+  the endpoint's first worker, not at once (its import would slow that worker's own start),
+  and only if the endpoint still exists then; the next worker start anywhere ends it once it
+  has had no worker for ``IDLE_SECONDS`` or its endpoint is gone; at most ``MAX_SANDBOXED``
+  run at once.
   Inside, processes are numbered by the sandbox's PID namespace: each forked worker tells the
   server it exists itself, and the server takes its pid on the host from the message's
   credentials (``SO_PASSCRED``), and holds it by a pidfd from then on (``forked.py``), so it
@@ -52,9 +57,11 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 
@@ -113,12 +120,46 @@ class ZygoteKey:
     sandbox: SandboxSpot | None = None
 
 
-#: How a sandboxed zygote is started: its command (``argv``) inside its key's sandbox.
-SandboxCommand = Callable[["ZygoteKey", list[str]], list[str]]
+#: How a sandboxed zygote is started: its command (``argv``) inside its key's sandbox, which
+#: shows it the cgroup it starts in (``ZygoteGroups.parent``; None: it has none).
+SandboxCommand = Callable[["ZygoteKey", list[str], Group | None], list[str]]
 #: Moves a forked worker (its pid on this host) where it belongs before it runs: its cgroup.
 Place = Callable[[int], None]
-#: Makes a zygote's cgroup (``ForkServers``).
-MakeGroup = Callable[[], Group]
+#: Makes a forked worker's cgroup (blocking; OSError when it cannot), within the group its
+#: zygote's sandbox shows (``ZygoteGroups.parent``) where it has one.
+WorkerGroup = Callable[[Group | None], Group]
+
+
+class ZygoteGroups(Protocol):
+    """Makes zygotes' cgroups (``local.py``, through ``cgroups.py``). Each call blocks, and
+    raises OSError when it cannot: then that zygote is not started."""
+
+    def own(self) -> Group:
+        """A capped group of its own, which a zygote outside any sandbox joins at its start."""
+        ...
+
+    def parent(self) -> Group:
+        """An empty group for a sandboxed zygote and its workers, which the zygote joins at its
+        start: its sandbox's cgroup namespace starts there, and the sandbox shows it."""
+        ...
+
+    def settle(self, parent: Group) -> Group:
+        """The zygote's own capped group within ``parent``, its processes moved in."""
+        ...
+
+
+#: What a sandboxed zygote with a cgroup runs first, inside its sandbox and before its own
+#: interpreter (which may run the tenant's code at its start): it says it is there, once bwrap
+#: has made the cgroup namespace, and waits until the server has moved it into its capped group
+#: (``ZygoteGroups.settle``).
+_SETTLE_GATE = (
+    "import os,socket,sys\n"
+    "s=socket.socket(fileno=int(os.environ['SKIFF_ZYGOTE_FD']))\n"
+    "s.send(b'settle')\n"
+    "s.recv(16)==b'go' or sys.exit('skiff: the fork server was not moved into its cgroup')\n"
+    "s.detach()\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +236,7 @@ class _Start:
 
     env: dict[str, str]
     cwd: Path | None
-    make_group: MakeGroup | None
+    groups: ZygoteGroups | None
 
 
 class _Zygote:
@@ -204,6 +245,8 @@ class _Zygote:
         self._start = start
         #: Its cgroup, while it has one (removed once it has ended).
         self.group: Group | None = None
+        #: In a sandbox: the group its sandbox shows, its own and its workers' within.
+        self.parent: Group | None = None
         self.ready = False
         self.failed_at: float | None = None
         self._sock: socket.socket | None = None
@@ -220,9 +263,9 @@ class _Zygote:
         """How long it has had no worker and no fork under way (0 while it has)."""
         return 0.0 if self._children or self._waiting else now - self._idle_since
 
-    async def run(self, command: list[str]) -> None:
-        """Start the zygote (``command`` runs ``python -c SOURCE``) and serve its messages
-        until it ends."""
+    async def run(self, command: Callable[[Group | None], list[str]]) -> None:
+        """Start the zygote (``command``, given the group its sandbox shows, runs ``python -c
+        SOURCE``) and serve its messages until it ends."""
         loop = asyncio.get_running_loop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Every packet then carries its sender's pid as this server numbers processes.
@@ -232,12 +275,15 @@ class _Zygote:
         self._sock = ours
         try:
             try:
-                if self._start.make_group is not None:
-                    # Before it starts: the shim joins it before the interpreter runs.
-                    self.group = await asyncio.to_thread(self._start.make_group)
+                groups = self._start.groups
+                # Before it starts: the shim joins it before the interpreter runs.
+                if groups is not None and self.key.sandbox is not None:
+                    self.parent = await asyncio.to_thread(groups.parent)
+                elif groups is not None:
+                    self.group = await asyncio.to_thread(groups.own)
                 self._proc = await asyncio.create_subprocess_exec(
-                    *command,
-                    env=joining(env, self.group),
+                    *command(self.parent),
+                    env=joining(env, self.parent or self.group),
                     cwd=self._start.cwd,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -249,6 +295,8 @@ class _Zygote:
                 theirs.close()
             ours.setblocking(False)
             async with asyncio.timeout(_READY_SECONDS):
+                if self.parent is not None:
+                    await self._settle(ours, self.parent)
                 first, _sender = await _receive(ours)
             message = orjson.loads(first) if first else {"error": "it exited"}
             if not message.get("ready"):
@@ -275,6 +323,16 @@ class _Zygote:
             if self.failed_at is None:
                 self.failed_at = loop.time()
             await self._end()
+
+    async def _settle(self, sock: socket.socket, parent: Group) -> None:
+        """Once the zygote's sandbox is made (its cgroup namespace starting at ``parent``),
+        move it into its own capped group within (``_SETTLE_GATE``), then let it go on."""
+        said, _sender = await _receive(sock)
+        if said != b"settle":
+            raise OSError(f"it said {said[:40]!r} before it was moved into its cgroup")
+        assert self._start.groups is not None
+        self.group = await asyncio.to_thread(self._start.groups.settle, parent)
+        sock.send(b"go")
 
     def _on_message(self, packet: bytes, sender: int | None) -> None:
         # A sandboxed zygote shares its sandbox with the tenant's workers, so what it says is
@@ -381,9 +439,10 @@ class _Zygote:
             child.signal_group(signal.SIGKILL)
             child.ends_with(-signal.SIGKILL)
         self._children.clear()
-        if self.group is not None:
-            group, self.group = self.group, None
-            await asyncio.to_thread(group.remove)
+        # Its parent holds its own group and its workers': removed with them.
+        made, self.group, self.parent = self.parent or self.group, None, None
+        if made is not None:
+            await asyncio.to_thread(made.remove)
 
     async def close(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -399,9 +458,9 @@ class ForkServers:
     ``env``: what a zygote starts with (no tenant's variables: it is shared); ``argv_prefix``:
     what arms PDEATHSIG before the interpreter (``local.py``'s shim, which also joins the
     zygote's cgroup); ``sandboxed``: how a zygote is started in an endpoint's sandbox (None:
-    sandboxed workers are never forked); ``group``: makes a zygote's cgroup (``cgroups.py``;
-    blocking, OSError when it cannot: then that zygote is not started, and its workers start
-    the plain way, each in its own group); None: zygotes run in the server's."""
+    sandboxed workers are never forked); ``groups``: makes a zygote's cgroups (``cgroups.py``;
+    where it cannot, that zygote is not started, and its workers start the plain way, each in
+    its own group); None: zygotes run in the server's."""
 
     def __init__(
         self,
@@ -409,28 +468,31 @@ class ForkServers:
         cwd: Path | None,
         argv_prefix: list[str],
         sandboxed: SandboxCommand | None = None,
-        group: MakeGroup | None = None,
+        groups: ZygoteGroups | None = None,
     ) -> None:
-        self._starts_with = _Start(env, cwd, group)
+        self._starts_with = _Start(env, cwd, groups)
         self._argv_prefix = argv_prefix
         self._sandboxed = sandboxed
         self._zygotes: dict[ZygoteKey, _Zygote] = {}
         self._later: dict[ZygoteKey, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
-    def _command(self, key: ZygoteKey) -> list[str]:
+    def _command(self, key: ZygoteKey, parent: Group | None) -> list[str]:
         argv = [key.interpreter, "-c", _SOURCE]
         if key.sandbox is None:
             return [*self._argv_prefix, *argv]
         assert self._sandboxed is not None
-        return self._sandboxed(key, argv)
+        if parent is not None:
+            argv = [sys.executable, "-S", "-I", "-c", _SETTLE_GATE, *argv]
+        return self._sandboxed(key, argv, parent)
 
     async def fork(
-        self, forkable: Forkable, launch: Launch, log_fd: int, place: Place | None = None
-    ) -> ForkedProcess | None:
-        """The worker forked from its zygote (``place``: see ``_Zygote.fork``); None when none
-        is ready (one is started for the next worker when none runs), or the fork failed, and
-        the caller starts it the plain way."""
+        self, forkable: Forkable, launch: Launch, log_fd: int, group: WorkerGroup | None = None
+    ) -> tuple[ForkedProcess, Group | None] | None:
+        """The worker forked from its zygote, and its cgroup made by ``group`` (the worker is
+        moved into it before it runs: ``_Zygote.fork``); None when none is ready (one is
+        started for the next worker when none runs), or the fork or its group failed, and the
+        caller starts it the plain way."""
         loop = asyncio.get_running_loop()
         for idle in self._idle(loop.time()):
             self._end(idle)
@@ -448,15 +510,23 @@ class ForkServers:
             return None
         if not zygote.ready:
             return None
+        made: Group | None = None
         try:
-            return await zygote.fork(forkable, launch, log_fd, place)
+            if group is not None:
+                made = await asyncio.to_thread(group, zygote.parent)
+            child = await zygote.fork(
+                forkable, launch, log_fd, made.add if made is not None else None
+            )
         except (OSError, TimeoutError) as exc:
             log.warning("forking a worker of %s failed: %s", forkable.key.interpreter, exc)
+            if made is not None:
+                await asyncio.to_thread(made.remove)
             return None
+        return child, made
 
     def _start(self, key: ZygoteKey) -> None:
         zygote = self._zygotes[key] = _Zygote(key, self._starts_with)
-        zygote.task = asyncio.create_task(zygote.run(self._command(key)))
+        zygote.task = asyncio.create_task(zygote.run(lambda parent: self._command(key, parent)))
 
     def _start_if_wanted(self, key: ZygoteKey) -> None:
         self._later.pop(key, None)

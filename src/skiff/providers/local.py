@@ -29,11 +29,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from skiff.datadir import make_private_dirs
 from skiff.providers import bubblewrap, port_fence
+from skiff.providers import cgroups as cgroup_views
 from skiff.providers.base import (
     LOOPBACK,
     ExitCallback,
@@ -44,10 +46,17 @@ from skiff.providers.base import (
     WorkerStartError,
 )
 from skiff.providers.bubblewrap import Sandbox
-from skiff.providers.cgroups import CGROUP_ENV, ZYGOTE_MEMORY_BYTES, Caps, Cgroups, Group, joining
+from skiff.providers.cgroups import (
+    CGROUP_ENV,
+    ZYGOTE_MEMORY_BYTES,
+    Caps,
+    Cgroups,
+    Group,
+    View,
+    joining,
+)
 from skiff.providers.fork_server import (
     ForkServers,
-    Place,
     SandboxSpot,
     ZygoteKey,
     forkable,
@@ -126,11 +135,12 @@ def _own_ports(launch: Launch) -> set[int]:
 
 
 def _command(
-    launch: Launch, sandbox: Sandbox | None, cwd: Path | None
+    launch: Launch, sandbox: Sandbox | None, cwd: Path | None, view: View | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """The worker's command line and the environment it starts with: in the sandbox when it
-    has one (the loader's variables of its ``env`` set inside only), else through bwrap only
-    to show its network volume at ``/runpod-volume``, else as it is (providers/bubblewrap.py)."""
+    has one (the loader's variables of its ``env`` set inside only, ``view`` what it shows of
+    cgroups), else through bwrap only to show its network volume at ``/runpod-volume``, else
+    as it is (providers/bubblewrap.py)."""
     if launch.sandboxed and sandbox is not None:
         outside, inside = bubblewrap.outside_and_inside(launch.env)
         command = sandbox.command(
@@ -148,6 +158,7 @@ def _command(
             setenv=inside,
             reach=launch.reach,
             argv_needed=launch.argv_needed,
+            cgroups=view or bubblewrap.NO_CGROUPS,
         )
         return _in_sandbox(command, sandbox, _own_ports(launch)), outside
     if launch.volume is None:
@@ -227,6 +238,25 @@ async def copy_output(reader: asyncio.StreamReader, sink: LogSink) -> None:
             await asyncio.sleep(hold)
 
 
+@dataclass(frozen=True, slots=True)
+class _ZygoteGroups:
+    """A provider's zygotes' cgroups (``fork_server.ZygoteGroups``), capped at ``caps``, named
+    by ``numbers`` as its workers' are; blocking, OSError when they cannot be made."""
+
+    cgroups: Cgroups
+    caps: Caps
+    numbers: Iterator[int]
+
+    def own(self) -> Group:
+        return self.cgroups.make(f"zygote.{next(self.numbers)}", self.caps)
+
+    def parent(self) -> Group:
+        return self.cgroups.make_parent(f"forks.{next(self.numbers)}")
+
+    def settle(self, parent: Group) -> Group:
+        return self.cgroups.settle(parent, f"zygote.{next(self.numbers)}", self.caps)
+
+
 class LocalProvider:
     """``logs`` opens each worker's log (``WorkerLogs.sink``): where it lives and how it is
     kept are the logs service's."""
@@ -246,6 +276,10 @@ class LocalProvider:
         processes and its launch's memory and vCPUs (``cgroups.py``); None: no caps."""
         self._on_exit = on_exit
         self._cwd = cwd
+        #: Numbers the groups made (a zygote's is made on a worker thread: ``next`` on a
+        #: ``count`` is one step, where ``+= 1`` could hand two groups one name).
+        self._group_numbers = numbers = itertools.count(1)
+        zygote_caps = Caps(pids=pids_limit, memory_bytes=ZYGOTE_MEMORY_BYTES)
         #: None: the sandbox is off (``SKIFF_SANDBOX=off``), every worker runs as it is.
         self._sandbox = sandbox
         self._logs = logs
@@ -258,7 +292,9 @@ class LocalProvider:
                 cwd,
                 _shim_prefix(),
                 sandboxed=self._zygote_in_sandbox if sandbox is not None else None,
-                group=self._zygote_group if cgroups is not None else None,
+                groups=(
+                    _ZygoteGroups(cgroups, zygote_caps, numbers) if cgroups is not None else None
+                ),
             )
             if fork_servers and sys.platform == "linux"
             else None
@@ -271,27 +307,31 @@ class LocalProvider:
         self._pids_limit = pids_limit
         #: Each running worker's cgroup, where it has one.
         self._groups: dict[str, Group] = {}
-        #: Numbers the groups made (a zygote's is made on a worker thread: ``next`` on a
-        #: ``count`` is one step, where ``+= 1`` could hand two groups one name).
-        self._group_numbers = itertools.count(1)
 
-    def _zygote_group(self) -> Group:
-        """A fresh cgroup for a zygote (blocking; OSError when it cannot be made)."""
-        assert self._cgroups is not None
-        caps = Caps(pids=self._pids_limit, memory_bytes=ZYGOTE_MEMORY_BYTES)
-        return self._cgroups.make(f"zygote.{next(self._group_numbers)}", caps)
+    def _caps(self, launch: Launch) -> Caps:
+        return Caps(pids=self._pids_limit, memory_bytes=launch.memory_bytes, vcpus=launch.vcpus)
+
+    def _key(self, launch: Launch) -> str:
+        """A group's name for ``launch`` and this start (a restarted pod's next instance never
+        shares the directory its last one's removal may still be at)."""
+        return f"{launch.worker_id}.{next(self._group_numbers)}"
 
     async def _group(self, launch: Launch) -> Group | None:
-        """A fresh cgroup for ``launch``, named for it and this start (a restarted pod's next
-        instance never shares the directory its last one's removal may still be at)."""
+        """A fresh cgroup for ``launch``."""
         if self._cgroups is None:
             return None
-        caps = Caps(pids=self._pids_limit, memory_bytes=launch.memory_bytes, vcpus=launch.vcpus)
-        key = f"{launch.worker_id}.{next(self._group_numbers)}"
         try:
-            return await asyncio.to_thread(self._cgroups.make, key, caps)
+            return await asyncio.to_thread(
+                self._cgroups.make, self._key(launch), self._caps(launch)
+            )
         except OSError as exc:
             raise WorkerStartError(f"its cgroup could not be made: {exc}") from exc
+
+    def _view(self, group: Group | None) -> View:
+        """What a sandbox of a process in ``group`` shows of cgroups (``cgroups.view``)."""
+        if self._cgroups is None:
+            return cgroup_views.view(None)
+        return self._cgroups.view(group)
 
     async def start(self, launch: Launch) -> int:
         # The user's alone, like the data directory it is in (datadir.py).
@@ -315,22 +355,23 @@ class LocalProvider:
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
         group: Group | None = None
+        proc: asyncio.subprocess.Process | ForkedProcess
         try:
-            group = await self._group(launch)
-            argv, env = _command(launch, self._sandbox, self._cwd)
-            env = joining(env, group)
-            place = group.add if group is not None else None
-            proc = await self._forked(
-                launch, write_fd, place
-            ) or await asyncio.create_subprocess_exec(
-                *argv,
-                env=env,
-                cwd=launch.cwd or self._cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=write_fd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            forked = await self._forked(launch, write_fd)
+            if forked is not None:
+                proc, group = forked
+            else:
+                group = await self._group(launch)
+                argv, env = _command(launch, self._sandbox, self._cwd, self._view(group))
+                proc = await asyncio.create_subprocess_exec(
+                    *argv,
+                    env=joining(env, group),
+                    cwd=launch.cwd or self._cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=write_fd,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         except BaseException:
             transport.close()
             sink.close()
@@ -355,12 +396,14 @@ class LocalProvider:
         return proc.pid
 
     async def _forked(
-        self, launch: Launch, log_fd: int, place: Place | None
-    ) -> ForkedProcess | None:
-        """The worker forked from a zygote, when it can come from one and one is ready: the
-        shared zygote for a worker outside the sandbox without a volume, the zygote in its
-        endpoint's sandbox for a sandboxed CPU worker (a GPU's device nodes are bound per
-        worker when its sandbox is made) that binds no port of its own."""
+        self, launch: Launch, log_fd: int
+    ) -> tuple[ForkedProcess, Group | None] | None:
+        """The worker forked from a zygote, and its cgroup, when it can come from one and one
+        is ready: the shared zygote for a worker outside the sandbox without a volume, the
+        zygote in its endpoint's sandbox for a sandboxed CPU worker (a GPU's device nodes are
+        bound per worker when its sandbox is made) that binds no port of its own. Its group
+        lies within its zygote's sandbox's (``cgroups.Cgroups.make_parent``), where the
+        sandbox shows it."""
         if self._forks is None:
             return None
         if not (launch.sandboxed and self._sandbox is not None):
@@ -377,11 +420,22 @@ class LocalProvider:
                 script="",  # forkable() fills it in
             )
             plan = forkable(launch, spot)
-        return None if plan is None else await self._forks.fork(plan, launch, log_fd, place)
+        if plan is None:
+            return None
+        cgroups = self._cgroups
+        if cgroups is None:
+            return await self._forks.fork(plan, launch, log_fd)
+        key, caps = self._key(launch), self._caps(launch)
+        return await self._forks.fork(
+            plan, launch, log_fd, lambda under: cgroups.make(key, caps, under)
+        )
 
-    def _zygote_in_sandbox(self, key: ZygoteKey, argv: list[str]) -> list[str]:
+    def _zygote_in_sandbox(
+        self, key: ZygoteKey, argv: list[str], parent: Group | None
+    ) -> list[str]:
         """A zygote's command in the sandbox of its key's endpoint: every worker's home
-        writable, its volume mounted, no GPU."""
+        writable, its volume mounted, no GPU; of cgroups, ``parent`` (its own and its workers'
+        groups, made within it)."""
         spot = key.sandbox
         assert spot is not None and self._sandbox is not None
         command = self._sandbox.command(
@@ -392,6 +446,7 @@ class LocalProvider:
             volume=Path(spot.volume) if spot.volume is not None else None,
             mount=spot.mount,
             reach=[spot.script],
+            cgroups=self._view(parent),
         )
         # Its workers' fence, with no port of their own: a worker that serves is not forked.
         return _in_sandbox(command, self._sandbox)
@@ -499,9 +554,10 @@ class LocalProvider:
         home and volume, its process group its own."""
         if launch.sandboxed and self._sandbox is not None:
             launch = _inside_numbering(launch)
-        argv, env = _command(launch, self._sandbox, self._cwd)
         # In the cgroup of the process it is started beside: within its caps, ended with it.
-        return argv, joining(env, self._groups.get(launch.worker_id))
+        group = self._groups.get(launch.worker_id)
+        argv, env = _command(launch, self._sandbox, self._cwd, self._view(group))
+        return argv, joining(env, group)
 
     def host_environment(self) -> dict[str, str]:
         """With the sandbox: only what a program needs of the host to run (``SANDBOX_INHERITS``),

@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -84,16 +83,6 @@ elif mode == "escape":
     report(escaped=True)
     time.sleep(120)
 """
-
-
-@pytest.fixture
-def cgroups() -> Iterator[Cgroups]:
-    opened = Cgroups.open(f"test-{uuid.uuid4().hex[:12]}")
-    if isinstance(opened, str):
-        pytest.skip(opened)
-    yield opened
-    opened.sweep()
-    opened.close()
 
 
 class Box:
@@ -253,10 +242,17 @@ async def test_without_a_group_for_it_no_zygote_starts_and_workers_start_plainly
     servers = box.provider.fork_servers
     assert servers is not None
 
-    def refused() -> Group:
-        raise OSError(28, "No space left on device")
+    class Refused:
+        def own(self) -> Group:
+            raise OSError(28, "No space left on device")
 
-    servers._starts_with = dataclasses.replace(servers._starts_with, make_group=refused)
+        def parent(self) -> Group:
+            raise OSError(28, "No space left on device")
+
+        def settle(self, parent: Group) -> Group:
+            raise OSError(28, "No space left on device")
+
+    servers._starts_with = dataclasses.replace(servers._starts_with, groups=Refused())
     assert await box.run(box.launch("cgroup")) == 0
     await eventually_async(
         lambda: any(z.failed_at is not None for z in servers._zygotes.values()),
