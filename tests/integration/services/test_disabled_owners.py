@@ -1,6 +1,6 @@
-"""A disabled user's workers are stopped, and none starts while they are disabled: the real
-scaler, ``Fleet`` and local provider running real (sleeping) processes on a real SQLite store,
-time on a ``ManualClock``.
+"""A disabled user's workers and pods are stopped, and nothing of theirs starts while they are
+disabled: the real scaler, ``Fleet``, pod runner and local providers running real (sleeping)
+processes on a real SQLite store, time on a ``ManualClock``.
 
 Two sets of services on one store play two replicas: the administrator disables the user on
 ``other``, whose wake-ups never reach ``leader``; the leader's loops act on what the store
@@ -20,6 +20,7 @@ from skiff.clock import ManualClock
 from skiff.config import Settings
 from skiff.domain.endpoints import ComputeType, Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
+from skiff.domain.pods import DesiredStatus, Pod, PodCreate, PodUpdate
 from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.workers import WorkerState
@@ -150,3 +151,93 @@ async def test_a_disabled_users_starting_and_throttled_workers_go_too(
 
     await eventually_async(none_left, "no worker record of bob's left")
     assert running(leader) == []
+
+
+async def pod_of(services: Services, user: User, **more: object) -> Pod:
+    create = PodCreate.model_validate(
+        {
+            "imageName": "local/python",
+            "computeType": "CPU",
+            "volumeInGb": 0,
+            "dockerStartCmd": SLEEPER,
+            **more,
+        }
+    )
+    pod = await services.pods.create(user, create)
+
+    async def started() -> bool:
+        await services.pod_runner.reconcile()
+        return pod.id in services.pod_runner.running_ids()
+
+    await eventually_async(started, f"pod {pod.id} to run")
+    return pod
+
+
+async def test_a_disabled_users_pods_are_stopped_and_stay_stopped_once_they_are_enabled(
+    leader: Services, other: Services, clock: ManualClock
+) -> None:
+    admin, bob = await admin_and_bob(other)
+    pod = await pod_of(leader, bob)
+    locked = await pod_of(leader, bob)
+    await leader.pods.update(bob, locked.id, PodUpdate(locked=True))
+    clock.advance(5)
+
+    await other.accounts.set_disabled(admin, bob.id, True)
+    await leader.pod_runner.reconcile()
+
+    assert leader.pod_runner.running_ids() == []
+    for pod_id in (pod.id, locked.id):
+        stopped = await leader.store.find_pod(pod_id)
+        # As bob's own stop would leave it (a lock keeps bob's hands off, not the
+        # administrator's).
+        assert stopped is not None and stopped.desiredStatus is DesiredStatus.EXITED
+        assert stopped.lastStatusChange == clock.now()
+        assert stopped.placement.owner is None
+
+    await other.accounts.set_disabled(admin, bob.id, False)
+    for _ in range(3):
+        clock.advance(60)
+        await leader.pod_runner.reconcile()
+    assert leader.pod_runner.running_ids() == []
+    assert (await leader.pods.get(bob, pod.id)).desiredStatus is DesiredStatus.EXITED
+
+    # Started again by bob, as any stopped pod.
+    await leader.pods.start(bob, pod.id)
+
+    async def started() -> bool:
+        await leader.pod_runner.reconcile()
+        return leader.pod_runner.running_ids() == [pod.id]
+
+    await eventually_async(started, "bob's pod to run again")
+
+
+async def test_a_leader_started_while_a_user_is_disabled_runs_nothing_of_theirs(
+    tmp_path: Path, other: Services, store: SQLiteStore, clock: ManualClock
+) -> None:
+    """After a restart (or with a pod started through a replica whose key cache still let the
+    user in), the store alone says who is disabled: their endpoint's minimum is not started and
+    their pod wanted running is stopped as their stop would, not started."""
+    admin, bob = await admin_and_bob(other)
+    await bobs_endpoint(other, bob, workersMin=1, workersMax=1)
+    other.pod_runner.leading = True  # so that the pod's create is accepted here
+    pod = await other.pods.create(
+        bob,
+        PodCreate.model_validate(
+            {"imageName": "local/python", "computeType": "CPU", "dockerStartCmd": SLEEPER}
+        ),
+    )
+    await other.accounts.set_disabled(admin, bob.id, True)
+
+    restarted = build(tmp_path, "restarted", store, clock)
+    restarted.pod_runner.leading = True
+    try:
+        for _ in range(3):
+            await restarted.scaler.reconcile_all()
+            await restarted.pod_runner.reconcile()
+        assert running(restarted) == [] and restarted.pod_runner.running_ids() == []
+        assert await restarted.workers.of_endpoint("ep1") == []
+        stopped = await store.find_pod(pod.id)
+        assert stopped is not None and stopped.desiredStatus is DesiredStatus.EXITED
+    finally:
+        await restarted.fleet.shutdown()
+        await restarted.pod_runner.shutdown()
