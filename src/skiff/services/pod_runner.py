@@ -243,10 +243,14 @@ class PodRunner:
             for pod in pods.values():
                 if pod.id in self._starting or pod.id in self._running_ids():
                     continue
+                if pod.desiredStatus is DesiredStatus.RUNNING:
+                    await self._begin(pod)
+                    continue
+                # Neither running nor wanted to: GPUs reserved when it was asked to run, and
+                # stopped or deleted before a pass started it, go back to the pool.
+                self._gpus.release(gpu_holder(pod.id))
                 if pod.desiredStatus is DesiredStatus.TERMINATED:
                     await self._remove(pod)
-                elif pod.desiredStatus is DesiredStatus.RUNNING:
-                    await self._begin(pod)
                 else:
                     # Stopped: a start the user asks for next tries at once.
                     self._backoff.pop(pod.id, None)
