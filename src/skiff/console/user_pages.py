@@ -1,7 +1,8 @@
 """The administrator's users (``/console/users``): list, make (their first key shown once,
 to hand to them), disable and enable. A disabled user's keys and console sessions are refused
-at once (``Auth.caller_of_digest``, within the key cache time for the API); nothing of theirs
-is deleted. Another visitor is told there is no such page."""
+at once (``Auth.caller_of_digest``, within the key cache time for the API), and the leader
+stops their workers and pods (``Accounts.set_disabled``); nothing of theirs is deleted.
+Another visitor is told there is no such page."""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@
 - ``flashboot``: one more worker is kept started but held back (``standby``: its imports done,
   not taking jobs), within ``workersMax``. A scale-up promotes it instead of starting a
   process, and a worker stopped for idleness becomes the standby instead, if there is none.
+- An endpoint whose owner is disabled wants no worker: every local one stops, busy ones too
+  (their calls are refused, so they could finish nothing; their jobs go back to the queue as
+  any stopped worker's do), and none starts, whatever ``workersMin`` or the queue says.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class Limits:
     scaler_type: ScalerType = ScalerType.QUEUE_DELAY
     scaler_value: int = 4
     flashboot: bool = False
+    #: The endpoint's owner is disabled: no worker of theirs runs (``halt``).
+    owner_disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,8 @@ def _target(limits: Limits, load: Load, current: list[Worker]) -> int:
 def decide(limits: Limits, load: Load, workers: list[Worker], now: float) -> Decision:
     """``serve``, then the standby: promote it rather than start a process, keep one ready
     while there is room under the maximum (``flashboot``), stop the rest."""
+    if limits.owner_disabled:
+        return halt(workers)
     standby = [w for w in workers if w.state is WorkerState.STANDBY]
     serving = [w for w in workers if w.state is not WorkerState.STANDBY]
     base = serve(limits, load, serving, now)
@@ -110,6 +117,18 @@ def decide(limits: Limits, load: Load, workers: list[Worker], now: float) -> Dec
             start_standby = 1
     return Decision(
         start=start, stop=stop, promote=promote, demote=demote, start_standby=start_standby
+    )
+
+
+def halt(workers: list[Worker]) -> Decision:
+    """Stop every local worker not on its way out already, busy, starting, standby or
+    without a process alike, and start none. External workers are not the server's to stop."""
+    return Decision(
+        stop=[
+            w.id
+            for w in workers
+            if w.kind is WorkerKind.LOCAL and w.state is not WorkerState.STOPPING
+        ]
     )
 
 

@@ -2,8 +2,11 @@
 
 A user sees and revokes only their own keys (another user's key id is as unknown as a made-up
 one); a key makes no key with more rights than itself. A disabled user's keys and console
-sessions are refused (``Auth.caller_of_digest``); nothing of theirs is deleted, so enabling
-them again gives everything back.
+sessions are refused (``Auth.caller_of_digest``), and so are their workers' calls; the leader's
+loops, woken here, stop what runs of theirs: the scaler their endpoints' workers (none starts
+while they are disabled), the pod runner their pods (stopped as their own stop would, and left
+stopped). Nothing of theirs is deleted: enabling them lets the scaler start workers again as
+their endpoints ask; their pods wait for them to start them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from skiff.errors import Conflict, Forbidden, Invalid, NotFound
 from skiff.ids import short_id
 from skiff.services.auth import Auth, IssuedKey
 from skiff.services.quotas import Quotas
+from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import ApiKey, Store
 
 #: A key's name: shown in lists to tell keys apart.
@@ -35,12 +39,18 @@ class KeyRequest:
 
 class Accounts:
     def __init__(
-        self, store: Store, clock: Clock, auth: Auth, quotas: Quotas | None = None
+        self,
+        store: Store,
+        clock: Clock,
+        auth: Auth,
+        wakeups: Wakeups,
+        quotas: Quotas | None = None,
     ) -> None:
         self._quotas = quotas or Quotas(store, 0)
         self._store = store
         self._clock = clock
         self._auth = auth
+        self._wakeups = wakeups
 
     # -- keys ----------------------------------------------------------------------------
     async def create_key(self, caller: Caller, wanted: KeyRequest) -> IssuedKey:
@@ -110,6 +120,11 @@ class Accounts:
         if not await self._store.set_user_disabled(user_id, when):
             raise NotFound(f"no user {user_id}")
         self._auth.forget(user_id=user_id)
+        # Whichever replica leads (the wake-ups reach it) reads who is disabled from the store
+        # at its next pass: the scaler stops or starts the user's workers, the pod runner
+        # stops their pods.
+        self._wakeups.notify(Wake.SCALER)
+        self._wakeups.notify(Wake.PODS)
         user = await self._store.get_user(user_id)
         assert user is not None  # just updated
         return user

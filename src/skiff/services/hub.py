@@ -262,7 +262,7 @@ class Services:
             wakeups=wakeups,
             job_events=events,
             auth=auth,
-            accounts=Accounts(store, clock, auth, quotas),
+            accounts=Accounts(store, clock, auth, wakeups, quotas),
             workers=workers,
             dispatch=dispatch,
             fleet=fleet,

@@ -8,6 +8,11 @@ reset) is started fresh; one whose ``restarts`` moved on is restarted in place; 
 and record removed. An instance that ends by itself is started again after a back-off, its exit
 code recorded as the pod's ``problem`` meanwhile.
 
+A pod of a disabled user is never left wanted running: each pass reads who is disabled (once,
+from the store, so that whichever replica leads acts on what any replica recorded) and stops
+their pods as their own stop would (``desiredStatus`` EXITED), locked or not. Enabling them
+starts nothing: a pod runs again when its user starts it.
+
 A start may pull an image for minutes: it runs in the background, and a pass does not wait for
 it. Where the instance runs (owner, GPUs, host ports) is the runner's to record
 (``Store.set_pod_placement``); the pods service never writes it.
@@ -224,6 +229,7 @@ class PodRunner:
     async def reconcile(self) -> None:
         async with self._lock:
             pods = {p.id: p for p in await self._store.list_pods(None)}
+            await self._stop_disabled_owners(pods)
             running = {i.pod_id: i for i in self.provider.running()}
             for pod_id, instance in running.items():
                 pod = pods.get(pod_id)
@@ -237,13 +243,38 @@ class PodRunner:
             for pod in pods.values():
                 if pod.id in self._starting or pod.id in self._running_ids():
                     continue
+                if pod.desiredStatus is DesiredStatus.RUNNING:
+                    await self._begin(pod)
+                    continue
+                # Neither running nor wanted to: GPUs reserved when it was asked to run, and
+                # stopped or deleted before a pass started it, go back to the pool.
+                self._gpus.release(gpu_holder(pod.id))
                 if pod.desiredStatus is DesiredStatus.TERMINATED:
                     await self._remove(pod)
-                elif pod.desiredStatus is DesiredStatus.RUNNING:
-                    await self._begin(pod)
                 else:
                     # Stopped: a start the user asks for next tries at once.
                     self._backoff.pop(pod.id, None)
+
+    async def _stop_disabled_owners(self, pods: dict[str, Pod]) -> None:
+        """Mark the pods of disabled users that are wanted running as stopped, in ``pods``
+        too, so that this pass ends their instances and starts none."""
+        wanted = [p for p in pods.values() if p.desiredStatus is DesiredStatus.RUNNING]
+        if not wanted:
+            return
+        disabled = await self._store.disabled_user_ids()
+        for pod in wanted:
+            if pod.userId not in disabled:
+                continue
+            stopped = await self._store.stop_running_pod(pod.id, self._clock.now())
+            if stopped is not None:
+                log.info("pod %s: stopped, its owner %s is disabled", pod.id, pod.userId)
+                pods[pod.id] = stopped
+            else:  # stopped or deleted meanwhile: as it is now
+                found = await self._store.find_pod(pod.id)
+                if found is None:
+                    pods.pop(pod.id, None)
+                else:
+                    pods[pod.id] = found
 
     # -- starting --------------------------------------------------------------------------
     async def _begin(self, pod: Pod) -> None:

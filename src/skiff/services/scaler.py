@@ -1,9 +1,16 @@
-"""The reconcile loop: make each endpoint's set of workers match what ``domain.scaling`` wants."""
+"""The reconcile loop: make each endpoint's set of workers match what ``domain.scaling`` wants.
+
+An endpoint whose owner is disabled wants none: its workers are stopped as a scale-down stops
+them and none starts until the owner is enabled again. Who is disabled is read from the store
+once a pass, for every endpoint, so that whichever replica leads acts on what any replica
+recorded, after a restart too.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Set
 
 from attrs import define
 
@@ -81,9 +88,10 @@ class Scaler:
 
     async def reconcile_all(self) -> None:
         await self._fleet.reap_orphans()
+        disabled = await self._store.disabled_user_ids()
         for endpoint in await self._store.list_endpoints(None):
             try:
-                await self.reconcile(endpoint)
+                await self.reconcile(endpoint, disabled)
             except Exception:
                 # One endpoint's trouble (its tenant's workers are anyone's code) must not
                 # hold back the endpoints after it: each is tried again on the next pass.
@@ -104,16 +112,24 @@ class Scaler:
             oldest_wait_s=max(0.0, now - oldest) if oldest is not None else 0.0,
         )
 
-    async def reconcile(self, endpoint: Endpoint) -> None:
+    async def reconcile(self, endpoint: Endpoint, disabled: Set[str] | None = None) -> None:
+        """``disabled``: the ids of the users disabled now, read once for the whole pass
+        (read here when not given)."""
+        if disabled is None:
+            disabled = await self._store.disabled_user_ids()
+        owner_disabled = endpoint.userId in disabled
         spec = endpoint.spec
         now = self._clock.now()
         workers = await self._workers.of_endpoint(endpoint.id)
-        load = await self._load(endpoint, workers, now)
+        # A disabled owner's endpoint wants no worker, whatever its load.
+        load = Load(0, 0) if owner_disabled else await self._load(endpoint, workers, now)
         await self._fleet.healthy(endpoint.id, workers)
         # Ended before the decision, which then sees them stopping (their room still taken
-        # until their process is gone) and replaces them once the back-off allows.
-        for overdue in overdue_starts(workers, now, self._start_timeout):
-            await self._fleet.end_failed_start(overdue)
+        # until their process is gone) and replaces them once the back-off allows. A disabled
+        # owner's are refused when they call in: not a failed start, only stopped below.
+        if not owner_disabled:
+            for overdue in overdue_starts(workers, now, self._start_timeout):
+                await self._fleet.end_failed_start(overdue)
         decision = decide(
             Limits(
                 workers_min=spec.workersMin,
@@ -123,6 +139,7 @@ class Scaler:
                 scaler_type=spec.scalerType,
                 scaler_value=spec.scalerValue,
                 flashboot=spec.flashboot,
+                owner_disabled=owner_disabled,
             ),
             load,
             workers,
@@ -141,6 +158,8 @@ class Scaler:
             # Its requests pick from a list of ready workers read at most half a second ago:
             # a promoted one takes the next request, a stopped one none.
             self._balancer.changed(endpoint.id)
+        if owner_disabled:
+            return  # nothing starts, and a throttled worker is given no GPU
         if await self._store.get_endpoint(endpoint.id) is None:
             return  # deleted while this pass ran
         await self._fleet.retry_pending(endpoint)

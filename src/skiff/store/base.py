@@ -103,6 +103,11 @@ class Store(Protocol):
         """Disable (a time) or enable (None) a user; False for an unknown one."""
         ...
 
+    async def disabled_user_ids(self) -> set[str]:
+        """The ids of the users disabled now: one read for a whole pass of the scaler or the
+        pod runner, whose owners' workers and pods must not run."""
+        ...
+
     async def revoke_api_key(self, key_id: str, now: float) -> bool: ...
 
     # -- container registry auths ---------------------------------------------------
@@ -216,6 +221,12 @@ class Store(Protocol):
     async def update_pod_settings(self, pod: Pod) -> Pod | None:
         """Write the pod's name, settings, desired status, version and status change time
         (never its placement, which is the runner's); None when the owner has no such pod."""
+        ...
+
+    async def stop_running_pod(self, pod_id: str, now: float) -> Pod | None:
+        """Mark a pod wanted running as stopped (``EXITED``, its status changed at ``now``),
+        as its owner's stop does, touching nothing else; None when it is gone or not wanted
+        running (any more)."""
         ...
 
     async def set_pod_placement(

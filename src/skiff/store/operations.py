@@ -333,6 +333,9 @@ class SqlStore:
     async def set_user_disabled(self, user_id: str, disabled_at: float | None) -> bool:
         return await self._run("set_user_disabled", id=user_id, disabled_at=disabled_at) > 0
 
+    async def disabled_user_ids(self) -> set[str]:
+        return {r["id"] for r in await self._rows("disabled_user_ids")}
+
     # -- registry auths ----------------------------------------------------------------
     async def create_registry_auth(self, auth: RegistryAuthRecord) -> RegistryAuthRecord:
         conflict = f"a container registry auth named {auth.name!r} already exists"
@@ -528,6 +531,11 @@ class SqlStore:
     async def update_pod_settings(self, pod: Pod) -> Pod | None:
         params = pod_settings_params(pod)
         row = await self._write_one(lambda c: c.fetchrow("update_pod_settings", **params))
+        return pod_from_row(row) if row else None
+
+    async def stop_running_pod(self, pod_id: str, now: float) -> Pod | None:
+        params = {"id": pod_id, "now": now}
+        row = await self._write_one(lambda c: c.fetchrow("stop_running_pod", **params))
         return pod_from_row(row) if row else None
 
     async def set_pod_placement(

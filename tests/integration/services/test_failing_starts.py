@@ -5,6 +5,7 @@ real SQLite store, time on a ``ManualClock``."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Set
 
 import pytest
 
@@ -259,11 +260,11 @@ async def test_an_endpoint_whose_reconcile_fails_holds_back_none_after_it(
     reconciled: list[str] = []
     reconcile = services.scaler.reconcile
 
-    async def failing_for_the_first(endpoint: Endpoint) -> None:
+    async def failing_for_the_first(endpoint: Endpoint, disabled: Set[str] | None = None) -> None:
         if endpoint.id == first.id:
             raise OverflowError("math range error")
         reconciled.append(endpoint.id)
-        await reconcile(endpoint)
+        await reconcile(endpoint, disabled)
 
     monkeypatch.setattr(services.scaler, "reconcile", failing_for_the_first)
     await services.scaler.reconcile_all()

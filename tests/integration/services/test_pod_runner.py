@@ -203,6 +203,23 @@ async def test_a_gpu_pod_holds_its_gpu_in_the_workers_pool_until_it_stops(
     assert [a.worker_id for a in running.gpus.assignments() if a.worker_id] == ["worker-1"]
 
 
+async def test_a_gpu_pod_stopped_before_it_started_gives_its_reserved_gpus_back(
+    running: Running,
+) -> None:
+    """Its GPUs were taken when it was asked to run (created, started): stopped before a pass
+    started it (by its user, or for its user's being disabled), it runs nowhere and holds none."""
+    wants_gpu = {"computeType": "GPU", "gpuTypeIds": [RTX], "gpuCount": 2}
+    pod = await running.pods.create(ALICE, pod_input(SLEEP, **wants_gpu))
+    assert running.gpus.free() == []
+    await running.pods.stop(ALICE, pod.id)
+
+    await running.runner.reconcile()
+
+    assert running.runner.running_ids() == [] and len(running.gpus.free()) == 2
+    other = await running.pods.create(ALICE, pod_input(SLEEP, **wants_gpu))
+    await running.pods.delete(ALICE, other.id)
+
+
 async def test_a_gpu_pod_of_a_type_the_server_lacks_is_refused_naming_it(
     running: Running,
 ) -> None:

@@ -107,3 +107,29 @@ async def test_a_deleted_pod_is_gone_and_its_placement_cannot_come_back(store: S
     assert await store.get_pod(OWNER, "pod-1") is None
     assert await store.set_pod_placement("pod-1", PodPlacement(owner="r"), T0) is None
     assert not await store.delete_pod(OWNER, "pod-1")
+
+
+async def test_a_running_pod_is_stopped_alone_and_a_stopped_or_deleted_one_is_left(
+    store: Store,
+) -> None:
+    made = await store.create_pod(pod())
+    await store.create_pod(pod("pod-2", desiredStatus=DesiredStatus.EXITED))
+    await store.create_pod(pod("pod-3", desiredStatus=DesiredStatus.TERMINATED))
+    placed = await store.set_pod_placement("pod-1", PodPlacement(owner="replica-1"), T0 + 1)
+    assert placed is not None
+
+    stopped = await store.stop_running_pod("pod-1", T0 + 2)
+    assert stopped == placed.model_copy(
+        update={"desiredStatus": DesiredStatus.EXITED, "lastStatusChange": T0 + 2}
+    )
+    assert stopped.spec == made.spec
+    assert await store.stop_running_pod("pod-1", T0 + 3) is None
+    assert await store.stop_running_pod("pod-2", T0 + 3) is None
+    assert await store.stop_running_pod("pod-3", T0 + 3) is None
+    assert await store.stop_running_pod("no-such-pod", T0 + 3) is None
+    statuses = {p.id: (p.desiredStatus, p.lastStatusChange) for p in await store.list_pods(None)}
+    assert statuses == {
+        "pod-1": (DesiredStatus.EXITED, T0 + 2),
+        "pod-2": (DesiredStatus.EXITED, T0),
+        "pod-3": (DesiredStatus.TERMINATED, T0),
+    }

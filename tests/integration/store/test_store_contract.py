@@ -875,14 +875,19 @@ async def test_a_user_lists_and_revokes_only_their_own_keys(store: Store) -> Non
 async def test_a_user_is_disabled_and_enabled_again(store: Store) -> None:
     alice = await store.create_user(make_user())
     await store.add_api_key(ApiKey("k-a", alice.id, "h", "", T0, None), "hash-a")
+    bob = await store.create_user(make_user("u-2", "bob"))
+    assert await store.disabled_user_ids() == set()
     assert await store.set_user_disabled(alice.id, T0 + 3) is True
+    assert await store.disabled_user_ids() == {alice.id}
     disabled = await store.get_user(alice.id)
     assert disabled is not None and disabled.disabled_at == T0 + 3
     found = await store.find_api_key("hash-a")
     assert found is not None and found[1].disabled_at == T0 + 3
-    assert [u.name for u in await store.list_users()] == ["alice"]
+    assert [u.name for u in await store.list_users()] == ["alice", "bob"]
     assert await store.set_user_disabled(alice.id, None) is True
     assert await store.get_user(alice.id) == alice
+    assert await store.disabled_user_ids() == set()
+    assert await store.get_user(bob.id) == bob
     assert await store.set_user_disabled("u-unknown", T0) is False
     assert await store.get_user("u-unknown") is None
 

@@ -445,3 +445,24 @@ def test_a_standby_never_heard_from_is_overdue_and_one_heard_from_is_not() -> No
     silent.last_seen = None
     heard = worker("heard", WorkerState.STANDBY, started_for=700)
     assert overdue_starts([silent, heard], NOW, 600) == [silent]
+
+
+# -- a disabled owner ----------------------------------------------------------------------
+
+
+def test_a_disabled_owners_endpoint_stops_every_local_worker_busy_ones_too_starts_none() -> None:
+    """Their workers' calls are refused (401), so a busy one could finish nothing: every local
+    worker goes, whatever ``workersMin`` and the queue ask for; external ones are not ours."""
+    workers = [
+        worker("busy", WorkerState.RUNNING),
+        worker("idle", WorkerState.IDLE),
+        worker("starting", WorkerState.INITIALIZING, started_for=1),
+        worker("standby", WorkerState.STANDBY),
+        worker("throttled", WorkerState.THROTTLED),
+        worker("leaving", WorkerState.STOPPING),
+        worker("outside", WorkerState.IDLE, kind=WorkerKind.EXTERNAL),
+    ]
+    limits = Limits(2, 3, 5.0, VERSION, flashboot=True, owner_disabled=True)
+    decision = decide(limits, Load(queued=5, in_progress=1, oldest_wait_s=60), workers, NOW)
+    assert decision == Decision(stop=["busy", "idle", "starting", "standby", "throttled"])
+    assert decide(limits, Load(queued=5, in_progress=0), [], NOW) == Decision()

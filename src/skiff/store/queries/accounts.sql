@@ -23,6 +23,10 @@ SELECT id, name, is_admin, created_at, disabled_at FROM users ORDER BY created_a
 -- name: set_user_disabled
 UPDATE users SET disabled_at = :disabled_at WHERE id = :id;
 
+-- What the leader's loops read once a pass: the owners whose workers and pods must not run.
+-- name: disabled_user_ids
+SELECT id FROM users WHERE disabled_at IS NOT NULL;
+
 -- name: add_api_key
 INSERT INTO api_keys (id, user_id, key_hash, hint, label, created_at, permissions, endpoints)
 VALUES (:id, :user_id, :key_hash, :hint, :label, :created_at, :permissions, :endpoints);

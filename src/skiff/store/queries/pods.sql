@@ -27,6 +27,13 @@ UPDATE pods SET name = :name, spec = :spec, desired_status = :desired_status,
 WHERE user_id = :user_id AND id = :id
 RETURNING *;
 
+-- The pod runner's stop of a disabled owner's pod: what the owner's own stop writes, and only
+-- while the pod is still wanted running (a delete or a stop meanwhile stays as it was).
+-- name: stop_running_pod
+UPDATE pods SET desired_status = 'EXITED', last_status_change = :now
+WHERE id = :id AND desired_status = 'RUNNING'
+RETURNING *;
+
 -- name: set_pod_placement
 UPDATE pods SET placement = :placement, last_started_at = :last_started_at
 WHERE id = :id
