@@ -67,9 +67,12 @@ class WorkerFailureOut(BaseModel):
 
 class PlacementOut(BaseModel):
     cause: BlockerCause = Field(
-        description="no-gpu: this server has no GPU that fits; failing-starts: its workers "
-        "fail to start (see lastWorkerFailure); worker-limit: held back by the server-wide "
-        "worker limit (SKIFF_MAX_WORKERS); gpus-busy: waiting for a GPU of its types to free up"
+        description="owner-disabled: an administrator disabled its owner's account, so no "
+        "worker runs until it is enabled again; no-gpu: this server has no GPU that fits; "
+        "no-sandbox: this server cannot make the sandbox another user's workers need; "
+        "failing-starts: its workers fail to start (see lastWorkerFailure); worker-limit: "
+        "held back by the server-wide worker limit (SKIFF_MAX_WORKERS); gpus-busy: waiting "
+        "for a GPU of its types to free up"
     )
     reason: str = Field(description="Why its workers are not running, in words")
 

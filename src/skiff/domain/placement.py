@@ -27,6 +27,15 @@ class BlockerCause(enum.StrEnum):
     GPUS_BUSY = "gpus-busy"
     #: The server cannot make a sandbox, and the endpoint is not the administrator's.
     NO_SANDBOX = "no-sandbox"
+    #: Its owner's account is disabled: no worker of theirs runs (``domain.scaling``).
+    OWNER_DISABLED = "owner-disabled"
+
+
+#: The reason ``OWNER_DISABLED`` gives, the same to the owner and to a public model's callers.
+OWNER_DISABLED_REASON = (
+    "its owner's account is disabled: its workers are stopped and none starts until an "
+    "administrator enables the account again; its jobs wait in the queue meanwhile"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +122,15 @@ def why_blocked(
     running: int,
     limit: int,
     unsandboxed: str | None = None,
+    owner_disabled: bool = False,
 ) -> Blocker | None:
     """What keeps the endpoint's workers from running, most lasting first; None when nothing
     does. ``throttled``: its workers wanted but waiting for room; ``running``: the worker
     processes of the whole server; ``limit``: the most it runs; ``unsandboxed``: why its
     workers may not start without the sandbox this server cannot make
-    (services/isolation.py)."""
+    (services/isolation.py); ``owner_disabled``: an administrator disabled its owner."""
+    if owner_disabled:
+        return Blocker(BlockerCause.OWNER_DISABLED, OWNER_DISABLED_REASON)
     missing = missing_gpus(spec, inventory)
     if missing is not None:
         return missing

@@ -1,5 +1,6 @@
 """Why an endpoint's workers are held back, read from what any replica can see: the endpoint,
-its worker records, its recorded start failure, the GPU inventory and the worker limit."""
+its owner, its worker records, its recorded start failure, the GPU inventory and the worker
+limit."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Placement:
                 for w in await self._store.list_workers(None)
                 if w.kind is WorkerKind.LOCAL and not w.is_pending
             )
+        owner = await self._store.get_user(endpoint.userId)
         return why_blocked(
             endpoint.spec,
             self._gpus.gpus,
@@ -46,4 +48,5 @@ class Placement:
             running=running,
             limit=self._fleet.worker_limit,
             unsandboxed=await self._fleet.unsandboxed(endpoint),
+            owner_disabled=owner is not None and owner.disabled_at is not None,
         )

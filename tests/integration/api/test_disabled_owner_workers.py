@@ -10,6 +10,7 @@ from pathlib import Path
 
 from eventually import eventually_async
 from in_process import ADMIN_KEY, InProcess, running
+from skiff.domain.placement import BlockerCause
 
 #: A worker that runs until it is ended (it never calls in).
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -63,6 +64,12 @@ async def test_disabling_a_user_wakes_the_leader_to_stop_their_workers_and_enabl
 
         await app.services.accounts.set_disabled(admin, bob_id, True)
         await eventually_async(lambda: provider.running() == [], "bob's worker to be stopped")
+        # Why nothing runs, as /health and a queued job's status tell a published model's
+        # callers (the owner's own keys are refused meanwhile).
+        endpoint = await app.services.store.get_endpoint(endpoint_id)
+        assert endpoint is not None
+        blocker = await app.services.placement.why(endpoint)
+        assert blocker is not None and blocker.cause is BlockerCause.OWNER_DISABLED
 
         # Its record goes once its exit is handled: until then it counts against workersMax,
         # and with no wake-up after the enable only the hourly pass would start another.

@@ -69,6 +69,16 @@ def test_the_most_lasting_cause_is_named_first() -> None:
     assert held(gpu, inventory) is None
 
 
+def test_a_disabled_owner_is_named_before_any_other_cause() -> None:
+    missing = spec(gpuTypeIds=[H100])
+    assert held(missing, [], failure="boom", throttled=1, owner_disabled=True) is (
+        BlockerCause.OWNER_DISABLED
+    )
+    assert held(spec(computeType=ComputeType.CPU), [], owner_disabled=True) is (
+        BlockerCause.OWNER_DISABLED
+    )
+
+
 def test_describe_gpus_counts_each_type_in_inventory_order() -> None:
     assert describe_gpus([Gpu(1, RTX), Gpu(0, H100), Gpu(2, RTX)]) == f"1 x {H100}, 2 x {RTX}"
     assert describe_gpus([]) == "no GPUs"
