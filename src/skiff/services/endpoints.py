@@ -206,7 +206,7 @@ class Endpoints:
         workers = await self._workers.of_endpoint(endpoint_id)
         # The row goes first so the scaler starts nothing more for it (its workers' records go
         # with it: a replica running one of them stops it when it next reconciles).
-        await self._store.delete_endpoint(endpoint_id)
+        await self._store.delete_endpoint(endpoint_id, self._clock.now())
         self._recent.pop(endpoint_id, None)
         await self._fleet.remove_endpoint_workers(endpoint_id, workers)
         await self._fleet.remove_files(endpoint_id)

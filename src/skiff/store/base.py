@@ -283,8 +283,10 @@ class Store(Protocol):
         """A template changed in a way workers see: roll every endpoint that uses it."""
         ...
 
-    async def delete_endpoint(self, endpoint_id: str) -> bool:
-        """Removes the endpoint with its jobs, stream chunks and worker records."""
+    async def delete_endpoint(self, endpoint_id: str, now: float) -> bool:
+        """Removes the endpoint with its jobs, stream chunks and worker records; the run of each
+        public model caller's job it cuts off is billed to its caller up to ``now``, in the same
+        transaction."""
         ...
 
     async def endpoints_using_template(self, template_id: str) -> list[str]: ...

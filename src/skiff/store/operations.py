@@ -586,8 +586,14 @@ class SqlStore:
         )
         return [r["id"] for r in rows]
 
-    async def delete_endpoint(self, endpoint_id: str) -> bool:
+    async def delete_endpoint(self, endpoint_id: str, now: float) -> bool:
         async def op(c: Connection) -> bool:
+            # Callers' runs cut off by the delete, billed while their worker and model rows
+            # still say at what rate.
+            for job in await c.read(
+                "running_calls_of_endpoint", job_from_row, endpoint_id=endpoint_id
+            ):
+                await self._bill_call(c, job, now)
             await c.execute("delete_stream_chunks_of_endpoint", endpoint_id=endpoint_id)
             await c.execute("delete_jobs_of_endpoint", endpoint_id=endpoint_id)
             await c.execute("drop_lineups_of_endpoint", endpoint_id=endpoint_id)

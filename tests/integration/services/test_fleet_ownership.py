@@ -165,7 +165,7 @@ async def test_a_process_whose_record_was_deleted_elsewhere_is_stopped(
     provider = services.fleet.provider
     assert provider is not None and worker.id in provider.running()
 
-    await services.store.delete_endpoint("ep1")
+    await services.store.delete_endpoint("ep1", 0.0)
     await services.fleet.reap_orphans()
 
     await eventually_async(

@@ -208,7 +208,7 @@ async def test_a_deleted_endpoint_leaves_no_series_behind(rig: Rig) -> None:
     await rig.dispatch.done(rig.ep2, "w2", job, parse_worker_result(b'{"output": 1}'))
     assert "ep2" in endpoints_named(await rig.scrape())
 
-    await rig.store.delete_endpoint("ep2")
+    await rig.store.delete_endpoint("ep2", 0.0)
     await rig.workers.remove("w2")
 
     assert endpoints_named(await rig.scrape()) == {"ep1"}
@@ -223,7 +223,7 @@ async def test_an_endpoint_counted_again_after_its_series_were_dropped_starts_fr
         await rig.dispatch.done(rig.ep2, "w2", job, parse_worker_result(b'{"output": 1}'))
 
     await one_job()
-    await rig.store.delete_endpoint("ep2")
+    await rig.store.delete_endpoint("ep2", 0.0)
     await rig.workers.remove("w2")
     assert endpoints_named(await rig.scrape()) == {"ep1"}  # its series dropped
 

@@ -720,7 +720,7 @@ async def test_a_model_is_published_once_per_id_and_per_endpoint(store: Store) -
     assert not await store.unpublish_model("minilm")
     # Deleting an endpoint withdraws its publication with it.
     assert await store.publish_model(PublicModel("b-model", "ep-b", "", "u-1", T0))
-    await store.delete_endpoint("ep-b")
+    await store.delete_endpoint("ep-b", 0.0)
     assert await store.public_models() == []
 
 
@@ -795,7 +795,7 @@ async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: Store)
     await store.insert_job(make_job("j-queued"))
     await store.insert_job(make_job("j-keep", "ep-keep"))
 
-    assert await store.delete_endpoint(EP) is True
+    assert await store.delete_endpoint(EP, 0.0) is True
 
     assert await store.get_endpoint(EP) is None
     assert await store.get_job(EP, "j-run") is None
@@ -814,7 +814,7 @@ async def test_delete_endpoint_removes_its_jobs_chunks_and_workers(store: Store)
     assert await store.get_endpoint("ep-keep") is not None
     assert await store.get_job("ep-keep", "j-keep") is not None
     assert await store.get_worker("w-keep") is not None
-    assert await store.delete_endpoint(EP) is False
+    assert await store.delete_endpoint(EP, 0.0) is False
 
 
 # -- users, keys, registry auths, templates --------------------------------------------------

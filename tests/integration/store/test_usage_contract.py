@@ -163,6 +163,7 @@ ENDS: dict[str, tuple[Callable[[Store], Awaitable[object]], float]] = {
         T0 + 8,
     ),
     "its lease lapsed": (lambda s: s.release_jobs(None, T0 + 62, 3, "lapsed"), T0 + 62),
+    "its endpoint deleted": (lambda s: s.delete_endpoint(EP, T0 + 8), T0 + 8),
 }
 
 

@@ -130,7 +130,7 @@ async def test_a_volume_an_endpoint_names_is_not_deleted(store: Store) -> None:
 async def test_a_volume_is_deleted_once_no_endpoint_names_it(store: Store) -> None:
     await store.create_network_volume(OWNER, volume())
     await store.create_endpoint(endpoint_on("ep-a", "vol-1"))
-    assert await store.delete_endpoint("ep-a") is True
+    assert await store.delete_endpoint("ep-a", 0.0) is True
     assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers()
     assert await store.get_network_volume(OWNER, "vol-1") is None
     assert await store.delete_network_volume(OWNER, "vol-1") is None
@@ -155,7 +155,7 @@ async def test_a_volume_a_pod_names_is_not_deleted_until_the_pod_is_being_delete
     users = VolumeUsers(endpoints=("ep-a",), pods=("pod-a", "pod-d"))
     assert await store.delete_network_volume(OWNER, "vol-1") == users
 
-    assert await store.delete_endpoint("ep-a") is True
+    assert await store.delete_endpoint("ep-a", 0.0) is True
     assert await store.delete_pod(OWNER, "pod-a") is True
     assert await store.delete_network_volume(OWNER, "vol-1") == VolumeUsers(pods=("pod-d",))
     # Being deleted (TERMINATED, until the runner removes it): it no longer holds the volume.

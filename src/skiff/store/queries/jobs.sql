@@ -113,6 +113,10 @@ RETURNING *;
 SELECT * FROM jobs
 WHERE status = 'IN_PROGRESS' AND lease_until < :now AND caller_id IS NOT NULL;
 
+-- name: running_calls_of_endpoint
+SELECT * FROM jobs
+WHERE status = 'IN_PROGRESS' AND endpoint_id = :endpoint_id AND caller_id IS NOT NULL;
+
 -- name: running_calls_of_worker
 SELECT * FROM jobs
 WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id AND caller_id IS NOT NULL;
