@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 import pytest
 
+from service_stubs import a_job
 from skiff.domain.jobs import (
     WEBHOOK_MAX_LENGTH,
     Job,
@@ -34,20 +35,8 @@ def _field_of_rejection(body: bytes) -> str | None:
 
 
 def _job(**changes: Any) -> Job:
-    fields: dict[str, Any] = {
-        "id": "job-1",
-        "endpoint_id": "ep-1",
-        "status": JobStatus.IN_QUEUE,
-        "input_json": '{"prompt":"hi"}',
-        "execution_timeout_ms": 600_000,
-        "ttl_ms": 86_400_000,
-        "low_priority": False,
-        "webhook": None,
-        "s3_config_json": None,
-        "submitted_at": 1000.0,
-    }
-    fields.update(changes)
-    return Job(**fields)
+    mine = {"id": "job-1", "endpoint_id": "ep-1", "input_json": '{"prompt":"hi"}'}
+    return a_job(**(mine | {"submitted_at": 1000.0} | changes))
 
 
 # -- parse_job_request: accepted bodies --------------------------------------------------
