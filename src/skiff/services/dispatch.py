@@ -114,9 +114,10 @@ class Dispatch:
         self.result_holds.take_arrived(worker_id)
         line_up = may_line_up and limit == 1 and jobs_in_progress is False
         try:
-            jobs = await self._take(
-                endpoint, worker_id, limit, wait, still_connected, jobs_in_progress, line_up
-            )
+            worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+            if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
+                await self._let_go(worker)
+            jobs = await self._poll(endpoint, worker, limit, wait, still_connected, line_up)
         except BaseException:
             # Its arrival stopped the watch on the worker's held answers: a take that ends
             # without an answer (the worker gone, the request cancelled) restarts it, or they
@@ -127,19 +128,16 @@ class Dispatch:
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 
-    async def _take(
+    async def _poll(
         self,
         endpoint: Endpoint,
-        worker_id: str,
+        worker: Worker,
         limit: int,
         wait: float,
         still_connected: StillConnected,
-        jobs_in_progress: bool | None,
         line_up: bool,
     ) -> list[Job]:
-        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
-            await self._let_go(worker)
+        """Claim for a worker that takes work, waiting up to ``wait`` for jobs to be queued."""
         if not worker.takes_work:
             self.result_holds.release(worker.id)
             await asyncio.sleep(min(wait, _STOPPING_WAIT_SECONDS))
