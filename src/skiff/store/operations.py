@@ -28,25 +28,21 @@ from typing import Any, Protocol, TypeVar
 
 from skiff.domain.billing import Usage, call_usage
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus
+from skiff.domain.jobs import Job, JobCounts, JobStatus
+from skiff.domain.keys import ApiKey
 from skiff.domain.pods import Pod, PodPlacement
 from skiff.domain.public_models import PublicModel
 from skiff.domain.quotas import Owned
 from skiff.domain.results import StreamFull, stream_size
 from skiff.domain.secrets import Secret
+from skiff.domain.streams import StreamChunk
 from skiff.domain.templates import Template
+from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolume, VolumeUsers
 from skiff.domain.webhooks import new_webhook_secret
 from skiff.domain.workers import Worker
 from skiff.errors import Conflict
-from skiff.store.base import (
-    ApiKey,
-    JobCounts,
-    RegistryAuthRecord,
-    StreamChunk,
-    User,
-    WebhookDelivery,
-)
+from skiff.store.base import RegistryAuthRecord, WebhookDelivery
 from skiff.store.named_queries import Dialect, Query, compile_query
 from skiff.store.rows import (
     LB_DEMAND_KEPT_SECONDS,

@@ -15,21 +15,17 @@ import orjson
 from skiff.domain import permissions
 from skiff.domain.billing import Usage, UsageKind
 from skiff.domain.endpoints import Endpoint, EndpointSpec
-from skiff.domain.jobs import Job, JobStatus, sources_of, status_view
+from skiff.domain.jobs import Job, JobCounts, JobStatus, sources_of, status_view
+from skiff.domain.keys import ApiKey
 from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
 from skiff.domain.public_models import PublicModel
 from skiff.domain.secrets import Secret
+from skiff.domain.streams import StreamChunk
 from skiff.domain.templates import Template
+from skiff.domain.users import User
 from skiff.domain.volumes import NetworkVolume
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.store.base import (
-    ApiKey,
-    JobCounts,
-    RegistryAuthRecord,
-    StreamChunk,
-    User,
-    WebhookDelivery,
-)
+from skiff.store.base import RegistryAuthRecord, WebhookDelivery
 
 T = TypeVar("T")
 
