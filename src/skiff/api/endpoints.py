@@ -9,29 +9,17 @@ from starlette.responses import Response
 
 from skiff.api import credentials
 from skiff.api.documented_errors import BAD, NOT_FOUND
-from skiff.api.log_lines import (
-    FOLLOWED,
-    LogsOut,
-    Since,
-    Tail,
-    key_still_reads,
-    lines_json,
-    ndjson_stream,
-    parse_since,
-)
 from skiff.api.needs import needs
 from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
 from skiff.domain.containers import shown_instance_ids
 from skiff.domain.endpoints import Endpoint, EndpointCreate, EndpointSpec, EndpointUpdate
-from skiff.domain.logs import LogQuery
 from skiff.domain.permissions import READ, WRITE, Access, read_endpoint
 from skiff.domain.placement import BlockerCause
 from skiff.domain.templates import Template
 from skiff.domain.users import User
 from skiff.domain.workers import WorkerReport
 from skiff.services.hub import Services
-from skiff.services.peer_logs import LOCAL_HEADER
 
 
 class WorkerOut(BaseModel):
@@ -224,52 +212,5 @@ def router(services: Services, user_dep: Any) -> APIRouter:
         """Stops its workers and removes it with its jobs and logs, permanently."""
         await services.endpoints.delete(user, endpoint_id)
         return Response(status_code=204)
-
-    @endpoints.get(
-        "/{endpoint_id}/logs",
-        response_model=LogsOut,
-        responses={**BAD, **NOT_FOUND, **FOLLOWED},
-    )
-    @needs(read_endpoint())
-    async def endpoint_logs(
-        request: Request,
-        endpoint_id: str,
-        user: UserDep,
-        worker: Annotated[
-            str | None, Query(description="Only this worker's lines (its id)")
-        ] = None,
-        since: Since = None,
-        tail: Tail = 1000,
-        follow: Annotated[
-            bool,
-            Query(
-                description="Keep the response open and send new lines as they are written, as "
-                "`application/x-ndjson`: the last `tail` lines first, then one JSON object per "
-                "new line (an empty line now and then while there are none). It ends when the "
-                "client disconnects or the endpoint is deleted."
-            ),
-        ] = False,
-    ) -> Response:
-        """The output (stdout and stderr) of the endpoint's local workers, merged by time, or of
-        one worker. Each worker's log is kept on disk, capped at `SKIFF_LOG_MAX_BYTES` per file
-        with `SKIFF_LOG_BACKUPS` rotated files, and removed with the endpoint. With several
-        replicas, any of them answers with every replica's lines; a followed log comes from the
-        leader, which runs the workers."""
-        await services.endpoints.get(user, endpoint_id)
-        since_ts = parse_since(since)
-        local_only = request.headers.get(LOCAL_HEADER) == "1"
-        auth = request.headers.get("authorization")
-        query = LogQuery(endpoint_id, worker, since_ts, tail)
-        if not follow:
-            lines = await services.logs.lines(query, local_only=local_only, credentials=auth)
-            return lines_json(lines)
-        followed = await services.logs.follow(
-            user.id,
-            query,
-            local_only=local_only,
-            credentials=auth,
-            still_allowed=key_still_reads(services.auth, auth, endpoint_id),
-        )
-        return ndjson_stream(followed)
 
     return endpoints

@@ -53,6 +53,15 @@ Tail = Annotated[
         f"{MAX_READ_CHARS // (1024 * 1024)} MiB of their text: the newest lines that fit",
     ),
 ]
+Follow = Annotated[
+    bool,
+    Query(
+        description="Keep the response open and send new lines as they are written, as "
+        "`application/x-ndjson`: the last `tail` lines first, then one JSON object per new line "
+        "(an empty line now and then while there are none). It ends when the client disconnects "
+        "or the endpoint or pod is deleted."
+    ),
+]
 
 #: The logs routes' answer, as OpenAPI says it: JSON, or with ``follow`` a stream of lines.
 FOLLOWED: dict[int | str, dict[str, Any]] = {

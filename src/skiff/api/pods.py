@@ -3,21 +3,11 @@ PATCH or POST .../update, delete) and actions (start, stop, restart, reset), and
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from skiff.api.documented_errors import BAD
-from skiff.api.log_lines import (
-    FOLLOWED,
-    LogsOut,
-    Since,
-    Tail,
-    key_still_reads,
-    lines_json,
-    ndjson_stream,
-    parse_since,
-)
 from skiff.api.needs import needs
 from skiff.api.updates import patch_or_post_update
 from skiff.domain import times
@@ -260,33 +250,5 @@ def router(services: Services, user_dep: Any) -> APIRouter:
     async def reset_pod(pod_id: str, user: UserDep) -> PodOut:
         """Start it fresh from its image: the container disk is wiped, the volume kept."""
         return out(await services.pods.reset(user, pod_id))
-
-    @pods.get("/{pod_id}/logs", response_model=LogsOut, responses={**BAD, **NOT_FOUND, **FOLLOWED})
-    @needs(READ)
-    async def pod_logs(
-        request: Request,
-        pod_id: str,
-        user: UserDep,
-        since: Since = None,
-        tail: Tail = 1000,
-        follow: Annotated[
-            bool,
-            Query(
-                description="Keep the response open and send new lines as they are written, as "
-                "`application/x-ndjson` (as an endpoint's log does); it ends when the client "
-                "disconnects or the pod is deleted"
-            ),
-        ] = False,
-    ) -> Response:
-        """The pod's output (stdout and stderr) across its starts, oldest first:
-        `{"lines": [{"worker", "time", "line"}]}` with `worker` the pod's id. A pod runs on the
-        leader replica, which keeps its log."""
-        await services.pods.get(user, pod_id)
-        since_ts = parse_since(since)
-        if not follow:
-            return lines_json(await services.pod_logs.lines(pod_id, since_ts, tail))
-        reads = key_still_reads(services.auth, request.headers.get("authorization"), None)
-        batches = await services.pod_logs.follow(user.id, pod_id, since_ts, tail, reads)
-        return ndjson_stream(batches)
 
     return pods
