@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
+from skiff.console.resource_pages import ListPage
 from skiff.domain import permissions
 from skiff.errors import Invalid
 from skiff.services.accounts import KeyRequest
@@ -23,27 +24,21 @@ ENDPOINT_FIELD = "endpoint:"
 def routes(console: Console) -> list[BaseRoute]:
     services = console.services
 
-    async def answer(
-        request: Request,
-        visitor: Visitor,
-        refused: forms.Refused | None = None,
-        made: dict[str, Any] | None = None,
-    ) -> Response:
-        return console.form_page(
-            request,
-            "keys.html",
-            visitor,
-            refused,
-            {"permissions": "all"},
-            title="API keys",
-            keys=await services.accounts.keys_of(visitor.user),
-            endpoints=await services.endpoints.all(visitor.user),
-            made=made,
-            revoked=request.query_params.get("revoked"),
-        )
+    async def shows(visitor: Visitor) -> dict[str, Any]:
+        return {
+            "keys": await services.accounts.keys_of(visitor.user),
+            "endpoints": await services.endpoints.all(visitor.user),
+        }
 
-    async def show(request: Request) -> Response:
-        return await answer(request, await console.signed_in(request))
+    page = ListPage(
+        console,
+        "/keys",
+        "keys.html",
+        "API keys",
+        shows,
+        defaults=lambda _: {"permissions": "all"},
+        notices=("revoked",),
+    )
 
     async def create(request: Request) -> Response:
         visitor = await console.signed_in(request)
@@ -63,9 +58,9 @@ def routes(console: Console) -> list[BaseRoute]:
         except Invalid as exc:
             kept = {k: v for k, v in form.items() if k != "csrf"}
             errors = forms.service_error(exc, "name")
-            return await answer(request, visitor, forms.Refused(kept, errors))
+            return await page.answer(request, visitor, forms.Refused(kept, errors))
         made = {"name": issued.record.label, "key": issued.key}
-        return await answer(request, visitor, made=made)
+        return await page.answer(request, visitor, made=made)
 
     async def revoke(request: Request) -> Response:
         visitor = await console.signed_in(request)
@@ -75,7 +70,7 @@ def routes(console: Console) -> list[BaseRoute]:
         return Console.redirect(request, f"/keys?revoked={key_id}")
 
     return [
-        Route("/keys", show, methods=["GET"]),
+        Route("/keys", page.show, methods=["GET"]),
         Route("/keys", create, methods=["POST"]),
         Route("/keys/{key_id}/revoke", revoke, methods=["POST"]),
     ]

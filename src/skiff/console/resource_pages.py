@@ -55,11 +55,18 @@ class ListPage:
     #: The redirects put the name into the query as it is, not URL-encoded, as these pages
     #: always have (kept so that their redirects stay the same).
     raw_notice: bool = False
+    #: The query parameters that say what was just done, handed to the page as they came.
+    notices: tuple[str, ...] = ("created", "deleted")
 
     async def answer(
-        self, request: Request, visitor: Visitor, refused: forms.Refused | None = None
+        self,
+        request: Request,
+        visitor: Visitor,
+        refused: forms.Refused | None = None,
+        made: dict[str, Any] | None = None,
     ) -> Response:
-        """The list; after a refused create, with the form's values and errors."""
+        """The list; after a refused create, with the form's values and errors. ``made``: what
+        a create made that the page shows this once (a new key), never put in a URL."""
         shown = await self.shows(visitor)
         return self.console.form_page(
             request,
@@ -68,8 +75,8 @@ class ListPage:
             refused,
             self.defaults(shown),
             title=self.title,
-            created=request.query_params.get("created"),
-            deleted=request.query_params.get("deleted"),
+            made=made,
+            **{notice: request.query_params.get(notice) for notice in self.notices},
             **shown,
         )
 

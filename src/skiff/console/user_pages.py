@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute, Route
 
 from skiff.console import forms
 from skiff.console.base import Console, Visitor
+from skiff.console.resource_pages import ListPage
 from skiff.errors import Conflict, Invalid, NotFound
 
 
@@ -26,25 +27,13 @@ def routes(console: Console) -> list[BaseRoute]:
             raise NotFound("There is no such page.")
         return visitor
 
-    async def answer(
-        request: Request,
-        visitor: Visitor,
-        refused: forms.Refused | None = None,
-        made: dict[str, Any] | None = None,
-    ) -> Response:
-        return console.form_page(
-            request,
-            "users.html",
-            visitor,
-            refused,
-            title="Users",
-            users=await accounts.users(visitor.user),
-            made=made,
-            changed=request.query_params.get("changed"),
-        )
+    async def shows(visitor: Visitor) -> dict[str, Any]:
+        return {"users": await accounts.users(visitor.user)}
+
+    page = ListPage(console, "/users", "users.html", "Users", shows, notices=("changed",))
 
     async def show(request: Request) -> Response:
-        return await answer(request, await administrator(request))
+        return await page.answer(request, await administrator(request))
 
     async def create(request: Request) -> Response:
         visitor = await administrator(request)
@@ -54,9 +43,9 @@ def routes(console: Console) -> list[BaseRoute]:
         except (Invalid, Conflict) as exc:
             errors = forms.service_error(exc, "name")
             values = {"name": form.get("name", "")}
-            return await answer(request, visitor, forms.Refused(values, errors))
+            return await page.answer(request, visitor, forms.Refused(values, errors))
         made = {"name": issued.user.name, "key": issued.key}
-        return await answer(request, visitor, made=made)
+        return await page.answer(request, visitor, made=made)
 
     def switch(disabled: bool) -> Any:
         async def handler(request: Request) -> Response:

@@ -115,9 +115,27 @@ def test_the_list_page_shows_the_things_a_blank_form_and_the_notice_of_what_was_
         "things": ["first thing"],
         "values": {"size": "1"},
         "errors": {},
+        "made": None,
         "created": "new one",
         "deleted": None,
     }
+
+
+async def test_a_list_page_hands_over_its_own_notices_and_what_a_create_made_once() -> None:
+    """The keys and users pages: their notices are others (``revoked``, ``changed``), and a
+    create answers with the list showing the key it made, never put in a URL."""
+
+    async def shows(visitor: Visitor) -> dict[str, Any]:
+        return {"things": []}
+
+    page = ListPage(PageContext(), "/keys", "keys.html", "Keys", shows, notices=("revoked",))
+    app = Starlette(routes=[Route("/keys", page.show, methods=["GET"])])
+    listed = TestClient(app).get("/keys?revoked=k1&created=x").json()
+    assert listed["revoked"] == "k1"
+    assert "created" not in listed and "deleted" not in listed
+    scope = {"type": "http", "method": "POST", "path": "/keys", "query_string": b"", "headers": []}
+    made = await page.answer(Request(scope), VISITOR, made={"name": "ci", "key": "sk_1"})
+    assert orjson.loads(made.body)["made"] == {"name": "ci", "key": "sk_1"}
 
 
 def test_a_create_goes_back_to_the_list_naming_what_it_made_url_encoded() -> None:
