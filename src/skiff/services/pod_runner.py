@@ -21,10 +21,11 @@ it. Where the instance runs (owner, GPUs, host ports) is the runner's to record
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -139,6 +140,8 @@ class PodRunner:
     #: pod id -> which start its running instance came from (``instance``), and the count.
     _instance: dict[str, int] = field(init=False, factory=dict)
     _starts: int = field(init=False, default=0)
+    #: Pods whose GPUs a create or start took, while it writes that they are wanted running.
+    _reserving: set[str] = field(init=False, factory=set)
 
     # -- what the pods service asks --------------------------------------------------------
     def reserve(self, pod: Pod) -> None:
@@ -159,6 +162,22 @@ class PodRunner:
         """Give back GPUs reserved for a pod that was then not created or not started."""
         if pod_id not in self._starting and pod_id not in self._running_ids():
             self._gpus.release(gpu_holder(pod_id))
+
+    @contextlib.contextmanager
+    def reserving(self, pod: Pod) -> Iterator[None]:
+        """``reserve`` for the write that asks the pod to run, given back if that write fails.
+        Until it is written a pass still reads the pod as stopped (or not there): the pass
+        leaves its GPUs meanwhile instead of taking them back to the pool."""
+        self.reserve(pod)
+        self._reserving.add(pod.id)
+        try:
+            yield
+        except BaseException:
+            self._reserving.discard(pod.id)
+            self.release(pod.id)
+            raise
+        finally:
+            self._reserving.discard(pod.id)
 
     # -- the leader's loop -----------------------------------------------------------------
     async def run(self) -> None:
@@ -247,8 +266,10 @@ class PodRunner:
                     await self._begin(pod)
                     continue
                 # Neither running nor wanted to: GPUs reserved when it was asked to run, and
-                # stopped or deleted before a pass started it, go back to the pool.
-                self._gpus.release(gpu_holder(pod.id))
+                # stopped or deleted before a pass started it, go back to the pool; not those
+                # of a start still being written.
+                if pod.id not in self._reserving:
+                    self._gpus.release(gpu_holder(pod.id))
                 if pod.desiredStatus is DesiredStatus.TERMINATED:
                     await self._remove(pod)
                 else:

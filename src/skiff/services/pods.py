@@ -143,12 +143,8 @@ class Pods:
             createdAt=now,
             lastStatusChange=now,
         )
-        self._runner.reserve(pod)
-        try:
+        with self._runner.reserving(pod):
             await self._store.create_pod(pod)
-        except BaseException:
-            self._runner.release(pod.id)
-            raise
         self._wakeups.notify(Wake.PODS)
         return pod
 
@@ -198,12 +194,8 @@ class Pods:
         pod = await self.get(user, pod_id)
         if pod.desiredStatus is DesiredStatus.RUNNING:
             return pod
-        self._runner.reserve(pod)
-        try:
+        with self._runner.reserving(pod):
             return await self._wanted(pod, DesiredStatus.RUNNING)
-        except BaseException:
-            self._runner.release(pod.id)
-            raise
 
     async def stop(self, user: User, pod_id: str) -> Pod:
         pod = await self._unlocked(user, pod_id, "stopped")

@@ -220,6 +220,32 @@ async def test_a_gpu_pod_stopped_before_it_started_gives_its_reserved_gpus_back(
     await running.pods.delete(ALICE, other.id)
 
 
+async def test_a_pass_while_a_start_is_written_leaves_the_gpus_it_reserved(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start takes the pod's GPUs, then writes that the pod is wanted running. A pass in
+    between still reads it stopped: it must not give those GPUs back, or a worker could take
+    them and the start, answered as placed, would wait for GPUs after all."""
+    wants_gpu = {"computeType": "GPU", "gpuTypeIds": [RTX], "gpuCount": 2}
+    pod = await running.pods.create(ALICE, pod_input(SLEEP, **wants_gpu))
+    await settled(running, pod.id, lambda p: p.placement.owner is not None)
+    await running.pods.stop(ALICE, pod.id)
+    await settled(running, pod.id, lambda p: p.placement.owner is None)
+    write = running.store.update_pod_settings
+
+    async def passed_then_written(changed: Pod) -> Pod | None:
+        await running.runner.reconcile()
+        assert running.gpus.allocate("worker-1", [RTX], 1) is None
+        return await write(changed)
+
+    monkeypatch.setattr(running.store, "update_pod_settings", passed_then_written)
+    await running.pods.start(ALICE, pod.id)
+    monkeypatch.undo()
+
+    placed = await settled(running, pod.id, lambda p: p.placement.owner is not None)
+    assert sorted(placed.placement.gpuIds) == [0, 1]
+
+
 async def test_a_gpu_pod_of_a_type_the_server_lacks_is_refused_naming_it(
     running: Running,
 ) -> None:
