@@ -23,6 +23,7 @@ registry auth's credentials changed or the auth deleted; the user's public SSH k
 """
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
@@ -60,7 +61,7 @@ from skiff.api.graphql_limits import (
     validate_query,
 )
 from skiff.body_gate import BodyGate
-from skiff.domain import instance_ids, times
+from skiff.domain import command_line, instance_ids, times
 from skiff.domain.endpoints import (
     ComputeType,
     CpuFlavor,
@@ -733,11 +734,24 @@ def _version(text: str) -> tuple[int, ...]:
         return ()
 
 
+#: The longest ``dockerArgs`` taken: far over any command line (Linux passes a program at most
+#: 128 KiB per argument, a shell script is a file), and a bound on what one alias has split.
+MAX_DOCKER_ARGS = 65536
+
+
 def _split(command: str) -> list[str]:
+    if len(command) > MAX_DOCKER_ARGS:
+        raise GraphQLError(f"dockerArgs: at most {MAX_DOCKER_ARGS} characters")
     try:
-        return shlex.split(command)
+        return list(_split_once(command))
     except ValueError as exc:
         raise GraphQLError(f"dockerArgs: cannot split this command: {exc}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _split_once(command: str) -> tuple[str, ...]:
+    # 50 aliases of a mutation may all name one variable: it is split once.
+    return tuple(command_line.split(command))
 
 
 #: The hosted platform's GPU pools (AMPERE_16, ADA_24 …): skiff has no pools, so an endpoint

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from skiff.domain import command_line
 from skiff.errors import Conflict, Invalid
 
 #: Field name -> the message shown next to it.
@@ -116,7 +117,7 @@ def format_env(env: Mapping[str, str]) -> str:
 def parse_command(text: str, field: str) -> list[str]:
     """A command line split the way a POSIX shell splits it (quotes keep spaces)."""
     try:
-        return shlex.split(text)
+        return command_line.split(text)
     except ValueError as exc:
         raise FieldError(field, f"cannot split this command: {exc}") from None
 
