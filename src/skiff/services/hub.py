@@ -136,7 +136,14 @@ class Services:
         events = JobEvents(wakeups)
         auth = Auth(store, clock, settings.key_cache_seconds)
         meter = Meter(store, clock, wakeups)
-        workers = Workers(store, clock, cluster.replica_id, meter.ended)
+        workers = Workers(
+            store,
+            clock,
+            cluster.replica_id,
+            meter.ended,
+            # A follower's copies go by themselves: only the leader forgets silent workers.
+            copy_seconds=settings.worker_silence_seconds,
+        )
 
         async def oldest_queued_at(endpoint_id: str) -> float | None:
             return (await store.job_counts(endpoint_id)).oldest_queued_at

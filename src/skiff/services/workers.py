@@ -6,11 +6,15 @@ worker running and letting go of its last makes it idle, inside the store's own 
 This keeps only a per-replica copy of each record, so the hot paths (job-take, job-done, ping)
 need not read it back on every call: a worker's identity never changes, and what the copy is
 used for (is it stopping?) is checked again by the store when it matters.
+
+A copy lives at most ``copy_seconds`` (the worker silence) after the store last confirmed it,
+and there are at most ``COPIES_MAX``: a silent outside worker is forgotten (its record deleted)
+by the leader alone, so on every other replica its copy must go by itself.
 """
 
 from __future__ import annotations
 
-from attrs import define, field
+from attrs import define
 from cachetools import TTLCache
 
 from skiff.clock import Clock
@@ -33,6 +37,24 @@ TOUCH_EVERY_SECONDS = 2.0
 LIVE_COUNT_SECONDS = 1.0
 #: Counts kept at most (one per endpoint asked about); past this many the oldest go first.
 LIVE_COUNTS_MAX = 10_000
+#: Copies of worker records kept at most. Neither limit bounds them on its own: an endpoint
+#: may have ``MAX_OUTSIDE_WORKERS`` (512) outside workers at once, but one user may hold
+#: ``SKIFF_MAX_PER_USER`` (1000) endpoints, half a million ids. So this bounds the memory
+#: (about 750 bytes a copy with the longest ids: 12 MB) and still holds 32 endpoints full of
+#: outside workers besides the local ones; past it the least recently used copy goes first,
+#: which costs only a store read on that worker's next call.
+COPIES_MAX = 16_384
+#: How long a copy is kept unconfirmed by default: the default ``SKIFF_WORKER_SILENCE_SECONDS``.
+COPY_SECONDS = 60.0
+
+
+@define(slots=True)
+class _Copy:
+    """A worker's record as the store last gave it to this replica."""
+
+    worker: Worker
+    #: When this replica last wrote the worker's ``last_seen`` (``seen``); -inf: never.
+    touched: float = float("-inf")
 
 
 @define(eq=False, repr=False, slots=False)
@@ -43,10 +65,17 @@ class Workers:
     replica_id: str = "local"
     #: Told when a worker is removed, which ends its metering then.
     _usage_ended: UsageEnded = not_metered
-    _copies: dict[str, Worker] = field(init=False, factory=dict)
-    _touched: dict[str, float] = field(init=False, factory=dict)
+    #: A copy unconfirmed by the store for this long is dropped. At most the worker silence
+    #: (``SKIFF_WORKER_SILENCE_SECONDS``): a worker silent that long is one the leader forgets,
+    #: and by about then no other replica keeps (and is slowed or misled by) its copy.
+    copy_seconds: float = COPY_SECONDS
+    copies_max: int = COPIES_MAX
 
     def __attrs_post_init__(self) -> None:
+        #: worker id -> its copy, on the injected clock; each store answer starts its time anew.
+        self._copies: TTLCache[str, _Copy, float] = TTLCache(
+            maxsize=self.copies_max, ttl=self.copy_seconds, timer=self._clock.now
+        )
         #: endpoint id -> its live workers, on the injected clock (tests move it by hand).
         self._live: TTLCache[str, int, float] = TTLCache(
             maxsize=LIVE_COUNTS_MAX, ttl=LIVE_COUNT_SECONDS, timer=self._clock.now
@@ -57,7 +86,7 @@ class Workers:
         if worker.kind is WorkerKind.LOCAL and worker.owner is None:
             worker.owner = self.replica_id
         await self._store.save_worker(worker)
-        self._copies[worker.id] = worker
+        self._remember(worker.id, worker)
         return worker
 
     async def get(self, worker_id: str) -> Worker | None:
@@ -68,7 +97,12 @@ class Workers:
 
     def copy(self, worker_id: str) -> Worker | None:
         """This replica's last copy, without asking the store."""
-        return self._copies.get(worker_id)
+        held = self._copies.get(worker_id)
+        return None if held is None else held.worker
+
+    def copies_held(self) -> int:
+        """How many copies this replica holds now (those past their time are dropped first)."""
+        return len(self._copies)
 
     async def of_endpoint(self, endpoint_id: str) -> list[Worker]:
         return await self._store.list_workers(endpoint_id)
@@ -93,18 +127,27 @@ class Workers:
     async def seen(self, endpoint_id: str, worker_id: str, version: int) -> Worker:
         """A worker called in. One we have no record of is an external worker."""
         now = self._clock.now()
-        copy = self._copies.get(worker_id)
-        if copy is not None:
-            if copy.endpoint_id != endpoint_id:
-                raise Conflict(f"worker id {worker_id} is in use by another endpoint")
-            recent = now - self._touched.get(worker_id, float("-inf")) < TOUCH_EVERY_SECONDS
-            if recent and copy.state is not WorkerState.INITIALIZING:
-                return copy
+        try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per call
+            held: _Copy | None = self._copies[worker_id]
+        except KeyError:
+            held = None
+        # The common case, answered from the copy. One naming another endpoint is never
+        # refused from here: it may be stale (the leader forgot the worker, and its id now
+        # belongs to another endpoint, or to none), so the store decides below.
+        if (
+            held is not None
+            and held.worker.endpoint_id == endpoint_id
+            and now - held.touched < TOUCH_EVERY_SECONDS
+            and held.worker.state is not WorkerState.INITIALIZING
+        ):
+            return held.worker
         worker = await self._store.touch_worker(worker_id, endpoint_id, now)
         if worker is None:
             # Another endpoint's worker is not touched: a caller cannot make a worker of
             # someone else's look ready (idle) by naming its id through its own endpoint.
-            if await self._store.get_worker(worker_id) is not None:
+            stored = await self._store.get_worker(worker_id)
+            self._remember(worker_id, stored)  # the copy follows the store, or goes
+            if stored is not None:
                 raise Conflict(f"worker id {worker_id} is in use by another endpoint")
             await self._may_add_outside(endpoint_id, worker_id)
             worker = await self._store.add_worker(
@@ -120,9 +163,9 @@ class Workers:
                 )
             )
         if worker.endpoint_id != endpoint_id:
+            self._remember(worker_id, worker)
             raise Conflict(f"worker id {worker_id} is in use by another endpoint")
-        self._copies[worker_id] = worker
-        self._touched[worker_id] = now
+        self._copies[worker_id] = _Copy(worker, touched=now)
         return worker
 
     async def _may_add_outside(self, endpoint_id: str, worker_id: str) -> None:
@@ -207,12 +250,15 @@ class Workers:
 
     async def remove(self, worker_id: str) -> None:
         self._copies.pop(worker_id, None)
-        self._touched.pop(worker_id, None)
         await self._store.delete_worker(worker_id)
         await self._usage_ended(UsageKind.WORKER, worker_id)
 
     def _remember(self, worker_id: str, worker: Worker | None) -> None:
+        """Keep what the store answered (None: it has no such worker), for ``copy_seconds``
+        more; when this replica last touched the worker is kept with it."""
         if worker is None:
             self._copies.pop(worker_id, None)
-        else:
-            self._copies[worker_id] = worker
+            return
+        held = self._copies.get(worker_id)
+        touched = float("-inf") if held is None else held.touched
+        self._copies[worker_id] = _Copy(worker, touched)
