@@ -94,7 +94,7 @@ def build(services: Services) -> WorkerHandlers:
         429 at once when the worker holds 4 long-polls on this server already, or its
         endpoint owner's workers 1,024 (docs/deployment.md, "How much one user may hold")."""
         endpoint = await endpoint_of(request)
-        with polls.hold(endpoint.userId, worker_id):
+        with polls.hold(endpoint.userId, endpoint.id, worker_id):
             jobs = await dispatch.take(
                 endpoint,
                 worker_id,
@@ -120,7 +120,7 @@ def build(services: Services) -> WorkerHandlers:
             room = max(1, int(request.query_params.get("batch_size", "1")))
         except ValueError:
             room = 1
-        with polls.hold(endpoint.userId, worker_id):
+        with polls.hold(endpoint.userId, endpoint.id, worker_id):
             jobs = await dispatch.take(
                 endpoint,
                 worker_id,
@@ -139,7 +139,7 @@ def build(services: Services) -> WorkerHandlers:
         """200 `{jobsToStop: [...]}` when a held job was cancelled or timed out, else 204; 429
         past the long-polls a worker or its owner's workers may hold (as `job-take`)."""
         endpoint = await endpoint_of(request)
-        with polls.hold(endpoint.userId, worker_id):
+        with polls.hold(endpoint.userId, endpoint.id, worker_id):
             ids = await dispatch.stop_signals(endpoint, worker_id, wait, still_connected(request))
         if not ids:
             return Response(status_code=NO_CONTENT)

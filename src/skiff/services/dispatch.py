@@ -111,10 +111,12 @@ class Dispatch:
         ``may_line_up``: the worker takes a list in answer to a take of one (an SDK that
         does, ``lineup.accepts_lineups``); such a worker holding nothing may get jobs lined
         up behind the first (services/lineup.py)."""
+        # Seen first: worker ids are one namespace, and a take naming another endpoint's worker
+        # (its 409) must not count as that worker's take, releasing or watching its answers.
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         self.result_holds.take_arrived(worker_id)
         line_up = may_line_up and limit == 1 and jobs_in_progress is False
         try:
-            worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
             if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
                 await self._let_go(worker)
             jobs = await self._poll(endpoint, worker, limit, wait, still_connected, line_up)

@@ -29,16 +29,19 @@ class LongPolls:
     ) -> None:
         self._per_worker = per_worker
         self._per_user = per_user
-        #: worker id -> long-polls it holds; user id -> those their workers hold.
+        #: endpoint/worker id -> long-polls it holds; user id -> those their workers hold.
         self._workers: dict[str, int] = {}
         self._users: dict[str, int] = {}
 
     def held_by(self, user_id: str) -> int:
         return self._users.get(user_id, 0)
 
-    def hold(self, user_id: str, worker_id: str) -> _Held:
-        """``with`` it around a long-poll: refused (429) past either bound."""
-        if self._workers.get(worker_id, 0) >= self._per_worker:
+    def hold(self, user_id: str, endpoint_id: str, worker_id: str) -> _Held:
+        """``with`` it around a long-poll: refused (429) past either bound. A worker is counted
+        by its endpoint and id: ids are one namespace, and a poll naming another endpoint's
+        worker (refused later, 409) must not use up that worker's room."""
+        worker_key = f"{endpoint_id}/{worker_id}"
+        if self._workers.get(worker_key, 0) >= self._per_worker:
             raise TooManyRequests(
                 f"worker {worker_id} holds {self._per_worker} long-polls on this server "
                 "already, the most at once",
@@ -50,7 +53,7 @@ class LongPolls:
                 "server already, the most at once",
                 RETRY_AFTER_SECONDS,
             )
-        return _Held(self, user_id, worker_id)
+        return _Held(self, user_id, worker_key)
 
 
 class _Held:

@@ -16,6 +16,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result
 from skiff.domain.workers import WorkerState
+from skiff.errors import Conflict
 from skiff.services.dispatch import Dispatch
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
@@ -228,3 +229,29 @@ async def test_a_take_that_gets_its_cap_but_leaves_the_worker_room_holds_its_nex
         j for j in queued if j not in {c.id for c in capped}
     ]
     await asyncio.wait_for(answer, 2)
+
+
+async def test_a_take_naming_this_worker_through_another_endpoint_leaves_its_answers_alone(
+    rig: Rig, clock: ManualClock
+) -> None:
+    """Worker ids are one namespace: another tenant's worker token can name ``w1`` through its
+    own endpoint. That take is refused (409) before it counts as ``w1``'s: it neither releases
+    ``w1``'s held answer nor starts the watch that would release it."""
+    held = await answer_held(rig)
+    rig.dispatch.result_holds.watch = 0.05
+    other = Endpoint(
+        id="ep2",
+        userId="u2",
+        version=1,
+        createdAt=clock.now(),
+        spec=EndpointSpec(name="other", templateId="t"),
+    )
+    await rig.store.create_endpoint(other)
+    with pytest.raises(Conflict, match="in use by another endpoint"):
+        await rig.dispatch.take(other, "w1", 4, POLL, connected, True)
+    # Deliberate: several times the watch, in which the answer must stay held.
+    await asyncio.sleep(0.3)
+    assert not held.answer.done(), "released by another endpoint's take"
+    rig.dispatch.result_holds.release("w1")
+    await asyncio.wait_for(held.answer, 2)
+    held.polling.cancel()
