@@ -22,7 +22,7 @@ async def nothing_blocks(_endpoint: Endpoint, _workers: list[Worker]) -> Blocker
     return None
 
 
-async def any_webhook(_url: str) -> None:
+async def any_webhook(_url: str, _user_id: str) -> None:
     pass
 
 

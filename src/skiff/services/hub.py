@@ -54,7 +54,7 @@ from skiff.services.templates import Templates
 from skiff.services.user_settings import UserSettings
 from skiff.services.volumes import Volumes
 from skiff.services.wakeups import Wakeups
-from skiff.services.webhooks import WebhookSender, check_webhook_url
+from skiff.services.webhooks import WebhookSender
 from skiff.services.worker_exits import WorkerExits
 from skiff.services.workers import Workers
 from skiff.store.base import Store
@@ -214,16 +214,13 @@ class Services:
         events.on_final(metrics.job_finished)
         events.on_final(webhooks.job_finished)
 
-        async def webhook_guard(url: str) -> None:
-            await check_webhook_url(url, settings.webhook_allow_private)
-
         jobs = Jobs(
             store,
             clock,
             wakeups,
             events,
             placement.why,
-            webhook_guard,
+            webhooks.guard,
             reserve=reserve,
         )
         public_models = PublicModels(store, clock)

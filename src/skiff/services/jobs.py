@@ -38,8 +38,9 @@ class StreamRead:
 
 #: Why an endpoint's workers are held back, given its worker records (``Placement.why``).
 WhyBlocked = Callable[[Endpoint, list[Worker]], Awaitable[Blocker | None]]
-#: Refuses a webhook URL a delivery must not reach (raises ``Invalid``).
-WebhookGuard = Callable[[str], Awaitable[None]]
+#: Refuses a webhook URL (first) that a user (second, the submitter) names and a delivery must
+#: not reach (raises ``Invalid``).
+WebhookGuard = Callable[[str, str], Awaitable[None]]
 
 
 @define(eq=False, repr=False, slots=False)
@@ -71,7 +72,7 @@ class Jobs:
                 f"requests to /lb/{endpoint.id}/ and the paths its workers serve"
             )
         if request.webhook is not None:
-            await self._webhook_guard(request.webhook)
+            await self._webhook_guard(request.webhook, endpoint.caller or endpoint.userId)
         if self._reserve is not None:
             self._reserve.admit(
                 job_bytes(request.input_json, request.webhook, request.s3_config_json)

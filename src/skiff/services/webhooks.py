@@ -12,6 +12,14 @@ Unless the operator allows private addresses, a webhook may only reach public on
 is resolved when the URL is checked and again at every attempt, and the request then goes to
 the address that was checked (``Host`` and TLS SNI keep the name), so a name that is re-pointed
 at an inside address between the check and the connection cannot get a request through.
+
+Hosts are looked up without a thread each (``NameLookups``): c-ares, through aiodns, reads
+``/etc/hosts`` and asks the name servers of ``/etc/resolv.conf``, its one event thread watching
+every query's socket, so a lookup that never gets an answer holds no thread. ``getaddrinfo`` in
+the loop's default executor would hold one of the few threads every ``asyncio.to_thread`` in
+the server shares until the system resolver gave up (10-25 s), whatever the caller's timeout: a
+tenant naming random hosts under a name server that never answers stalled everyone. A user's
+submissions have at most ``PER_USER_LOOKUPS`` hosts being looked up at once.
 """
 
 from __future__ import annotations
@@ -21,9 +29,12 @@ import datetime as dt
 import ipaddress
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any
 
+import aiodns
+import aiodns.error
 import httpx
 from attrs import define, field
 from standardwebhooks import Webhook
@@ -36,12 +47,20 @@ from skiff.store.base import Store, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
-#: Resolves ``(host, port)`` to IP address strings; ``getaddrinfo`` by default.
+#: Resolves ``(host, port)`` to IP address strings; ``NameLookups.resolve`` in the server.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 USER_AGENT = "skiff-webhooks/0.1"
 #: How long a name lookup may take before the host counts as unresolvable.
 DNS_TIMEOUT_SECONDS = 5.0
+#: Hosts one user's submissions may have being looked up at once (submissions naming a host
+#: already being looked up wait on that lookup and take no more); past it a submission is
+#: refused at once rather than queue behind the user's lookups that do not end.
+PER_USER_LOOKUPS = 4
+#: c-ares tries each name server twice: the first try gets half of ``DNS_TIMEOUT_SECONDS``
+#: (less once the server's answers are known to be quicker), the retry up to twice as long, so
+#: a lookup nobody answers ends by itself about when its caller stops waiting, or soon after.
+LOOKUP_TRIES = 2
 #: Deliveries attempted at the same time.
 CONCURRENCY = 16
 #: Of those, one user's at most (a quarter): a user whose receivers answer slowly, or never
@@ -54,15 +73,134 @@ ALLOW_HINT = "an operator can allow it with SKIFF_WEBHOOK_ALLOW_PRIVATE=true"
 MAX_ERROR_CHARS = 500
 
 
-async def system_resolve(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to, in the order the system prefers them."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses: list[str] = []
-    for _family, _type, _proto, _canonname, sockaddr in infos:
-        address = str(sockaddr[0])
-        if address not in addresses:
-            addresses.append(address)
-    return addresses
+def _unique(addresses: Iterable[str]) -> list[str]:
+    kept: list[str] = []
+    for address in addresses:
+        if address not in kept:
+            kept.append(address)
+    return kept
+
+
+def _numeric(host: str, port: int) -> list[str] | None:
+    """The address of a numeric host as ``getaddrinfo`` reads one (``127.1``, ``0x7f.1``,
+    ``2130706433`` as well as the usual forms), or None for a name. ``AI_NUMERICHOST`` never
+    asks a resolver, so this returns at once, on the loop."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    return _unique(str(sockaddr[0]) for *_, sockaddr in infos)
+
+
+@define(eq=False, repr=False, slots=False)
+class NameLookups:
+    """Webhook hosts' addresses, looked up without a thread per lookup; made and closed by the
+    webhook sender (``WebhookSender.aclose``).
+
+    A numeric host is read as ``getaddrinfo`` reads it. A name goes to c-ares (aiodns): the
+    hosts file, then the name servers, as ``/etc/nsswitch.conf`` and ``/etc/resolv.conf`` say.
+    Its queries wait on its sockets, watched by its one event thread, never in a thread of the
+    event loop's executor, and give up by themselves (``LOOKUP_TRIES``). Callers asking for a
+    host while it is being looked up share that lookup. ``for_user`` caps how many hosts one
+    user's submissions have being looked up at once (``PER_USER_LOOKUPS``)."""
+
+    #: Name servers to ask, ``"127.0.0.1:5353"`` with a port; by default ``/etc/resolv.conf``'s.
+    _nameservers: list[str] | None = None
+    _per_user: int = PER_USER_LOOKUPS
+    #: c-ares's first try at a name server.
+    _try_seconds: float = DNS_TIMEOUT_SECONDS / 2
+    #: Made on first use (it belongs to the loop that runs it).
+    _resolver: aiodns.DNSResolver | None = field(init=False, default=None)
+    #: host -> its lookup under way, shared by everyone asking for it meanwhile.
+    _pending: dict[str, asyncio.Future[list[str]]] = field(init=False, factory=dict)
+    #: user -> host -> how many of the user's checks are waiting on its lookup.
+    _waiting: dict[str, dict[str, int]] = field(init=False, factory=dict)
+
+    def for_user(self, user_id: str) -> Resolver:
+        """``resolve`` for a check of the user's submission: refused at once (``Invalid``)
+        while the user already has ``per_user`` other hosts being looked up."""
+
+        async def resolve(host: str, port: int) -> list[str]:
+            return await self.resolve(host, port, user_id)
+
+        return resolve
+
+    def under_way(self) -> int:
+        """Lookups whose queries have not ended yet."""
+        return len(self._pending)
+
+    async def resolve(self, host: str, port: int, user_id: str | None = None) -> list[str]:
+        """Every address ``host`` resolves to, in the order c-ares prefers them (RFC 6724, as
+        ``getaddrinfo``); ``OSError`` if it resolves to none, ``TimeoutError`` if the name
+        servers did not answer."""
+        numeric = _numeric(host, port)
+        if numeric is not None:
+            return numeric
+        if user_id is None:
+            return await self._shared(host)
+        hosts = self._waiting.get(user_id, {})
+        if host not in hosts and len(hosts) >= self._per_user:
+            raise Invalid(
+                f"webhook host {host} cannot be resolved now: the webhook hosts of your"
+                f" submissions already have {len(hosts)} lookups under way, the most one user"
+                " may have at once; try again when they end",
+                field="webhook",
+            )
+        hosts = self._waiting.setdefault(user_id, hosts)
+        hosts[host] = hosts.get(host, 0) + 1
+        try:
+            return await self._shared(host)
+        finally:
+            hosts = self._waiting[user_id]
+            hosts[host] -= 1
+            if not hosts[host]:
+                del hosts[host]
+            if not hosts:
+                del self._waiting[user_id]
+
+    async def _shared(self, host: str) -> list[str]:
+        lookup = self._pending.get(host)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._look_up(host))
+            self._pending[host] = lookup
+            lookup.add_done_callback(partial(self._ended, host))
+        # A caller that stops waiting (its timeout) leaves the lookup to the others.
+        return await asyncio.shield(lookup)
+
+    def _ended(self, host: str, lookup: asyncio.Future[list[str]]) -> None:
+        if self._pending.get(host) is lookup:
+            del self._pending[host]
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved: nobody may be waiting any more
+
+    async def _look_up(self, host: str) -> list[str]:
+        try:
+            result = await self._channel().getaddrinfo(host, type=socket.SOCK_STREAM)
+        except aiodns.error.DNSError as exc:
+            code = exc.args[0] if exc.args else None
+            if code == aiodns.error.ARES_ETIMEOUT:
+                raise TimeoutError from None
+            raise OSError(str(exc.args[1]) if len(exc.args) > 1 else str(exc)) from None
+        return _unique(
+            raw.decode() if isinstance(raw, bytes) else str(raw)
+            for raw in (node.addr[0] for node in result.nodes)
+        )
+
+    def _channel(self) -> aiodns.DNSResolver:
+        loop = asyncio.get_running_loop()
+        if self._resolver is None or self._resolver.loop is not loop:
+            self._resolver = aiodns.DNSResolver(
+                self._nameservers, loop=loop, timeout=self._try_seconds, tries=LOOKUP_TRIES
+            )
+        return self._resolver
+
+    async def aclose(self) -> None:
+        """End the lookups under way (their callers get ``OSError``) and the resolver."""
+        resolver, self._resolver = self._resolver, None
+        if resolver is not None:
+            await resolver.close()
+        if self._pending:
+            await asyncio.gather(*self._pending.values(), return_exceptions=True)
 
 
 def _kind(address: str) -> str:
@@ -103,7 +241,7 @@ def _parse(url: str) -> httpx.URL:
     return parsed
 
 
-async def _public_addresses(parsed: httpx.URL, resolve: Resolver | None) -> list[str]:
+async def _public_addresses(parsed: httpx.URL, resolve: Resolver) -> list[str]:
     """The addresses the URL's host stands for, all public, or ``Invalid`` saying why not."""
     host = parsed.raw_host.decode("ascii")
     literal = _literal_ip(host)
@@ -117,7 +255,7 @@ async def _public_addresses(parsed: httpx.URL, resolve: Resolver | None) -> list
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
         async with asyncio.timeout(DNS_TIMEOUT_SECONDS):
-            addresses = await (resolve or system_resolve)(host, port)
+            addresses = await resolve(host, port)
     except TimeoutError:
         raise Invalid(
             f"webhook host {parsed.host} cannot be resolved: the lookup took longer than"
@@ -145,7 +283,7 @@ async def _public_addresses(parsed: httpx.URL, resolve: Resolver | None) -> list
     return addresses
 
 
-async def check_webhook_url(url: str, allow_private: bool, resolve: Resolver | None = None) -> None:
+async def check_webhook_url(url: str, allow_private: bool, resolve: Resolver) -> None:
     """Refuse (``Invalid``, field ``webhook``) a URL that is not absolute http(s), or, unless
     ``allow_private``, whose host is a non-public IP, resolves to any non-public address, or
     does not resolve at all. With ``allow_private`` no lookup is made."""
@@ -230,8 +368,12 @@ class WebhookSender:
     _allow_private: bool = False
     _timeout: float = 10.0
     _batch: int = 50
+    #: Looks up hosts for deliveries instead of ``lookups`` (tests).
     _resolve: Resolver | None = None
     _concurrency: int = CONCURRENCY
+    #: Looks up webhook hosts, for submissions' checks (``guard``) and deliveries; closed by
+    #: ``aclose``.
+    _lookups: NameLookups = field(factory=NameLookups)
     #: Made by ``run`` (asyncio objects belong to the loop that runs them).
     _wake: asyncio.Event | None = field(init=False, default=None)
 
@@ -259,10 +401,16 @@ class WebhookSender:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP client if the sender made it."""
+        """End the name lookups, and close the HTTP client if the sender made it."""
+        await self._lookups.aclose()
         if self._owns_client and self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    async def guard(self, url: str, user_id: str) -> None:
+        """Refuse a webhook URL that user ``user_id`` submits if a delivery must not reach it
+        (``check_webhook_url``); the user's lookups under way are capped (``NameLookups``)."""
+        await check_webhook_url(url, self._allow_private, self._lookups.for_user(user_id))
 
     def wake(self) -> None:
         """Start the next pass now (a job just finished) instead of after the idle period."""
@@ -371,7 +519,8 @@ class WebhookSender:
     async def _post(self, delivery: WebhookDelivery) -> int:
         """POST the signed payload; the receiver's status code (its body is not read)."""
         parsed = _parse(delivery.url)
-        addresses = [] if self._allow_private else await _public_addresses(parsed, self._resolve)
+        resolve = self._resolve or self._lookups.resolve
+        addresses = [] if self._allow_private else await _public_addresses(parsed, resolve)
         secret = delivery.secret
         if secret is None:
             try:

@@ -20,6 +20,7 @@ import standardwebhooks
 from aiohttp import web
 
 from eventually import eventually_async
+from name_server import serving
 from skiff.api import management
 from skiff.app import build_services, open_cluster
 from skiff.clock import ManualClock
@@ -30,7 +31,7 @@ from skiff.secret_keys import KeyFile
 from skiff.services import webhooks as webhooks_module
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wakeups
-from skiff.services.webhooks import Slots, WebhookSender
+from skiff.services.webhooks import NameLookups, Slots, WebhookSender
 from skiff.store.base import User, WebhookDelivery
 from skiff.store.rows import webhook_delivery_from_row
 from skiff.store.sqlite import SQLiteStore
@@ -600,6 +601,28 @@ async def test_a_name_re_pointed_inside_after_submission_is_not_posted(rig: Rig)
     assert delivery.attempts == 2
     assert delivery.last_error is not None
     assert "resolves to 169.254.169.254, a link-local address" in delivery.last_error
+
+
+async def test_a_name_is_looked_up_by_the_name_servers_and_posted_to_the_address_given(
+    rig: Rig,
+) -> None:
+    """The sender's own lookups (c-ares, a real name server on a local port) at every
+    attempt, as with the injected resolver above."""
+    seen: list[httpx.Request] = []
+    job = await rig.final("https://hooks.test:8443/done")
+    async with serving({"hooks.test": ["93.184.216.34"]}) as nameserver:
+        sender = rig.sender(
+            client=recording_transport(seen),
+            allow_private=False,
+            lookups=NameLookups(nameservers=[nameserver.address]),
+        )
+        assert await sender.pass_once() == 1
+    [request] = seen
+    assert str(request.url) == "https://93.184.216.34:8443/done"
+    assert request.headers["Host"] == "hooks.test:8443"
+    assert request.extensions["sni_hostname"] == "hooks.test"
+    assert "hooks.test" in nameserver.asked
+    assert (await rig.delivery(job.id)).status == "delivered"
 
 
 async def unused_port() -> int:
