@@ -23,7 +23,11 @@ from skiff.services.hub import Services
 
 
 class WorkerOut(BaseModel):
-    id: str
+    id: str = Field(
+        description="Its name: the id skiff gave a local worker, an external worker's own "
+        "`RUNPOD_POD_ID`. Names are each endpoint's own: two endpoints' external workers may "
+        "share one and stay apart"
+    )
     state: str = Field(
         description="initializing, idle, running, throttled, unhealthy, stopping or standby"
     )
@@ -93,7 +97,7 @@ class EndpointOut(EndpointSpec):
 def worker_out(report: WorkerReport) -> WorkerOut:
     w = report.worker
     return WorkerOut(
-        id=w.id,
+        id=w.name,
         state=w.state.value,
         kind=w.kind.value,
         version=w.version,

@@ -186,7 +186,7 @@ def build(services: Services) -> WorkerHandlers:
             body = await read_body(read.request, RESULT_LIMIT)
             if len(body) <= MAX_CHUNK_BYTES:
                 return parse(body)
-            if await dispatch.runs(read.worker_id, read.job_id, read.lined_up):
+            if await dispatch.runs(read.endpoint, read.worker_id, read.job_id, read.lined_up):
                 return await parse_apart(body)
             return None
 

@@ -116,6 +116,7 @@ def worker_row(report: WorkerReport) -> dict[str, Any]:
     w = report.worker
     return {
         "id": w.id,
+        "name": w.name,
         "state": w.state.value,
         "kind": w.kind.value,
         "version": w.version,

@@ -8,6 +8,8 @@ from pathlib import Path
 import jinja2
 import orjson
 
+from skiff.domain.workers import worker_name
+
 #: JSON longer than this is cut on the page (the API still has all of it).
 JSON_SHOWN_MAX = 100_000
 
@@ -74,5 +76,7 @@ def environment(directory: Path) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, iso=iso, duration=duration, pretty=pretty, disk=disk)
+    env.filters.update(
+        when=when, iso=iso, duration=duration, pretty=pretty, disk=disk, worker_name=worker_name
+    )
     return env

@@ -11,6 +11,7 @@ import orjson
 
 from skiff.domain import json_limits
 from skiff.domain.times import iso
+from skiff.domain.workers import worker_name
 from skiff.errors import Invalid
 
 
@@ -313,7 +314,7 @@ def status_view(job: Job, now: float) -> dict[str, Any]:
         view["error"] = job.error
     # A job lined up on a worker (services/lineup.py) names it only once it started there.
     if job.worker_id is not None and job.started_at is not None:
-        view["workerId"] = job.worker_id
+        view["workerId"] = worker_name(job.worker_id)
     if job.retries:
         view["retries"] = job.retries
     return view

@@ -56,6 +56,12 @@ class Worker:
     health_address: str | None = None
 
     @property
+    def name(self) -> str:
+        """What it calls itself (``RUNPOD_POD_ID``), as users are shown it: its id, less the
+        endpoint an outside worker's may be kept under (``outside_key``)."""
+        return worker_name(self.id)
+
+    @property
     def takes_work(self) -> bool:
         """False once it is told to stop or asked to be recycled."""
         return self.state is not WorkerState.STOPPING and not self.recycle
@@ -92,6 +98,24 @@ _OUTSIDE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 #: every pass of the server's loops reads, and any id its token names becomes one: without a
 #: bound one tenant's worker could make them by the ten thousand and slow every tenant's.
 MAX_OUTSIDE_WORKERS = 512
+
+
+#: Between an endpoint's id and an outside worker's name in the key the worker's record is
+#: kept under when another endpoint's worker holds the name: no worker id holds it.
+KEY_SEPARATOR = "/"
+
+
+def outside_key(endpoint_id: str, name: str) -> str:
+    """The id an outside worker called ``name`` is kept under when another endpoint's worker
+    holds the name: names are the workers' own choice (``RUNPOD_POD_ID``), so two tenants may
+    well pick the same, and neither may keep the other's from calling in, nor learn that it
+    exists. Unique across endpoints, and no other id can spell it."""
+    return f"{endpoint_id}{KEY_SEPARATOR}{name}"
+
+
+def worker_name(worker_id: str) -> str:
+    """``Worker.name`` of a worker known only by its id (a job's ``worker_id``)."""
+    return worker_id.rpartition(KEY_SEPARATOR)[2]
 
 
 def outside_id_problem(worker_id: str) -> str | None:

@@ -111,10 +111,11 @@ class Dispatch:
         ``may_line_up``: the worker takes a list in answer to a take of one (an SDK that
         does, ``lineup.accepts_lineups``); such a worker holding nothing may get jobs lined
         up behind the first (services/lineup.py)."""
-        # Seen first: worker ids are one namespace, and a take naming another endpoint's worker
-        # (its 409) must not count as that worker's take, releasing or watching its answers.
+        # Seen first: the path names the worker in its endpoint's terms, and every step after
+        # knows it by its record's id (``Workers.seen``), as its held answers are kept: a take
+        # naming another endpoint's worker's id is an outside worker's of its own.
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
-        self.result_holds.take_arrived(worker_id)
+        self.result_holds.take_arrived(worker.id)
         line_up = may_line_up and limit == 1 and jobs_in_progress is False
         try:
             if jobs_in_progress is False and await self._workers.jobs_of(worker.id):
@@ -124,9 +125,9 @@ class Dispatch:
             # Its arrival stopped the watch on the worker's held answers: a take that ends
             # without an answer (the worker gone, the request cancelled) restarts it, or they
             # would wait out max_hold.
-            self.result_holds.take_answered(worker_id, room or limit, 0)
+            self.result_holds.take_answered(worker.id, room or limit, 0)
             raise
-        self.result_holds.take_answered(worker_id, room or limit, len(jobs))
+        self.result_holds.take_answered(worker.id, room or limit, len(jobs))
         self._metrics.take_poll(endpoint.id, bool(jobs))
         return jobs
 
@@ -250,7 +251,7 @@ class Dispatch:
         if result.stop_pod:
             await self._workers.mark_recycle(worker)
         if result.outcome is Outcome.PROGRESS:
-            if await self._store.record_progress(job_id, worker_id, result.output_json):
+            if await self._store.record_progress(job_id, worker.id, result.output_json):
                 self._wakeups.notify(Wake.job(job_id))
             return None
         status = JobStatus.FAILED if result.outcome is Outcome.FAILED else JobStatus.COMPLETED
@@ -299,7 +300,7 @@ class Dispatch:
             pieces = split_chunk(chunk.output_json, chunk.metrics_json)
             try:
                 held = await self._store.append_stream_chunks(
-                    job_id, worker_id, pieces, self._stream_max_bytes
+                    job_id, worker.id, pieces, self._stream_max_bytes
                 )
             except StreamFull:
                 refused = stream_full_reason(self._stream_max_bytes)
@@ -310,11 +311,14 @@ class Dispatch:
         await self._finish(worker, job_id, JobStatus.FAILED, None, refused)
         return refused
 
-    async def runs(self, worker_id: str, job_id: str, lined_up: bool = False) -> bool:
+    async def runs(
+        self, endpoint: Endpoint, worker_id: str, job_id: str, lined_up: bool = False
+    ) -> bool:
         """Whether the worker runs the job now (or, with ``lined_up``, has it lined up): a
         large stream chunk or result of a job it does not is dropped before it is read
         (reading 64 MB costs the event loop, and nothing of such a job is kept anyway)."""
-        return await self._store.job_held_by(job_id, worker_id, lined_up)
+        worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
+        return await self._store.job_held_by(job_id, worker.id, lined_up)
 
     async def stop_signals(
         self, endpoint: Endpoint, worker_id: str, wait: float, still_connected: StillConnected

@@ -38,8 +38,8 @@ class LongPolls:
 
     def hold(self, user_id: str, endpoint_id: str, worker_id: str) -> _Held:
         """``with`` it around a long-poll: refused (429) past either bound. A worker is counted
-        by its endpoint and id: ids are one namespace, and a poll naming another endpoint's
-        worker (refused later, 409) must not use up that worker's room."""
+        by its endpoint and name: names are each endpoint's own (``Workers.seen``), and a poll
+        naming another endpoint's worker must not use up that worker's room."""
         worker_key = f"{endpoint_id}/{worker_id}"
         if self._workers.get(worker_key, 0) >= self._per_worker:
             raise TooManyRequests(

@@ -25,6 +25,7 @@ from skiff.domain.workers import (
     WorkerKind,
     WorkerState,
     outside_id_problem,
+    outside_key,
 )
 from skiff.errors import Conflict, Invalid, TooManyRequests
 from skiff.services.metering import UsageEnded, not_metered
@@ -125,31 +126,50 @@ class Workers:
         return await self._store.jobs_of_worker(worker_id)
 
     async def seen(self, endpoint_id: str, worker_id: str, version: int) -> Worker:
-        """A worker called in. One we have no record of is an external worker."""
+        """A worker called in through ``endpoint_id`` naming itself ``worker_id`` (the path's,
+        its ``RUNPOD_POD_ID``). One we have no record of is an outside worker. Its name is its
+        own choice, so it is its endpoint's alone: a name another endpoint's worker holds
+        is kept apart under this endpoint's (``outside_key``), never refused. The record's
+        ``id`` is the one every later step uses."""
         now = self._clock.now()
-        try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per call
-            held: _Copy | None = self._copies[worker_id]
-        except KeyError:
-            held = None
+        scoped = outside_key(endpoint_id, worker_id)
         # The common case, answered from the copy. One naming another endpoint is never
-        # refused from here: it may be stale (the leader forgot the worker, and its id now
+        # taken from here: it may be stale (the leader forgot the worker, and its id now
         # belongs to another endpoint, or to none), so the store decides below.
-        if (
-            held is not None
-            and held.worker.endpoint_id == endpoint_id
-            and now - held.touched < TOUCH_EVERY_SECONDS
-            and held.worker.state is not WorkerState.INITIALIZING
-        ):
-            return held.worker
-        worker = await self._store.touch_worker(worker_id, endpoint_id, now)
+        held = self._fresh(worker_id, endpoint_id, now) or self._fresh(scoped, endpoint_id, now)
+        if held is not None:
+            return held
+        # Another endpoint's worker is not touched: a caller cannot make a worker of someone
+        # else's look ready (idle) by naming its id through its own endpoint.
+        worker = await self._store.touch_worker(
+            worker_id, endpoint_id, now
+        ) or await self._store.touch_worker(scoped, endpoint_id, now)
         if worker is None:
-            # Another endpoint's worker is not touched: a caller cannot make a worker of
-            # someone else's look ready (idle) by naming its id through its own endpoint.
-            stored = await self._store.get_worker(worker_id)
-            self._remember(worker_id, stored)  # the copy follows the store, or goes
-            if stored is not None:
-                raise Conflict(f"worker id {worker_id} is in use by another endpoint")
-            await self._may_add_outside(endpoint_id, worker_id)
+            worker = await self._add_outside(endpoint_id, worker_id, version, now)
+        self._copies[worker.id] = _Copy(worker, touched=now)
+        return worker
+
+    def _fresh(self, worker_id: str, endpoint_id: str, now: float) -> Worker | None:
+        """The copy of ``worker_id`` if it is ``endpoint_id``'s, touched within
+        ``TOUCH_EVERY_SECONDS`` and past its start."""
+        try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per call
+            held = self._copies[worker_id]
+        except KeyError:
+            return None
+        worker = held.worker
+        if (
+            worker.endpoint_id == endpoint_id
+            and now - held.touched < TOUCH_EVERY_SECONDS
+            and worker.state is not WorkerState.INITIALIZING
+        ):
+            return worker
+        return None
+
+    async def _add_outside(self, endpoint_id: str, name: str, version: int, now: float) -> Worker:
+        """A new outside worker of ``endpoint_id`` called ``name``: recorded under the name
+        itself while no other worker holds it, else under ``outside_key``."""
+        await self._may_add_outside(endpoint_id, name)
+        for worker_id in (name, outside_key(endpoint_id, name)):
             worker = await self._store.add_worker(
                 Worker(
                     id=worker_id,
@@ -162,11 +182,13 @@ class Workers:
                     idle_since=now,
                 )
             )
-        if worker.endpoint_id != endpoint_id:
+            # The insert leaves a record it meets alone: another endpoint's under the name (a
+            # copy of it is kept only while the store confirms it, never as this one's).
+            if worker.endpoint_id == endpoint_id:
+                return worker
             self._remember(worker_id, worker)
-            raise Conflict(f"worker id {worker_id} is in use by another endpoint")
-        self._copies[worker_id] = _Copy(worker, touched=now)
-        return worker
+        # Only another endpoint's id holding this endpoint's key, which no id can spell.
+        raise Conflict(f"worker id {name} is in use by another endpoint")
 
     async def _may_add_outside(self, endpoint_id: str, worker_id: str) -> None:
         """Refuse a new outside worker whose id is none, or one past ``MAX_OUTSIDE_WORKERS``

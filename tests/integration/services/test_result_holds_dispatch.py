@@ -15,8 +15,7 @@ from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result
-from skiff.domain.workers import WorkerState
-from skiff.errors import Conflict
+from skiff.domain.workers import WorkerState, outside_key
 from skiff.services.dispatch import Dispatch
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
@@ -234,9 +233,9 @@ async def test_a_take_that_gets_its_cap_but_leaves_the_worker_room_holds_its_nex
 async def test_a_take_naming_this_worker_through_another_endpoint_leaves_its_answers_alone(
     rig: Rig, clock: ManualClock
 ) -> None:
-    """Worker ids are one namespace: another tenant's worker token can name ``w1`` through its
-    own endpoint. That take is refused (409) before it counts as ``w1``'s: it neither releases
-    ``w1``'s held answer nor starts the watch that would release it."""
+    """Another tenant's worker token can name ``w1`` through its own endpoint. That take is
+    its own outside worker's, kept apart from ``w1`` (``outside_key``) before it counts as
+    anyone's: it neither releases ``w1``'s held answer nor starts the watch that would."""
     held = await answer_held(rig)
     rig.dispatch.result_holds.watch = 0.05
     other = Endpoint(
@@ -247,8 +246,9 @@ async def test_a_take_naming_this_worker_through_another_endpoint_leaves_its_ans
         spec=EndpointSpec(name="other", templateId="t"),
     )
     await rig.store.create_endpoint(other)
-    with pytest.raises(Conflict, match="in use by another endpoint"):
-        await rig.dispatch.take(other, "w1", 4, POLL, connected, True)
+    assert await rig.dispatch.take(other, "w1", 4, 0.05, connected, True) == []
+    theirs = await rig.store.get_worker(outside_key("ep2", "w1"))
+    assert theirs is not None and theirs.endpoint_id == "ep2"
     # Deliberate: several times the watch, in which the answer must stay held.
     await asyncio.sleep(0.3)
     assert not held.answer.done(), "released by another endpoint's take"

@@ -1,21 +1,19 @@
-"""A worker's call-in (``Workers.seen``) through an endpoint that is not its own: refused, and
-the worker left as it was, whichever replica answers (one that holds no copy of its record
-asks the store). And the copies of records each replica keeps: on a follower, gone by
-themselves once the leader forgets their workers, never more than the cap, and never trusted
-over the store to refuse a call. The real service on a real SQLite store."""
+"""A worker's call-in (``Workers.seen``): names are each endpoint's own, so a call naming a
+worker of another endpoint is an outside worker of the caller's, kept apart and never refused,
+and the other worker is left as it was, whichever replica answers (one that holds no copy of
+its record asks the store). And the copies of records each replica keeps: on a follower, gone
+by themselves once the leader forgets their workers, never more than the cap, and never
+trusted over the store. The real service on a real SQLite store."""
 
 from __future__ import annotations
 
-import pytest
-
 from skiff.clock import ManualClock
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
-from skiff.errors import Conflict
+from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.services.workers import TOUCH_EVERY_SECONDS, Workers
 from skiff.store.sqlite import SQLiteStore
 
 
-async def test_a_call_naming_another_endpoints_worker_is_refused_and_changes_nothing(
+async def test_a_call_naming_another_endpoints_worker_is_a_worker_of_its_own(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
     starting = Worker(
@@ -30,12 +28,53 @@ async def test_a_call_naming_another_endpoints_worker_is_refused_and_changes_not
     # A replica that has never seen the worker: no copy of its record to check against.
     other_replica = Workers(store, clock)
 
-    with pytest.raises(Conflict, match="in use by another endpoint"):
-        await other_replica.seen("ep-alice", "w-bob", version=1)
+    alices = await other_replica.seen("ep-alice", "w-bob", version=1)
 
-    worker = await store.get_worker("w-bob")
-    assert worker is not None
-    assert worker.state is WorkerState.INITIALIZING and worker.last_seen is None
+    assert (alices.id, alices.endpoint_id, alices.kind) == (
+        outside_key("ep-alice", "w-bob"),
+        "ep-alice",
+        WorkerKind.EXTERNAL,
+    )
+    assert alices.name == "w-bob"
+    bobs = await store.get_worker("w-bob")
+    assert bobs is not None
+    assert bobs.state is WorkerState.INITIALIZING and bobs.last_seen is None
+
+
+async def test_a_name_taken_first_by_another_tenant_keeps_no_one_out(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    """Outside workers name themselves (``RUNPOD_POD_ID``): a tenant who calls in first
+    under a name another tenant uses neither keeps that tenant's worker out nor shares a
+    record with it, and each goes on being found under its own endpoint."""
+    mallory, alice = Workers(store, clock, "replica-1"), Workers(store, clock, "replica-2")
+    squatter = await mallory.seen("ep-mallory", "gpu-box-1", version=1)
+
+    first = await alice.seen("ep-alice", "gpu-box-1", version=3)
+    clock.advance(TOUCH_EVERY_SECONDS * 2)  # past the copies: the store is asked again
+    again = await alice.seen("ep-alice", "gpu-box-1", version=3)
+    from_mallorys_replica = await mallory.seen("ep-alice", "gpu-box-1", version=3)
+
+    assert squatter.id == "gpu-box-1" and squatter.endpoint_id == "ep-mallory"
+    assert first.id == again.id == from_mallorys_replica.id == outside_key("ep-alice", "gpu-box-1")
+    assert {w.id for w in await store.list_workers("ep-alice")} == {first.id}
+    assert {w.id for w in await store.list_workers("ep-mallory")} == {"gpu-box-1"}
+    assert first.name == squatter.name == "gpu-box-1"
+
+
+async def test_a_name_kept_apart_stays_so_after_the_other_worker_goes(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    """The first record an endpoint has under a name is the one it keeps using, so its
+    worker's jobs stay its own when the name falls free."""
+    workers = Workers(store, clock)
+    await workers.seen("ep-b", "w-1", version=1)
+    kept_apart = await workers.seen("ep-a", "w-1", version=1)
+    await workers.remove("w-1")
+    clock.advance(TOUCH_EVERY_SECONDS * 2)
+
+    assert (await workers.seen("ep-a", "w-1", version=1)).id == kept_apart.id
+    assert await store.get_worker("w-1") is None
 
 
 # -- the copies one replica keeps -------------------------------------------------------------
@@ -106,9 +145,9 @@ async def test_a_follower_follows_the_store_when_a_worker_id_moved_to_another_en
     assert worker.endpoint_id == "ep-b"
     copy = follower.copy("w-moved")
     assert copy is not None and copy.endpoint_id == "ep-b"
-    # And through its old endpoint it is refused now, by what the store says.
-    with pytest.raises(Conflict, match="in use by another endpoint"):
-        await follower.seen("ep-a", "w-moved", version=1)
+    # Through its old endpoint it is a worker of that endpoint's own now, kept apart.
+    apart = await follower.seen("ep-a", "w-moved", version=1)
+    assert (apart.id, apart.endpoint_id) == (outside_key("ep-a", "w-moved"), "ep-a")
 
 
 async def test_a_stale_copy_of_a_worker_the_store_no_longer_has_is_dropped(
