@@ -132,18 +132,20 @@ class Workers:
         is kept apart under this endpoint's (``outside_key``), never refused. The record's
         ``id`` is the one every later step uses."""
         now = self._clock.now()
-        scoped = outside_key(endpoint_id, worker_id)
         # The common case, answered from the copy. One naming another endpoint is never
         # taken from here: it may be stale (the leader forgot the worker, and its id now
         # belongs to another endpoint, or to none), so the store decides below.
-        held = self._fresh(worker_id, endpoint_id, now) or self._fresh(scoped, endpoint_id, now)
+        held = self._fresh(worker_id, endpoint_id, now)
+        if held is None:
+            held = self._fresh(outside_key(endpoint_id, worker_id), endpoint_id, now)
         if held is not None:
             return held
         # Another endpoint's worker is not touched: a caller cannot make a worker of someone
         # else's look ready (idle) by naming its id through its own endpoint.
-        worker = await self._store.touch_worker(
-            worker_id, endpoint_id, now
-        ) or await self._store.touch_worker(scoped, endpoint_id, now)
+        worker = await self._store.touch_worker(worker_id, endpoint_id, now)
+        if worker is None:
+            scoped = outside_key(endpoint_id, worker_id)
+            worker = await self._store.touch_worker(scoped, endpoint_id, now)
         if worker is None:
             worker = await self._add_outside(endpoint_id, worker_id, version, now)
         self._copies[worker.id] = _Copy(worker, touched=now)
