@@ -90,7 +90,8 @@ class Settings(BaseSettings):
     #: An external worker not heard from (take, ping, result) for this long is forgotten and its
     #: jobs go back to the queue.
     worker_silence_seconds: float = Field(default=60.0, gt=0)
-    #: Let webhooks reach loopback, private and link-local addresses (refused by default).
+    #: Let webhooks reach loopback, private and link-local addresses and this host's own
+    #: interfaces' (refused by default).
     webhook_allow_private: bool = False
     #: How long one webhook delivery attempt may take.
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)

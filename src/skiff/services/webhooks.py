@@ -43,6 +43,7 @@ from skiff.clock import Clock
 from skiff.domain.jobs import Job
 from skiff.domain.webhooks import is_public_address, next_attempt
 from skiff.errors import Invalid
+from skiff.services.host_addresses import HostAddresses
 from skiff.store.base import Store, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 USER_AGENT = "skiff-webhooks/0.1"
 #: How long a name lookup may take before the host counts as unresolvable.
 DNS_TIMEOUT_SECONDS = 5.0
+#: This host's addresses as the checks read them by default: one reading, every 30 s, for
+#: the whole process.
+_THIS_HOST = HostAddresses()
 #: Hosts one user's submissions may have being looked up at once (submissions naming a host
 #: already being looked up wait on that lookup and take no more); past it a submission is
 #: refused at once rather than queue behind the user's lookups that do not end.
@@ -241,14 +245,22 @@ def _parse(url: str) -> httpx.URL:
     return parsed
 
 
-async def _public_addresses(parsed: httpx.URL, resolve: Resolver) -> list[str]:
-    """The addresses the URL's host stands for, all public, or ``Invalid`` saying why not."""
+async def _public_addresses(
+    parsed: httpx.URL, resolve: Resolver, this_host: HostAddresses
+) -> list[str]:
+    """The addresses the URL's host stands for, all public and none of this host's own, or
+    ``Invalid`` saying why not."""
     host = parsed.raw_host.decode("ascii")
     literal = _literal_ip(host)
     if literal is not None:
         if not is_public_address(literal):
             raise Invalid(
                 f"webhook host {parsed.host} is a {_kind(literal)} address; {ALLOW_HINT}",
+                field="webhook",
+            )
+        if this_host.holds(literal):
+            raise Invalid(
+                f"webhook host {parsed.host} is an address of this server; {ALLOW_HINT}",
                 field="webhook",
             )
         return [literal]
@@ -280,16 +292,25 @@ async def _public_addresses(parsed: httpx.URL, resolve: Resolver) -> list[str]:
                 f" {ALLOW_HINT}",
                 field="webhook",
             )
+        if this_host.holds(address):
+            raise Invalid(
+                f"webhook host {parsed.host} resolves to {address}, an address of this server;"
+                f" {ALLOW_HINT}",
+                field="webhook",
+            )
     return addresses
 
 
-async def check_webhook_url(url: str, allow_private: bool, resolve: Resolver) -> None:
+async def check_webhook_url(
+    url: str, allow_private: bool, resolve: Resolver, this_host: HostAddresses | None = None
+) -> None:
     """Refuse (``Invalid``, field ``webhook``) a URL that is not absolute http(s), or, unless
-    ``allow_private``, whose host is a non-public IP, resolves to any non-public address, or
-    does not resolve at all. With ``allow_private`` no lookup is made."""
+    ``allow_private``, whose host is a non-public IP or one of ``this_host``'s (by default this
+    host's interfaces'), resolves to any such address, or does not resolve at all. With
+    ``allow_private`` no lookup is made."""
     parsed = _parse(url)
     if not allow_private:
-        await _public_addresses(parsed, resolve)
+        await _public_addresses(parsed, resolve, this_host or _THIS_HOST)
 
 
 def _short(text: str) -> str:
@@ -374,6 +395,8 @@ class WebhookSender:
     #: Looks up webhook hosts, for submissions' checks (``guard``) and deliveries; closed by
     #: ``aclose``.
     _lookups: NameLookups = field(factory=NameLookups)
+    #: This host's own addresses, which no delivery may reach (``host_addresses.py``).
+    _this_host: HostAddresses = field(factory=lambda: _THIS_HOST)
     #: Made by ``run`` (asyncio objects belong to the loop that runs them).
     _wake: asyncio.Event | None = field(init=False, default=None)
 
@@ -410,7 +433,9 @@ class WebhookSender:
     async def guard(self, url: str, user_id: str) -> None:
         """Refuse a webhook URL that user ``user_id`` submits if a delivery must not reach it
         (``check_webhook_url``); the user's lookups under way are capped (``NameLookups``)."""
-        await check_webhook_url(url, self._allow_private, self._lookups.for_user(user_id))
+        await check_webhook_url(
+            url, self._allow_private, self._lookups.for_user(user_id), self._this_host
+        )
 
     def wake(self) -> None:
         """Start the next pass now (a job just finished) instead of after the idle period."""
@@ -520,7 +545,9 @@ class WebhookSender:
         """POST the signed payload; the receiver's status code (its body is not read)."""
         parsed = _parse(delivery.url)
         resolve = self._resolve or self._lookups.resolve
-        addresses = [] if self._allow_private else await _public_addresses(parsed, resolve)
+        addresses = (
+            [] if self._allow_private else await _public_addresses(parsed, resolve, self._this_host)
+        )
         secret = delivery.secret
         if secret is None:
             try:

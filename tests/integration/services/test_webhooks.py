@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,6 +30,7 @@ from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus
 from skiff.secret_keys import KeyFile
 from skiff.services import webhooks as webhooks_module
+from skiff.services.host_addresses import HostAddresses
 from skiff.services.job_events import JobEvents
 from skiff.services.wakeups import Wakeups
 from skiff.services.webhooks import NameLookups, Slots, WebhookSender
@@ -409,6 +411,19 @@ async def test_a_loopback_webhook_is_not_posted_unless_private_addresses_are_all
     assert delivery.last_error is not None
     assert "loopback" in delivery.last_error
     assert "SKIFF_WEBHOOK_ALLOW_PRIVATE=true" in delivery.last_error
+
+
+async def test_a_delivery_to_an_address_of_this_host_is_not_attempted(rig: Rig) -> None:
+    """A public address on one of this host's interfaces (given: this machine has none) is
+    refused when the delivery comes due as when the job named it: no connection is made."""
+    ours = "93.184.216.34"
+    job = await rig.final(f"http://{ours}:9/hook")
+    this_host = HostAddresses(rig.clock, lambda: frozenset({ipaddress.ip_address(ours)}))
+    assert await rig.sender(allow_private=False, this_host=this_host).pass_once() == 1
+    delivery = await rig.delivery(job.id)
+    assert delivery.status == "pending"
+    assert delivery.last_error is not None
+    assert f"{ours} is an address of this server" in delivery.last_error
 
 
 async def test_one_bad_delivery_does_not_stop_the_others_in_a_pass(

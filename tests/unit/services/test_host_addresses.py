@@ -1,0 +1,118 @@
+"""This host's own addresses (``HostAddresses``), which no webhook may reach: read from the real
+interfaces, read again once a reading is ``REFRESH_SECONDS`` old (on a manual clock), and
+refused as a webhook's host, given by address or by a name that resolves to one. This machine
+has no public address on an interface, so the host's public address is given to the checks
+(``read``), a stand-in for a bare-metal server's."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from skiff.clock import ManualClock
+from skiff.errors import Invalid
+from skiff.services.host_addresses import (
+    REFRESH_SECONDS,
+    HostAddresses,
+    IpAddress,
+    interface_addresses,
+)
+from skiff.services.webhooks import check_webhook_url
+
+#: A public address, as the host's own in these tests.
+OURS = "93.184.216.34"
+OTHER = "93.184.216.35"
+
+
+def host_with(*addresses: str) -> HostAddresses:
+    held = frozenset(ipaddress.ip_address(a) for a in addresses)
+    return HostAddresses(ManualClock(), lambda: held)
+
+
+def test_the_interfaces_are_read_loopback_among_them() -> None:
+    addresses = interface_addresses()
+    assert ipaddress.ip_address("127.0.0.1") in addresses
+    assert all(isinstance(a, ipaddress.IPv4Address | ipaddress.IPv6Address) for a in addresses)
+
+
+def test_a_reading_is_used_until_it_is_old_and_an_address_gained_counts_from_the_next() -> None:
+    clock = ManualClock()
+    readings: list[frozenset[IpAddress]] = [
+        frozenset({ipaddress.ip_address(OURS)}),
+        frozenset({ipaddress.ip_address(OURS), ipaddress.ip_address(OTHER)}),
+    ]
+    reads: list[int] = []
+
+    def read() -> frozenset[IpAddress]:
+        reads.append(1)
+        return readings[min(len(reads), len(readings)) - 1]
+
+    host = HostAddresses(clock, read)
+    assert host.holds(OURS) and not host.holds(OTHER)
+    clock.advance(REFRESH_SECONDS - 1)
+    assert not host.holds(OTHER)
+    assert len(reads) == 1
+
+    clock.advance(1)
+    assert host.holds(OTHER)
+    assert len(reads) == 2
+
+
+def test_a_failed_reading_leaves_the_last_one_in_force() -> None:
+    clock = ManualClock()
+    first = frozenset({ipaddress.ip_address(OURS)})
+    calls: list[int] = []
+
+    def read() -> frozenset[IpAddress]:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError("no interfaces today")
+        return first
+
+    host = HostAddresses(clock, read)
+    assert host.holds(OURS)
+    clock.advance(REFRESH_SECONDS)
+    assert host.holds(OURS)
+    assert len(calls) == 2
+
+
+def test_an_ipv6_address_carrying_one_of_ours_is_ours_and_a_mac_is_no_address() -> None:
+    host = host_with(OURS)
+    assert host.holds(f"::ffff:{OURS}")
+    assert not host.holds("52:54:00:12:34:56")
+
+
+@pytest.mark.parametrize(
+    "url", [f"http://{OURS}:6379/", f"https://[::ffff:{OURS}]/hook", f"http://{OURS}/"]
+)
+async def test_an_address_of_this_host_is_refused_though_it_is_public(url: str) -> None:
+    async def nothing(host: str, port: int) -> list[str]:
+        raise AssertionError("a literal address is not looked up")
+
+    with pytest.raises(Invalid) as info:
+        await check_webhook_url(url, False, nothing, host_with(OURS))
+    assert "is an address of this server" in info.value.message
+    assert "SKIFF_WEBHOOK_ALLOW_PRIVATE=true" in info.value.message
+    assert info.value.field == "webhook"
+
+
+async def test_a_name_that_resolves_to_this_host_is_refused() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return [OTHER, OURS]
+
+    with pytest.raises(Invalid) as info:
+        await check_webhook_url("https://hooks.example.com/x", False, resolve, host_with(OURS))
+    assert f"hooks.example.com resolves to {OURS}, an address of this server" in (
+        info.value.message
+    )
+
+
+async def test_another_public_address_and_the_operators_setting_still_pass() -> None:
+    async def resolve(host: str, port: int) -> list[str]:
+        return [OTHER]
+
+    await check_webhook_url(f"http://{OTHER}/hook", False, resolve, host_with(OURS))
+    await check_webhook_url("https://hooks.example.com/x", False, resolve, host_with(OURS))
+    # The operator's own choice: no check at all.
+    await check_webhook_url(f"http://{OURS}/hook", True, resolve, host_with(OURS))
