@@ -58,7 +58,7 @@ class Worker:
     @property
     def name(self) -> str:
         """What it calls itself (``RUNPOD_POD_ID``), as users are shown it: its id, less the
-        endpoint an outside worker's may be kept under (``outside_key``)."""
+        endpoint an outside worker's is kept under (``outside_key``)."""
         return worker_name(self.id)
 
     @property
@@ -100,16 +100,16 @@ _OUTSIDE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 MAX_OUTSIDE_WORKERS = 512
 
 
-#: Between an endpoint's id and an outside worker's name in the key the worker's record is
-#: kept under when another endpoint's worker holds the name: no worker id holds it.
+#: Between an endpoint's id and an outside worker's name in the id its record is kept under:
+#: no other worker id (nor an outside worker's name) holds it.
 KEY_SEPARATOR = "/"
 
 
 def outside_key(endpoint_id: str, name: str) -> str:
-    """The id an outside worker called ``name`` is kept under when another endpoint's worker
-    holds the name: names are the workers' own choice (``RUNPOD_POD_ID``), so two tenants may
-    well pick the same, and neither may keep the other's from calling in, nor learn that it
-    exists. Unique across endpoints, and no other id can spell it."""
+    """The id an outside worker called ``name`` is kept under: names are the workers' own
+    choice (``RUNPOD_POD_ID``), so two tenants may well pick the same, and neither may keep the
+    other's from calling in, nor learn that it exists. Unique across endpoints, and no other id
+    can spell it."""
     return f"{endpoint_id}{KEY_SEPARATOR}{name}"
 
 

@@ -27,7 +27,7 @@ from skiff.domain.workers import (
     outside_id_problem,
     outside_key,
 )
-from skiff.errors import Conflict, Invalid, TooManyRequests
+from skiff.errors import Invalid, TooManyRequests
 from skiff.services.metering import UsageEnded, not_metered
 from skiff.store.base import Store
 
@@ -127,10 +127,12 @@ class Workers:
 
     async def seen(self, endpoint_id: str, worker_id: str, version: int) -> Worker:
         """A worker called in through ``endpoint_id`` naming itself ``worker_id`` (the path's,
-        its ``RUNPOD_POD_ID``). One we have no record of is an outside worker. Its name is its
-        own choice, so it is its endpoint's alone: a name another endpoint's worker holds
-        is kept apart under this endpoint's (``outside_key``), never refused. The record's
-        ``id`` is the one every later step uses."""
+        its ``RUNPOD_POD_ID``): one the server started (or an outside one recorded before
+        names were kept per endpoint) under its id, else an outside worker under its
+        endpoint's key for the name (``outside_key``), recorded at its first call. Its name is
+        its own choice, so it is its endpoint's alone: another endpoint's worker of the same
+        name is neither refused nor met. The record's ``id`` is the one every later step
+        uses."""
         now = self._clock.now()
         # The common case, answered from the copy. One naming another endpoint is never
         # taken from here: it may be stale (the leader forgot the worker, and its id now
@@ -168,29 +170,23 @@ class Workers:
         return None
 
     async def _add_outside(self, endpoint_id: str, name: str, version: int, now: float) -> Worker:
-        """A new outside worker of ``endpoint_id`` called ``name``: recorded under the name
-        itself while no other worker holds it, else under ``outside_key``."""
+        """A new outside worker of ``endpoint_id`` called ``name``, recorded under its
+        endpoint's key for the name (``outside_key``), whatever other endpoints' workers are
+        called: what it is recorded under never depends on another tenant's, and two first
+        calls at once (its ping and its take, perhaps on two replicas) meet on one record."""
         await self._may_add_outside(endpoint_id, name)
-        for worker_id in (name, outside_key(endpoint_id, name)):
-            worker = await self._store.add_worker(
-                Worker(
-                    id=worker_id,
-                    endpoint_id=endpoint_id,
-                    kind=WorkerKind.EXTERNAL,
-                    state=WorkerState.IDLE,
-                    version=version,
-                    started_at=now,
-                    last_seen=now,
-                    idle_since=now,
-                )
+        return await self._store.add_worker(
+            Worker(
+                id=outside_key(endpoint_id, name),
+                endpoint_id=endpoint_id,
+                kind=WorkerKind.EXTERNAL,
+                state=WorkerState.IDLE,
+                version=version,
+                started_at=now,
+                last_seen=now,
+                idle_since=now,
             )
-            # The insert leaves a record it meets alone: another endpoint's under the name (a
-            # copy of it is kept only while the store confirms it, never as this one's).
-            if worker.endpoint_id == endpoint_id:
-                return worker
-            self._remember(worker_id, worker)
-        # Only another endpoint's id holding this endpoint's key, which no id can spell.
-        raise Conflict(f"worker id {name} is in use by another endpoint")
+        )
 
     async def _may_add_outside(self, endpoint_id: str, worker_id: str) -> None:
         """Refuse a new outside worker whose id is none, or one past ``MAX_OUTSIDE_WORKERS``

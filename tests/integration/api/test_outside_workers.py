@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from in_process import InProcess
-from skiff.domain.workers import outside_id_problem
+from skiff.domain.workers import outside_id_problem, outside_key
 from skiff.services import workers as workers_service
 
 
@@ -27,7 +27,7 @@ async def test_an_endpoint_takes_outside_workers_up_to_its_bound_then_429(
         # The ones on record go on calling in.
         assert (await worker.get(f"/v2/{endpoint_id}/ping/outside-0")).status_code == 200
     ids = {w.id for w in await in_process.services.store.list_workers(endpoint_id)}
-    assert ids == {"outside-0", "outside-1", "outside-2"}
+    assert ids == {outside_key(endpoint_id, f"outside-{n}") for n in range(3)}
 
 
 async def test_a_new_worker_id_that_is_no_id_is_refused(in_process: InProcess) -> None:

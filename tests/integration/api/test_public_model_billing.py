@@ -18,6 +18,7 @@ from in_process import InProcess, running
 from pgtest import PG_DSN, fresh_schema
 from skiff.clock import ManualClock
 from skiff.domain.jobs import Job
+from skiff.domain.workers import outside_key
 
 
 async def _published(app: InProcess) -> tuple[str, str, str]:
@@ -111,7 +112,7 @@ async def test_an_attempt_whose_worker_went_silent_is_billed_to_its_last_call_no
         lost = await app.services.dispatch.forget_silent_workers(
             app.services.settings.worker_silence_seconds
         )
-        assert [w.id for w in lost] == ["w-1"]
+        assert [w.id for w in lost] == [outside_key(endpoint_id, "w-1")]
 
         await eventually_async(lambda: _billed(app, bob_id), "the caller billed")
         assert await _billed(app, bob_id) == [(started, started + 10)]

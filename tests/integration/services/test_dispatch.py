@@ -14,7 +14,7 @@ from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobRequest, JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result, read_stream_chunk
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.services.dispatch import Dispatch, StillConnected
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
@@ -47,6 +47,11 @@ class Rig:
         return (await self.jobs.get(self.endpoint, job_id)).status
 
 
+def wid(rig: Rig, name: str = "w1") -> str:
+    """The id an outside worker calling in as ``name`` is recorded under."""
+    return outside_key(rig.endpoint.id, name)
+
+
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
@@ -72,7 +77,7 @@ async def test_take_hands_a_queued_job_to_the_worker_and_marks_it_running(rig: R
     job_id = await rig.submit()
     taken = await rig.dispatch.take(rig.endpoint, "w1", 1, 0.1, connected, jobs_in_progress=False)
     assert [j.id for j in taken] == [job_id]
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None and worker.state is WorkerState.RUNNING
     assert worker.kind is WorkerKind.EXTERNAL
     assert await rig.status(job_id) is JobStatus.IN_PROGRESS
@@ -97,11 +102,11 @@ async def test_a_stopped_job_keeps_its_worker_busy_until_it_lets_go(rig: Rig) ->
     cancelled = await rig.jobs.cancel(rig.endpoint, job_id)
     assert cancelled.status is JobStatus.CANCELLED
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.1, connected) == [job_id]
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None and worker.state is WorkerState.RUNNING
     assert await rig.dispatch.stop_signals(rig.endpoint, "w1", 0.05, connected) == []
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.05, connected, jobs_in_progress=False)
-    after = await rig.workers.get("w1")
+    after = await rig.workers.get(wid(rig))
     assert after is not None and after.state is WorkerState.IDLE
     assert await rig.status(job_id) is JobStatus.CANCELLED
 
@@ -142,8 +147,8 @@ async def test_a_silent_external_worker_is_forgotten_and_its_job_requeued(rig: R
     assert await rig.dispatch.forget_silent_workers(60) == []
     rig.clock.advance(31)
     forgotten = await rig.dispatch.forget_silent_workers(60)
-    assert [w.id for w in forgotten] == ["w1"]
-    assert await rig.workers.get("w1") is None
+    assert [w.id for w in forgotten] == [wid(rig)]
+    assert await rig.workers.get(wid(rig)) is None
     assert await rig.status(job_id) is JobStatus.IN_QUEUE
 
 
@@ -175,7 +180,7 @@ async def test_a_worker_whose_last_job_lapsed_is_idle_again(rig: Rig) -> None:
     rig.clock.advance(LEASE + 1)
     released = await rig.dispatch.release_expired_leases()
     assert [j.id for j in released] == [job_id]
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None and worker.state is WorkerState.IDLE
 
 
@@ -185,7 +190,7 @@ async def test_a_worker_told_to_stop_by_another_replica_ends_its_take_poll(rig: 
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, jobs_in_progress=False)
 
     async def stop_elsewhere() -> None:
-        await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
+        await rig.store.update_worker(wid(rig), {"state": WorkerState.STOPPING})
         rig.dispatch.wake_pollers("ep1")
 
     poll = asyncio.create_task(rig.dispatch.take(rig.endpoint, "w1", 1, 5.0, connected))
@@ -376,7 +381,7 @@ async def test_a_take_whose_claim_fails_passes_on_the_job_it_answered_for(rig: R
     claim = rig.store.claim_jobs
 
     async def failing(endpoint_id: str, worker_id: str, *args: float) -> list[Job]:
-        if worker_id == "w2":
+        if worker_id == wid(rig, "w2"):
             raise RuntimeError("the database went away")
         return await claim(endpoint_id, worker_id, *args)  # type: ignore[arg-type]
 
@@ -403,8 +408,8 @@ async def test_a_worker_told_to_stop_has_its_job_stop_poll_ended_at_once(rig: Ri
     await rig.dispatch.take(rig.endpoint, "w1", 1, 0.01, connected, jobs_in_progress=False)
     poll = asyncio.create_task(rig.dispatch.stop_signals(rig.endpoint, "w1", 5.0, connected))
     await eventually_async(lambda: rig.wakeups.listening > 0, "the job-stop poll to wait")
-    await rig.store.update_worker("w1", {"state": WorkerState.STOPPING})
-    rig.dispatch.worker_stopping("w1")
+    await rig.store.update_worker(wid(rig), {"state": WorkerState.STOPPING})
+    rig.dispatch.worker_stopping(wid(rig))
     assert await asyncio.wait_for(poll, 2.0) == []
 
 
@@ -425,7 +430,7 @@ async def test_a_result_nested_too_deep_fails_the_job_with_that_reason(
     job = await rig.jobs.get(rig.endpoint, job_id)
     assert job.status is JobStatus.FAILED and job.error == refused
     assert job.output_json is None
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None and worker.state is WorkerState.IDLE
 
 

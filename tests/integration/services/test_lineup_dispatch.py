@@ -17,7 +17,7 @@ from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import Job, JobStatus, parse_job_request, status_view
 from skiff.domain.results import parse_worker_result
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.errors import NotFound
 from skiff.services.dispatch import Dispatch
 from skiff.services.job_events import JobEvents
@@ -150,8 +150,14 @@ async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     yield Rig(store, clock, workers, dispatch, jobs, reaper, endpoint)
 
 
-async def _worker(rig: Rig, worker_id: str) -> Worker:
-    worker = await rig.workers.get(worker_id)
+def wid(rig: Rig, name: str = "w1") -> str:
+    """The id the worker calling in as ``name`` is recorded under: it has no record before its
+    first call, so it is kept as an outside worker is (``outside_key``)."""
+    return outside_key(rig.endpoint.id, name)
+
+
+async def _worker(rig: Rig, name: str) -> Worker:
+    worker = await rig.workers.get(wid(rig, name))
     assert worker is not None
     return worker
 
@@ -168,7 +174,7 @@ async def test_a_take_holding_nothing_gets_its_job_and_the_ones_lined_up_behind(
     assert first.status is JobStatus.IN_PROGRESS and first.started_at == rig.clock.now()
     for job in lined:
         assert job.status is JobStatus.IN_QUEUE
-        assert job.worker_id == "w1" and job.started_at is None
+        assert job.worker_id == wid(rig) and job.started_at is None
         assert job.lease_until == rig.clock.now() + LEASE
         assert job.attempt == 0
     assert await rig.status(ids[0]) is JobStatus.IN_PROGRESS
@@ -281,7 +287,7 @@ async def test_a_ping_for_the_running_job_keeps_its_line_up(rig: Rig) -> None:
     rig.clock.advance(LEASE - 1)
     await rig.sweep()
     lined = await rig.job(ids[1])
-    assert lined.status is JobStatus.IN_QUEUE and lined.worker_id == "w1"
+    assert lined.status is JobStatus.IN_QUEUE and lined.worker_id == wid(rig)
     assert await rig.take_ids("w2", may_line_up=False) == []
 
 
@@ -373,7 +379,7 @@ async def test_a_result_for_a_lined_up_job_starts_and_finishes_it(rig: Rig) -> N
     await rig.done(ids[1], output='"second"')
     second = await rig.job(ids[1])
     assert second.status is JobStatus.COMPLETED and second.output_json == '"second"'
-    assert second.worker_id == "w1" and second.attempt == 1
+    assert second.worker_id == wid(rig) and second.attempt == 1
     assert await rig.status(ids[2]) is JobStatus.IN_PROGRESS
     await rig.done(ids[0], output='"first"')
     assert (await rig.job(ids[0])).output_json == '"first"'
@@ -397,7 +403,7 @@ async def test_a_lost_workers_line_up_goes_back_to_the_queue_with_no_attempt(rig
     assert (await rig.job(ids[0])).retries == 1
     assert await rig.take_ids("w2") == ids
     for job_id in ids[1:]:
-        assert (await rig.job(job_id)).worker_id == "w2"
+        assert (await rig.job(job_id)).worker_id == wid(rig, "w2")
 
 
 async def test_a_lapsed_lease_hands_the_line_up_back_with_no_attempt(rig: Rig) -> None:
@@ -527,7 +533,7 @@ async def test_the_result_before_a_job_cancelled_in_line_ends_the_worker_before_
     await rig.jobs.cancel(rig.endpoint, ids[1])
     assert ended == []
     await rig.done(ids[0])
-    assert ended == ["w1"]
+    assert ended == [wid(rig)]
     assert await rig.status(ids[0]) is JobStatus.COMPLETED
     assert await rig.status(ids[2]) is JobStatus.IN_QUEUE
     await rig.dispatch.worker_lost(await _worker(rig, "w1"), "the worker was stopped")
@@ -550,7 +556,7 @@ async def test_a_stop_that_would_start_a_job_cancelled_in_line_ends_the_worker_i
     await rig.jobs.cancel(rig.endpoint, ids[1])
     await rig.jobs.cancel(rig.endpoint, ids[0])
     assert await rig.stop_signals() == []
-    assert ended == ["w1"]
+    assert ended == [wid(rig)]
     assert await rig.status(ids[2]) is JobStatus.IN_QUEUE
 
 

@@ -14,7 +14,7 @@ from skiff.clock import ManualClock
 from skiff.domain.endpoints import Endpoint, EndpointSpec
 from skiff.domain.jobs import JobStatus, parse_job_request
 from skiff.domain.results import parse_worker_result
-from skiff.domain.workers import Worker, WorkerKind, WorkerState
+from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.services.dispatch import Dispatch
 from skiff.services.job_events import JobEvents
 from skiff.services.jobs import Jobs
@@ -239,9 +239,9 @@ async def test_an_endpoint_counted_again_after_its_series_were_dropped_starts_fr
 
 async def test_a_lost_workers_job_out_of_attempts_counts_as_failed(rig: Rig) -> None:
     job = await rig.submit(rig.ep1)
-    for worker_id in ("w1", "w2"):
-        assert await rig.take(rig.ep1, worker_id) == [job]
-        worker = await rig.workers.get(worker_id)
+    for name in ("w1", "w2"):
+        assert await rig.take(rig.ep1, name) == [job]
+        worker = await rig.workers.get(outside_key(rig.ep1.id, name))
         assert worker is not None
         await rig.dispatch.worker_lost(worker, "gone")
 

@@ -67,6 +67,12 @@ class Rig:
         )
 
 
+def wid(rig: Rig, name: str = "w1") -> str:
+    """The id the outside worker calling in as ``name`` is recorded (and its answers held)
+    under."""
+    return outside_key(rig.endpoint.id, name)
+
+
 @pytest.fixture
 async def rig(store: SQLiteStore, clock: ManualClock) -> AsyncIterator[Rig]:
     wakeups = Wakeups()
@@ -95,7 +101,7 @@ async def parked(rig: Rig) -> None:
 
 async def answer_is_held(rig: Rig) -> None:
     await eventually_async(
-        lambda: rig.dispatch.result_holds.held("w1") > 0, "the worker's answer to be held"
+        lambda: rig.dispatch.result_holds.held(wid(rig)) > 0, "the worker's answer to be held"
     )
 
 
@@ -128,7 +134,7 @@ async def test_the_answer_waits_for_the_next_job_but_the_result_is_final_at_once
     held = await answer_held(rig)
     job = await rig.jobs.get(rig.endpoint, held.job)
     assert job.status is JobStatus.COMPLETED and job.output_json == '{"ok":true}'
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None and worker.state is WorkerState.IDLE
 
     second = await rig.submit()
@@ -163,14 +169,14 @@ async def test_a_worker_polling_for_one_job_gets_its_answer_at_once(rig: Rig) ->
 
 async def test_stopping_the_worker_releases_its_held_answers(rig: Rig) -> None:
     held = await answer_held(rig)
-    rig.dispatch.worker_stopping("w1")
+    rig.dispatch.worker_stopping(wid(rig))
     await asyncio.wait_for(held.answer, 2)
     held.polling.cancel()
 
 
 async def test_a_lost_worker_releases_its_held_answers(rig: Rig) -> None:
     held = await answer_held(rig)
-    worker = await rig.workers.get("w1")
+    worker = await rig.workers.get(wid(rig))
     assert worker is not None
     await rig.dispatch.worker_lost(worker, "gone")
     await asyncio.wait_for(held.answer, 2)
@@ -252,6 +258,6 @@ async def test_a_take_naming_this_worker_through_another_endpoint_leaves_its_ans
     # Deliberate: several times the watch, in which the answer must stay held.
     await asyncio.sleep(0.3)
     assert not held.answer.done(), "released by another endpoint's take"
-    rig.dispatch.result_holds.release("w1")
+    rig.dispatch.result_holds.release(wid(rig))
     await asyncio.wait_for(held.answer, 2)
     held.polling.cancel()

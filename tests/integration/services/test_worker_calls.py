@@ -7,6 +7,8 @@ trusted over the store. The real service on a real SQLite store."""
 
 from __future__ import annotations
 
+import asyncio
+
 from skiff.clock import ManualClock
 from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.services.workers import TOUCH_EVERY_SECONDS, Workers
@@ -44,9 +46,9 @@ async def test_a_call_naming_another_endpoints_worker_is_a_worker_of_its_own(
 async def test_a_name_taken_first_by_another_tenant_keeps_no_one_out(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    """Outside workers name themselves (``RUNPOD_POD_ID``): a tenant who calls in first
-    under a name another tenant uses neither keeps that tenant's worker out nor shares a
-    record with it, and each goes on being found under its own endpoint."""
+    """Outside workers name themselves (``RUNPOD_POD_ID``): a tenant who calls in first under
+    a name another tenant uses neither keeps that tenant's worker out nor shares a record with
+    it, and each goes on being found under its own endpoint, on either replica."""
     mallory, alice = Workers(store, clock, "replica-1"), Workers(store, clock, "replica-2")
     squatter = await mallory.seen("ep-mallory", "gpu-box-1", version=1)
 
@@ -55,26 +57,59 @@ async def test_a_name_taken_first_by_another_tenant_keeps_no_one_out(
     again = await alice.seen("ep-alice", "gpu-box-1", version=3)
     from_mallorys_replica = await mallory.seen("ep-alice", "gpu-box-1", version=3)
 
-    assert squatter.id == "gpu-box-1" and squatter.endpoint_id == "ep-mallory"
+    assert squatter.id == outside_key("ep-mallory", "gpu-box-1")
     assert first.id == again.id == from_mallorys_replica.id == outside_key("ep-alice", "gpu-box-1")
     assert {w.id for w in await store.list_workers("ep-alice")} == {first.id}
-    assert {w.id for w in await store.list_workers("ep-mallory")} == {"gpu-box-1"}
+    assert {w.id for w in await store.list_workers("ep-mallory")} == {squatter.id}
     assert first.name == squatter.name == "gpu-box-1"
 
 
-async def test_a_name_kept_apart_stays_so_after_the_other_worker_goes(
+async def test_what_an_outside_worker_is_recorded_under_never_depends_on_other_tenants(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
-    """The first record an endpoint has under a name is the one it keeps using, so its
-    worker's jobs stay its own when the name falls free."""
+    """Whether another endpoint's worker had the name first or not, the record's id is the
+    same: nothing of it (nor of what a tenant is shown) tells that the name is in use."""
     workers = Workers(store, clock)
-    await workers.seen("ep-b", "w-1", version=1)
-    kept_apart = await workers.seen("ep-a", "w-1", version=1)
-    await workers.remove("w-1")
-    clock.advance(TOUCH_EVERY_SECONDS * 2)
+    alone = await workers.seen("ep-a", "w-1", version=1)
+    await workers.seen("ep-b", "w-2", version=1)
+    after_another = await workers.seen("ep-a", "w-2", version=1)
 
-    assert (await workers.seen("ep-a", "w-1", version=1)).id == kept_apart.id
-    assert await store.get_worker("w-1") is None
+    assert alone.id == outside_key("ep-a", "w-1")
+    assert after_another.id == outside_key("ep-a", "w-2")
+    assert await store.get_worker("w-1") is None and await store.get_worker("w-2") is None
+
+
+async def test_first_calls_at_once_on_two_replicas_meet_on_one_record(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    """An outside worker's ping and take come together, perhaps to two replicas: one record."""
+    one, other = Workers(store, clock, "replica-1"), Workers(store, clock, "replica-2")
+    made = await asyncio.gather(
+        one.seen("ep-a", "gpu1", version=1), other.seen("ep-a", "gpu1", version=1)
+    )
+
+    assert made[0].id == made[1].id == outside_key("ep-a", "gpu1")
+    assert [w.id for w in await store.list_workers("ep-a")] == [made[0].id]
+
+
+async def test_a_worker_the_server_started_is_found_under_its_own_id(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    workers = Workers(store, clock)
+    started = await workers.add(
+        Worker(
+            id="abcdefghijklmn",
+            endpoint_id="ep-a",
+            kind=WorkerKind.LOCAL,
+            state=WorkerState.INITIALIZING,
+            version=1,
+            started_at=clock.now(),
+        )
+    )
+    called = await workers.seen("ep-a", "abcdefghijklmn", version=1)
+
+    assert called.id == started.id and called.kind is WorkerKind.LOCAL
+    assert called.name == "abcdefghijklmn"
 
 
 # -- the copies one replica keeps -------------------------------------------------------------
@@ -93,12 +128,11 @@ async def test_a_followers_copies_of_workers_the_leader_forgot_go_after_their_li
     store: SQLiteStore, clock: ManualClock
 ) -> None:
     leader, follower = replicas(store, clock)
-    ids = [f"w-{n}" for n in range(20)]
-    for worker_id in ids:
-        await follower.seen("ep-a", worker_id, version=1)
+    ids = [(await follower.seen("ep-a", f"w-{n}", version=1)).id for n in range(20)]
     assert follower.copies_held() == len(ids)
     clock.advance(LIFETIME / 2)
     for worker_id in ids:
+        assert await store.get_worker(worker_id) is not None
         await leader.remove(worker_id)  # what the reaper does to silent ones, on the leader
 
     clock.advance(LIFETIME / 2 + 1)
@@ -116,7 +150,7 @@ async def test_a_copy_the_store_keeps_confirming_is_kept(
         clock.advance(LIFETIME / 4)
         await follower.seen("ep-a", "w-busy", version=1)  # touches the store every time
 
-    assert follower.copy("w-busy") is not None
+    assert follower.copy(outside_key("ep-a", "w-busy")) is not None
 
 
 async def test_a_fresh_copy_is_answered_without_the_store(
@@ -124,45 +158,45 @@ async def test_a_fresh_copy_is_answered_without_the_store(
 ) -> None:
     leader, follower = replicas(store, clock)
     first = await follower.seen("ep-a", "w-1", version=1)
-    await leader.remove("w-1")
+    await leader.remove(first.id)
     clock.advance(TOUCH_EVERY_SECONDS / 2)
 
     # The store has no such worker now, but a copy touched this recently is not checked.
     assert await follower.seen("ep-a", "w-1", version=1) is first
-    assert await store.get_worker("w-1") is None
+    assert await store.get_worker(first.id) is None
 
 
-async def test_a_follower_follows_the_store_when_a_worker_id_moved_to_another_endpoint(
+async def test_a_follower_follows_the_store_when_a_forgotten_worker_calls_in_again(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
+    """The leader forgot a silent outside worker, which then called in again through it: the
+    follower's stale copy gives way to the record the store has now."""
     leader, follower = replicas(store, clock)
-    await follower.seen("ep-a", "w-moved", version=1)
-    await leader.remove("w-moved")
-    await leader.seen("ep-b", "w-moved", version=1)
+    before = await follower.seen("ep-a", "w-back", version=1)
+    await leader.remove(before.id)
+    again = await leader.seen("ep-a", "w-back", version=2)
+    clock.advance(TOUCH_EVERY_SECONDS * 2)
 
-    # Not refused from the follower's stale copy: the store says the id is ep-b's now.
-    worker = await follower.seen("ep-b", "w-moved", version=1)
-    assert worker.endpoint_id == "ep-b"
-    copy = follower.copy("w-moved")
-    assert copy is not None and copy.endpoint_id == "ep-b"
-    # Through its old endpoint it is a worker of that endpoint's own now, kept apart.
-    apart = await follower.seen("ep-a", "w-moved", version=1)
-    assert (apart.id, apart.endpoint_id) == (outside_key("ep-a", "w-moved"), "ep-a")
+    worker = await follower.seen("ep-a", "w-back", version=2)
+    assert worker.id == before.id and worker.version == again.version == 2
+    copy = follower.copy(before.id)
+    assert copy is not None and copy.version == 2
 
 
 async def test_a_stale_copy_of_a_worker_the_store_no_longer_has_is_dropped(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
     leader, follower = replicas(store, clock)
-    await leader.seen("ep-b", "w-gone", version=1)
+    gone = await leader.seen("ep-b", "w-gone", version=1)
     await follower.seen("ep-b", "w-gone", version=1)
-    await leader.remove("w-gone")
+    await leader.remove(gone.id)
+    clock.advance(TOUCH_EVERY_SECONDS * 2)
 
-    # Named through ep-a, a new outside worker of ep-a; the copy of ep-b's goes with it.
-    worker = await follower.seen("ep-a", "w-gone", version=1)
-    assert worker.endpoint_id == "ep-a"
-    copy = follower.copy("w-gone")
-    assert copy is not None and copy.endpoint_id == "ep-a"
+    # Called in again, a new record: the follower does not answer from its copy of the old one.
+    worker = await follower.seen("ep-b", "w-gone", version=2)
+    assert worker.version == 2
+    stored = await store.get_worker(gone.id)
+    assert stored is not None and stored.version == 2
 
 
 async def test_a_replica_holds_no_more_copies_than_its_cap(
@@ -174,4 +208,4 @@ async def test_a_replica_holds_no_more_copies_than_its_cap(
         assert follower.copies_held() <= 8
 
     assert follower.copies_held() == 8
-    assert follower.copy("w-29") is not None  # the newest are the ones kept
+    assert follower.copy(outside_key("ep-a", "w-29")) is not None  # the newest are kept
