@@ -15,18 +15,22 @@ from skiff.services.workers import TOUCH_EVERY_SECONDS, Workers
 from skiff.store.sqlite import SQLiteStore
 
 
-async def test_a_call_naming_another_endpoints_worker_is_a_worker_of_its_own(
-    store: SQLiteStore, clock: ManualClock
-) -> None:
-    starting = Worker(
-        id="w-bob",
-        endpoint_id="ep-bob",
+def starting(worker_id: str, endpoint_id: str, clock: ManualClock) -> Worker:
+    """A worker the server started, not called in yet."""
+    return Worker(
+        id=worker_id,
+        endpoint_id=endpoint_id,
         kind=WorkerKind.LOCAL,
         state=WorkerState.INITIALIZING,
         version=1,
         started_at=clock.now(),
     )
-    await store.save_worker(starting)
+
+
+async def test_a_call_naming_another_endpoints_worker_is_a_worker_of_its_own(
+    store: SQLiteStore, clock: ManualClock
+) -> None:
+    await store.save_worker(starting("w-bob", "ep-bob", clock))
     # A replica that has never seen the worker: no copy of its record to check against.
     other_replica = Workers(store, clock)
 
@@ -96,16 +100,7 @@ async def test_a_worker_the_server_started_is_found_under_its_own_id(
     store: SQLiteStore, clock: ManualClock
 ) -> None:
     workers = Workers(store, clock)
-    started = await workers.add(
-        Worker(
-            id="abcdefghijklmn",
-            endpoint_id="ep-a",
-            kind=WorkerKind.LOCAL,
-            state=WorkerState.INITIALIZING,
-            version=1,
-            started_at=clock.now(),
-        )
-    )
+    started = await workers.add(starting("abcdefghijklmn", "ep-a", clock))
     called = await workers.seen("ep-a", "abcdefghijklmn", version=1)
 
     assert called.id == started.id and called.kind is WorkerKind.LOCAL
