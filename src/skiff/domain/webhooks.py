@@ -30,10 +30,8 @@ def is_public_address(address: str) -> bool:
     is judged by that. A webhook must not be a way into the local network."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
-        teredo_client = ip.teredo[1] if ip.teredo else None
-        nat64 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None
-        carried = ip.ipv4_mapped or ip.sixtofour or teredo_client or nat64
-        if carried is not None and carried != ip:
+        carried = carried_ipv4(ip)
+        if carried is not None:
             return is_public_address(str(carried))
         if ip.is_site_local:
             return False
@@ -45,6 +43,14 @@ def is_public_address(address: str) -> bool:
         or ip.is_reserved
         or ip.is_unspecified
     )
+
+
+def carried_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries and reaches (IPv4-mapped, 6to4, a Teredo client's,
+    NAT64's), if any."""
+    teredo_client = ip.teredo[1] if ip.teredo else None
+    nat64 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None
+    return ip.ipv4_mapped or ip.sixtofour or teredo_client or nat64
 
 
 def next_attempt(attempts_made: int, now: float) -> float | None:

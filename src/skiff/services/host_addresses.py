@@ -8,19 +8,21 @@ already (``domain/webhooks.py``); this is for one with a public address of its o
 or dedicated server). An address the host is reached by through a NAT is not on any of its
 interfaces and is not known here (``docs/deployment.md``, "Webhooks").
 
-The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS``, on the
-injected clock: an address the host gains is refused from the next read."""
+The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS`` (on the
+monotonic clock, injected): an address the host gains is refused from the next reading, and
+one that fails is tried again at the next check, the last reading standing meanwhile."""
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import time
 from collections.abc import Callable
 
 import psutil
 from attrs import define, field
 
-from skiff.clock import Clock, SystemClock
+from skiff.domain.webhooks import carried_ipv4
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +44,42 @@ def interface_addresses() -> frozenset[IpAddress]:
 
 
 def _parsed(address: str) -> IpAddress | None:
-    """An address as ``ipaddress`` reads it (an IPv6 zone dropped, one mapping IPv4 read as
-    that); None for a link-layer address or anything else that is no IP."""
+    """An address as ``ipaddress`` reads it (an IPv6 zone dropped; one that carries an IPv4
+    address, as the public-address rule reads it, read as that: ``carried_ipv4``); None for a
+    link-layer address or anything else that is no IP."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        return carried_ipv4(ip) or ip
     return ip
 
 
 @define(eq=False, repr=False, slots=False)
 class HostAddresses:
     """Whether an address is one of this host's (``holds``). ``read``: the interfaces' addresses
-    (tests give a host its addresses)."""
+    (tests give a host its addresses); ``monotonic``: the clock of the refreshes (a manual one
+    in tests)."""
 
-    _clock: Clock = field(factory=SystemClock)
+    _monotonic: Callable[[], float] = time.monotonic
     _read: Callable[[], frozenset[IpAddress]] = interface_addresses
     _refresh_seconds: float = REFRESH_SECONDS
     _known: frozenset[IpAddress] = field(init=False, factory=frozenset)
+    #: When the last reading that succeeded was made; None: none has yet.
     _read_at: float | None = field(init=False, default=None)
 
     def holds(self, address: str) -> bool:
         ip = _parsed(address)
         if ip is None:
             return False
-        now = self._clock.now()
+        now = self._monotonic()
         if self._read_at is None or now - self._read_at >= self._refresh_seconds:
-            self._read_at = now
             try:
                 self._known = self._read()
-            except OSError as exc:  # the last reading stands until the next
+            except OSError as exc:
+                # The last reading stands, and the next check reads again.
                 log.warning("reading this host's addresses failed: %s", exc)
+            else:
+                self._read_at = now
         return ip in self._known

@@ -418,7 +418,7 @@ async def test_a_delivery_to_an_address_of_this_host_is_not_attempted(rig: Rig) 
     refused when the delivery comes due as when the job named it: no connection is made."""
     ours = "93.184.216.34"
     job = await rig.final(f"http://{ours}:9/hook")
-    this_host = HostAddresses(rig.clock, lambda: frozenset({ipaddress.ip_address(ours)}))
+    this_host = HostAddresses(rig.clock.now, lambda: frozenset({ipaddress.ip_address(ours)}))
     assert await rig.sender(allow_private=False, this_host=this_host).pass_once() == 1
     delivery = await rig.delivery(job.id)
     assert delivery.status == "pending"

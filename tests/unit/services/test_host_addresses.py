@@ -27,7 +27,7 @@ OTHER = "93.184.216.35"
 
 def host_with(*addresses: str) -> HostAddresses:
     held = frozenset(ipaddress.ip_address(a) for a in addresses)
-    return HostAddresses(ManualClock(), lambda: held)
+    return HostAddresses(ManualClock().now, lambda: held)
 
 
 def test_the_interfaces_are_read_loopback_among_them() -> None:
@@ -48,7 +48,7 @@ def test_a_reading_is_used_until_it_is_old_and_an_address_gained_counts_from_the
         reads.append(1)
         return readings[min(len(reads), len(readings)) - 1]
 
-    host = HostAddresses(clock, read)
+    host = HostAddresses(clock.now, read)
     assert host.holds(OURS) and not host.holds(OTHER)
     clock.advance(REFRESH_SECONDS - 1)
     assert not host.holds(OTHER)
@@ -57,6 +57,22 @@ def test_a_reading_is_used_until_it_is_old_and_an_address_gained_counts_from_the
     clock.advance(1)
     assert host.holds(OTHER)
     assert len(reads) == 2
+
+
+def test_a_failed_first_reading_is_tried_again_at_the_next_check() -> None:
+    clock = ManualClock()
+    calls: list[int] = []
+
+    def read() -> frozenset[IpAddress]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("not yet")
+        return frozenset({ipaddress.ip_address(OURS)})
+
+    host = HostAddresses(clock.now, read)
+    assert not host.holds(OURS)  # nothing read yet
+    assert host.holds(OURS)  # at once, not a refresh period later
+    assert len(calls) == 2
 
 
 def test_a_failed_reading_leaves_the_last_one_in_force() -> None:
@@ -70,21 +86,34 @@ def test_a_failed_reading_leaves_the_last_one_in_force() -> None:
             raise OSError("no interfaces today")
         return first
 
-    host = HostAddresses(clock, read)
+    host = HostAddresses(clock.now, read)
     assert host.holds(OURS)
     clock.advance(REFRESH_SECONDS)
     assert host.holds(OURS)
     assert len(calls) == 2
 
 
-def test_an_ipv6_address_carrying_one_of_ours_is_ours_and_a_mac_is_no_address() -> None:
-    host = host_with(OURS)
-    assert host.holds(f"::ffff:{OURS}")
-    assert not host.holds("52:54:00:12:34:56")
+@pytest.mark.parametrize(
+    "carrier",
+    [f"::ffff:{OURS}", "2002:5db8:d822::1", "64:ff9b::5db8:d822"],
+    ids=["ipv4-mapped", "6to4", "nat64"],
+)
+def test_an_ipv6_address_carrying_one_of_ours_is_ours(carrier: str) -> None:
+    assert host_with(OURS).holds(carrier)  # 93.184.216.34 is 5db8:d822
+
+
+def test_a_link_layer_address_is_none_of_ours() -> None:
+    assert not host_with(OURS).holds("52:54:00:12:34:56")
 
 
 @pytest.mark.parametrize(
-    "url", [f"http://{OURS}:6379/", f"https://[::ffff:{OURS}]/hook", f"http://{OURS}/"]
+    "url",
+    [
+        f"http://{OURS}:6379/",
+        f"https://[::ffff:{OURS}]/hook",
+        "http://[2002:5db8:d822::1]/",
+        "http://[64:ff9b::5db8:d822]/",
+    ],
 )
 async def test_an_address_of_this_host_is_refused_though_it_is_public(url: str) -> None:
     async def nothing(host: str, port: int) -> list[str]:
