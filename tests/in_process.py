@@ -114,17 +114,17 @@ async def running(
 
 
 @contextlib.asynccontextmanager
-async def running_on(store: str, data_dir: Path) -> AsyncIterator[InProcess]:
+async def running_on(store: str, data_dir: Path, **more: Any) -> AsyncIterator[InProcess]:
     """``running`` on ``store``: "sqlite" (a file in ``data_dir``) or "postgresql" (a schema
-    of its own on the test server, dropped after)."""
+    of its own on the test server, dropped after); ``more``: settings, as ``running``'s."""
     if store == "sqlite":
-        async with running(data_dir) as app:
+        async with running(data_dir, **more) as app:
             yield app
         return
     from pgtest import PG_DSN, fresh_schema
 
     async with (
         fresh_schema() as schema,
-        running(data_dir, database_url=PG_DSN, database_schema=schema) as app,
+        running(data_dir, database_url=PG_DSN, database_schema=schema, **more) as app,
     ):
         yield app

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
-from in_process import InProcess, running
+from in_process import InProcess, running_on
 
 NAME = "gpu-box-1"
 
@@ -31,10 +32,14 @@ async def users_endpoint(app: InProcess, user: str) -> tuple[httpx.AsyncClient, 
     return app.as_user(key), str(made.json()["id"])
 
 
+STORES = pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+
+
+@STORES
 async def test_a_name_another_tenant_took_first_still_takes_and_finishes_its_own_jobs(
-    tmp_path: Path,
+    store: str, tmp_path: Path
 ) -> None:
-    async with running(tmp_path / "data", take_wait_seconds=0.1) as app:
+    async with running_on(store, tmp_path / "data", take_wait_seconds=0.1) as app:
         mallory, mallorys_endpoint = await users_endpoint(app, "mallory")
         alice, alices_endpoint = await users_endpoint(app, "alice")
         async with (
@@ -78,3 +83,31 @@ async def test_a_name_another_tenant_took_first_still_takes_and_finishes_its_own
                 await mallory.get(f"/v1/endpoints/{mallorys_endpoint}?includeWorkers=true")
             ).json()["workers"]
             assert [w["id"] for w in theirs] == [NAME]
+
+
+#: A name that cannot be one, and its answer: 400, but for a NUL, which no id of any route
+#: holds (404, as everywhere).
+BAD_NAMES = {
+    "a NUL": ("gpu%00box", 404),
+    "a lone surrogate": ("gpu%ED%A0%80box", 400),
+    "too long": ("w" * 129, 400),
+    "huge": ("w" * 5000, 400),
+    "a space": ("gpu%20box", 400),
+    "starting with a dot": (".hidden", 400),
+}
+
+
+@STORES
+@pytest.mark.parametrize(("name", "status"), BAD_NAMES.values(), ids=BAD_NAMES.keys())
+async def test_a_name_that_cannot_be_one_is_refused_and_records_nothing(
+    store: str, name: str, status: int, tmp_path: Path
+) -> None:
+    async with running_on(store, tmp_path / "data", take_wait_seconds=0.1) as app:
+        client, endpoint = await users_endpoint(app, "alice")
+        async with await app.worker(endpoint) as worker, client:
+            for route in (f"job-take/{name}?job_in_progress=0", f"ping/{name}"):
+                refused = await worker.get(f"/v2/{endpoint}/{route}")
+                assert refused.status_code == status, (route, refused.text)
+                assert "error" in refused.json()
+            listed = (await client.get(f"/v1/endpoints/{endpoint}?includeWorkers=true")).json()
+            assert listed["workers"] == []
