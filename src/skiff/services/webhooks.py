@@ -225,6 +225,16 @@ def _kind(address: str) -> str:
     return "non-public"
 
 
+def _inside(address: str, this_host: HostAddresses) -> str | None:
+    """What makes ``address`` one a delivery must not reach ("a private address", "an address
+    of this server"); None for a public address of another host."""
+    if not is_public_address(address):
+        return f"a {_kind(address)} address"
+    if this_host.holds(address):
+        return "an address of this server"
+    return None
+
+
 def _literal_ip(host: str) -> str | None:
     try:
         ipaddress.ip_address(host.split("%", 1)[0])
@@ -253,16 +263,8 @@ async def _public_addresses(
     host = parsed.raw_host.decode("ascii")
     literal = _literal_ip(host)
     if literal is not None:
-        if not is_public_address(literal):
-            raise Invalid(
-                f"webhook host {parsed.host} is a {_kind(literal)} address; {ALLOW_HINT}",
-                field="webhook",
-            )
-        if this_host.holds(literal):
-            raise Invalid(
-                f"webhook host {parsed.host} is an address of this server; {ALLOW_HINT}",
-                field="webhook",
-            )
+        if (inside := _inside(literal, this_host)) is not None:
+            raise Invalid(f"webhook host {parsed.host} is {inside}; {ALLOW_HINT}", field="webhook")
         return [literal]
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
@@ -286,16 +288,9 @@ async def _public_addresses(
             field="webhook",
         )
     for address in addresses:
-        if not is_public_address(address):
+        if (inside := _inside(address, this_host)) is not None:
             raise Invalid(
-                f"webhook host {parsed.host} resolves to {address}, a {_kind(address)} address;"
-                f" {ALLOW_HINT}",
-                field="webhook",
-            )
-        if this_host.holds(address):
-            raise Invalid(
-                f"webhook host {parsed.host} resolves to {address}, an address of this server;"
-                f" {ALLOW_HINT}",
+                f"webhook host {parsed.host} resolves to {address}, {inside}; {ALLOW_HINT}",
                 field="webhook",
             )
     return addresses

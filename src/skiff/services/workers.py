@@ -137,37 +137,42 @@ class Workers:
         # The common case, answered from the copy. One naming another endpoint is never
         # taken from here: it may be stale (the leader forgot the worker, and its id now
         # belongs to another endpoint, or to none), so the store decides below.
-        held = self._fresh(worker_id, endpoint_id, now)
-        if held is None:
-            held = self._fresh(outside_key(endpoint_id, worker_id), endpoint_id, now)
-        if held is not None:
-            return held
+        held = self._copy_of(endpoint_id, worker_id)
+        if (
+            held is not None
+            and now - held.touched < TOUCH_EVERY_SECONDS
+            and held.worker.state is not WorkerState.INITIALIZING
+        ):
+            return held.worker
         # Another endpoint's worker is not touched: a caller cannot make a worker of someone
-        # else's look ready (idle) by naming its id through its own endpoint.
-        worker = await self._store.touch_worker(worker_id, endpoint_id, now)
-        if worker is None:
-            scoped = outside_key(endpoint_id, worker_id)
-            worker = await self._store.touch_worker(scoped, endpoint_id, now)
-        if worker is None:
+        # else's look ready (idle) by naming its id through its own endpoint. The record the
+        # copy was of is touched first, so an outside worker's touch finds it at once.
+        ids = [worker_id, outside_key(endpoint_id, worker_id)]
+        if held is not None and held.worker.id != worker_id:
+            ids.reverse()
+        for candidate in ids:
+            worker = await self._store.touch_worker(candidate, endpoint_id, now)
+            if worker is not None:
+                break
+        else:
             worker = await self._add_outside(endpoint_id, worker_id, version, now)
         self._copies[worker.id] = _Copy(worker, touched=now)
         return worker
 
-    def _fresh(self, worker_id: str, endpoint_id: str, now: float) -> Worker | None:
-        """The copy of ``worker_id`` if it is ``endpoint_id``'s, touched within
-        ``TOUCH_EVERY_SECONDS`` and past its start."""
+    def _copy_of(self, endpoint_id: str, worker_id: str) -> _Copy | None:
+        """This replica's copy of ``endpoint_id``'s worker called ``worker_id``, fresh or not:
+        under the id itself (a worker the server started), else under its outside key (which
+        names the endpoint)."""
         try:  # not .get(): on a TTLCache that checks the key's age twice, and this is per call
             held = self._copies[worker_id]
         except KeyError:
+            held = None
+        if held is not None and held.worker.endpoint_id == endpoint_id:
+            return held
+        try:
+            return self._copies[outside_key(endpoint_id, worker_id)]
+        except KeyError:
             return None
-        worker = held.worker
-        if (
-            worker.endpoint_id == endpoint_id
-            and now - held.touched < TOUCH_EVERY_SECONDS
-            and worker.state is not WorkerState.INITIALIZING
-        ):
-            return worker
-        return None
 
     async def _add_outside(self, endpoint_id: str, name: str, version: int, now: float) -> Worker:
         """A new outside worker of ``endpoint_id`` called ``name``, recorded under its

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from skiff.clock import ManualClock
 from skiff.domain.workers import Worker, WorkerKind, WorkerState, outside_key
 from skiff.services.workers import TOUCH_EVERY_SECONDS, Workers
@@ -204,3 +206,22 @@ async def test_a_replica_holds_no_more_copies_than_its_cap(
 
     assert follower.copies_held() == 8
     assert follower.copy(outside_key("ep-a", "w-29")) is not None  # the newest are kept
+
+
+async def test_an_outside_worker_calling_in_again_is_touched_under_its_key_alone(
+    store: SQLiteStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workers = Workers(store, clock)
+    await workers.seen("ep-a", "gpu1", version=1)
+    touched: list[str] = []
+    touch = store.touch_worker
+
+    async def counted(worker_id: str, endpoint_id: str, now: float) -> Worker | None:
+        touched.append(worker_id)
+        return await touch(worker_id, endpoint_id, now)
+
+    monkeypatch.setattr(store, "touch_worker", counted)
+    clock.advance(TOUCH_EVERY_SECONDS)
+    await workers.seen("ep-a", "gpu1", version=1)
+
+    assert touched == [outside_key("ep-a", "gpu1")]
