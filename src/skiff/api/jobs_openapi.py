@@ -131,11 +131,13 @@ REQUESTS_EXTRA: dict[str, Any] = {
     ]
 }
 
-#: A job refused for want of room: nothing of it was kept (services/disk_reserve.py).
+#: A job refused for want of room: nothing of it was kept (services/disk_reserve.py, and the
+#: user's own share, services/job_room.py).
 _NO_ROOM: dict[int | str, dict[str, Any]] = {
     507: {
-        "description": "The server's disk is (nearly) full: the job was not accepted; retry "
-        "after the `Retry-After` header's seconds",
+        "description": "The server's disk is (nearly) full, or the caller's jobs hold the share "
+        "of the database one user may (`SKIFF_JOB_MB_PER_USER`): the job was not accepted; "
+        "retry after the `Retry-After` header's seconds",
         "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
     }

@@ -26,6 +26,7 @@ from skiff.services.gpu_report import GpuReport
 from skiff.services.gpus import GpuPool
 from skiff.services.isolation import Isolation
 from skiff.services.job_events import JobEvents
+from skiff.services.job_room import MIB, JobRoom, JobRoomMetrics
 from skiff.services.jobs import Jobs
 from skiff.services.large_bodies import LargeBodies
 from skiff.services.lb_health import LbHealth
@@ -152,6 +153,8 @@ class Services:
         reserve = disk_reserve.for_settings(settings, clock)
         if reserve is not None:
             metrics.registry.register(disk_reserve.ReserveMetrics(reserve))
+        job_room = JobRoom(store, clock, settings.job_mb_per_user * MIB)
+        metrics.registry.register(JobRoomMetrics(job_room))
         dispatch = Dispatch(
             store,
             clock,
@@ -222,6 +225,7 @@ class Services:
             placement.why,
             webhooks.guard,
             reserve=reserve,
+            room=job_room,
         )
         public_models = PublicModels(store, clock)
         endpoints = Endpoints(store, clock, wakeups, workers, fleet, public_models, quotas)

@@ -20,6 +20,7 @@ from skiff.errors import Forbidden, Invalid, NotFound
 from skiff.ids import job_id
 from skiff.services.disk_reserve import DiskReserve, job_bytes
 from skiff.services.job_events import JobEvents
+from skiff.services.job_room import JobRoom
 from skiff.services.wakeups import Wake, Wakeups
 from skiff.store.base import Store
 
@@ -54,6 +55,8 @@ class Jobs:
     _webhook_guard: WebhookGuard
     #: Refuses new jobs while the database's disk is nearly full (None: never).
     _reserve: DiskReserve | None = None
+    #: Refuses a user's new jobs while their jobs hold their share of the database.
+    _room: JobRoom | None = None
 
     def __attrs_post_init__(self) -> None:
         #: endpoint id -> what blocked its workers, for ``blocker``; on the injected clock.
@@ -73,6 +76,13 @@ class Jobs:
             )
         if request.webhook is not None:
             await self._webhook_guard(request.webhook, endpoint.caller or endpoint.userId)
+        if self._room is not None:
+            await self._room.admit(
+                endpoint.caller or endpoint.userId,
+                len(request.input_json)
+                + len(request.webhook or "")
+                + len(request.s3_config_json or ""),
+            )
         if self._reserve is not None:
             self._reserve.admit(
                 job_bytes(request.input_json, request.webhook, request.s3_config_json)

@@ -74,5 +74,5 @@ class Reaper:
                 self._fleet.stop_worker(worker)
         await self._dispatch.release_expired_leases()
         await self._dispatch.forget_silent_workers(self._worker_silence)
-        # Keep the job-count deltas few, so reading an endpoint's counts stays cheap.
+        # Keep the job-count and job-byte deltas few, so reading them stays cheap.
         await self._store.fold_job_counts()

@@ -379,9 +379,14 @@ class Store(Protocol):
         """Read from counters kept by the store, not by scanning the endpoint's jobs."""
         ...
 
+    async def job_bytes_of(self, user_id: str) -> int:
+        """What the jobs ``user_id`` submitted hold in the database, in bytes (their inputs,
+        webhooks, S3 settings, results, errors and streams), from counters kept by the store."""
+        ...
+
     async def fold_job_counts(self) -> int:
-        """Fold the count deltas written since the last fold; returns how many (one replica,
-        the leader, calls it regularly so the deltas stay few)."""
+        """Fold the count and byte deltas written since the last fold; returns how many
+        (one replica, the leader, calls it regularly so the deltas stay few)."""
         ...
 
     async def append_stream_chunks(

@@ -802,18 +802,27 @@ class SqlStore:
         oldest = await self._row("oldest_queued_at", endpoint_id=endpoint_id)
         return replace(counts, oldest_queued_at=oldest["submitted_at"] if oldest else None)
 
+    async def job_bytes_of(self, user_id: str) -> int:
+        row = await self._row("job_bytes_of_user", user_id=user_id)
+        return int(row["bytes"]) if row else 0
+
     async def fold_job_counts(self) -> int:
         # One snapshot for the sum and the delete: under PostgreSQL's READ COMMITTED each
         # statement sees what committed before it, so a delta (id <= top, taken before a commit
         # still in flight) committed between the two would be deleted without being counted. A
         # delta outside the snapshot is left for the next fold.
         async def op(c: Connection) -> int:
+            folded = 0
             top = (await c.fetchrow("last_job_count_delta"))["top"]
-            if top is None:
-                return 0
-            await c.execute("fold_job_counts", top=top)
-            folded = await c.execute("delete_folded_job_count_deltas", top=top)
-            await c.execute("delete_empty_job_counts")
+            if top is not None:
+                await c.execute("fold_job_counts", top=top)
+                folded += await c.execute("delete_folded_job_count_deltas", top=top)
+                await c.execute("delete_empty_job_counts")
+            top = (await c.fetchrow("last_job_byte_delta"))["top"]
+            if top is not None:
+                await c.execute("fold_job_bytes", top=top)
+                folded += await c.execute("delete_folded_job_byte_deltas", top=top)
+                await c.execute("delete_empty_job_bytes")
             return folded
 
         try:

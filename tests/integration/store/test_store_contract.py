@@ -1005,8 +1005,14 @@ async def test_sqlite_counts_kept_in_place_start_from_the_deltas_left_unfolded(
     await old.open()
     try:
         await old.create_endpoint(make_endpoint())
-        for job_id in ("j-1", "j-2", "j-3"):
-            await old.insert_job(make_job(job_id))
+        # As that version inserted them (this version's insert names a later column).
+        with sqlite3.connect(db_path) as conn:
+            conn.executemany(
+                "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, "
+                "submitted_at, expires_at) VALUES (?, ?, 'IN_QUEUE', '{}', 600000, 86400000, ?, ?)",
+                [(job_id, EP, T0, T0 + 86_400) for job_id in ("j-1", "j-2", "j-3")],
+            )
+        conn.close()
         await old.claim_jobs(EP, "w-1", 2, now=T0, lease_until=T0 + 60)
         await old.finish_job("j-1", "w-1", JobStatus.COMPLETED, '"ok"', None, T0 + 1)
         counted = await old.job_counts(EP)
@@ -1055,6 +1061,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0014_secrets.sql",
         "0015_job_counts_in_place.sql",
         "0016_stream_size.sql",
+        "0017_job_bytes.sql",
     ]
     assert {
         "jobs",
@@ -1123,6 +1130,7 @@ AFTER_RENUMBERING = [
     "0014_secrets.sql",
     "0015_job_counts_in_place.sql",
     "0016_stream_size.sql",
+    "0017_job_bytes.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -1145,6 +1153,7 @@ BOTH_RECORDS = sorted(
         "0014_secrets.sql",
         "0015_job_counts_in_place.sql",
         "0016_stream_size.sql",
+        "0017_job_bytes.sql",
     ]
 )
 
