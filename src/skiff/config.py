@@ -174,10 +174,11 @@ class Settings(BaseSettings):
     #: With the embedded SQLite store: MiB kept free on the database's disk for the work already
     #: accepted; below it new jobs are refused with 507 (services/disk_reserve.py). 0: none kept.
     disk_reserve_mb: int = Field(default=256, ge=0)
-    #: MiB one user's jobs may hold in the database (inputs, webhooks, S3 settings, results,
-    #: errors and streams, until each job's row is removed); past it their new jobs are
-    #: refused with 507 (services/job_room.py), so that no tenant fills the disk all share.
-    #: Counted against who submitted a job: a public model's caller, not its owner. 0: no bound.
+    #: MiB one user's jobs may hold in the database (inputs and webhooks of the jobs they
+    #: submitted, results and streams their endpoints' workers wrote, pending webhook
+    #: deliveries); past it their new jobs are refused with 507, and what workers write past
+    #: twice it fails its job (services/job_room.py), so that no tenant fills the disk all
+    #: share. 0: no bound.
     job_mb_per_user: int = Field(default=2048, ge=0)
     #: The most endpoints, templates, network volumes, pods, API keys, secrets and container
     #: registry auths one user may hold, of each (domain/quotas.py); administrators are not

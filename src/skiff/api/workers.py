@@ -149,7 +149,9 @@ def build(services: Services) -> WorkerHandlers:
     async def job_done(request: Request, worker_id: str, job_id: str) -> Response:
         """The body is JSON whatever its content type. `status: IN_PROGRESS` is a progress
         update; `error` fails the job; anything else completes it. A body nested too deep to
-        store fails the job with that reason and answers 400 saying so."""
+        store, or one that would take the jobs of the endpoint's owner past twice their share
+        of the database (`SKIFF_JOB_MB_PER_USER`), fails the job with that reason and answers
+        400 saying so (a progress update so refused is only not kept)."""
         # A job lined up on the worker counts as held: its result may come first.
         read = Read(request, await endpoint_of(request), worker_id, job_id, lined_up=True)
         return await handed_over(read, parse_worker_result, large.result, dispatch.done)

@@ -87,9 +87,15 @@ class StreamFull(Exception):
 
 
 def stream_size(chunks: list[tuple[str, str | None]]) -> int:
-    """What stream pieces (output JSON, metrics JSON) count against their job's cap: the
-    characters of their stored JSON (mostly ASCII, so about its bytes)."""
-    return sum(len(output) + len(metrics or "") for output, metrics in chunks)
+    """What stream pieces (output JSON, metrics JSON) count against their job's cap and their
+    endpoint owner's share: the UTF-8 bytes of their stored JSON."""
+    return sum(utf8_length(output) + utf8_length(metrics or "") for output, metrics in chunks)
+
+
+def utf8_length(text: str) -> int:
+    """The bytes ``text`` takes in UTF-8, as the store counts it."""
+    # ``isascii`` reads a flag of the string: only text that is not ASCII is encoded to count.
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def stream_full_reason(max_size: int) -> str:

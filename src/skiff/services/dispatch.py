@@ -8,6 +8,7 @@ decision already made.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from attrs import define, field, setters
@@ -22,16 +23,20 @@ from skiff.domain.results import (
     WorkerChunk,
     WorkerResult,
     stream_full_reason,
+    stream_size,
 )
 from skiff.domain.streams import split_chunk
 from skiff.domain.workers import Worker, WorkerKind, WorkerState
 from skiff.services.job_events import JobEvents
+from skiff.services.job_room import JobRoom
 from skiff.services.lineup import Lineup, Queue
 from skiff.services.metrics import Metrics
 from skiff.services.result_holds import ResultHolds
 from skiff.services.wakeups import Claim, Wake, Wakeups
 from skiff.services.workers import Workers
 from skiff.store.base import Store
+
+log = logging.getLogger(__name__)
 
 StillConnected = Callable[[], Awaitable[bool]]
 #: Ends a worker at once, unwarned, and says whether it could (the fleet's ``end_at_once``).
@@ -81,6 +86,8 @@ class Dispatch:
     lineup: Lineup = field(default=None, converter=_lineup_or_off)
     #: The most a job's stream may hold (``domain.results.stream_size``).
     _stream_max_bytes: int = DEFAULT_STREAM_MAX_BYTES
+    #: Refuses what a worker writes past its endpoint owner's room (None: never).
+    _room: JobRoom | None = None
     #: Ends a worker whose next lined-up job is no longer wanted (services/lineup.py); the
     #: fleet sets it, as it is built after this.
     end_worker: EndWorker = field(init=False, default=_cannot_end)
@@ -245,18 +252,35 @@ class Dispatch:
         self, endpoint: Endpoint, worker_id: str, job_id: str, result: WorkerResult
     ) -> str | None:
         """Record a job-done result (``domain.results.parse_worker_result`` reads it from the
-        body). Returns why the result was refused (the job then FAILED with that reason), or
-        None when it was taken as sent."""
+        body). Returns why the result was refused (a final result's job then FAILED with that
+        reason; a progress update is only not kept), or None when it was taken as sent."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         if result.stop_pod:
             await self._workers.mark_recycle(worker)
+        no_room = await self._no_room(
+            endpoint, len(result.output_json or "") + len(result.error or "")
+        )
         if result.outcome is Outcome.PROGRESS:
-            if await self._store.record_progress(job_id, worker.id, result.output_json):
-                self._wakeups.notify(Wake.job(job_id))
-            return None
+            if no_room is None:
+                if await self._store.record_progress(job_id, worker.id, result.output_json):
+                    self._wakeups.notify(Wake.job(job_id))
+                return None
+            # A progress update is not the job's end: refusing it should not end the job.
+            log.info("progress update of job %s not kept: %s", job_id, no_room)
+            return no_room
+        if no_room is not None:
+            await self._finish(worker, job_id, JobStatus.FAILED, None, no_room)
+            return no_room
         status = JobStatus.FAILED if result.outcome is Outcome.FAILED else JobStatus.COMPLETED
         await self._finish(worker, job_id, status, result.output_json, result.error)
         return result.error if result.refused else None
+
+    async def _no_room(self, endpoint: Endpoint, size: int) -> str | None:
+        """Why ``size`` bytes a worker of ``endpoint`` writes cannot be kept (its owner's
+        jobs hold twice their share), or None."""
+        if self._room is None:
+            return None
+        return await self._room.room_for_result(endpoint.userId, size)
 
     async def _finish(
         self,
@@ -292,22 +316,25 @@ class Dispatch:
         self, endpoint: Endpoint, worker_id: str, job_id: str, chunk: WorkerChunk
     ) -> str | None:
         """Append a job-stream chunk (``domain.results.read_stream_chunk`` reads it). A chunk
-        that cannot be stored (nested too deep, or past what the job's stream may hold) FAILS
+        that cannot be stored (nested too deep, past what the job's stream may hold, or past
+        its endpoint owner's room: ``JobRoom.room_for_result``) FAILS
         the job with the reason, which is returned; None when the chunk was kept."""
         worker = await self._workers.seen(endpoint.id, worker_id, endpoint.version)
         refused = chunk.refused
         if refused is None:
             pieces = split_chunk(chunk.output_json, chunk.metrics_json)
-            try:
-                held = await self._store.append_stream_chunks(
-                    job_id, worker.id, pieces, self._stream_max_bytes
-                )
-            except StreamFull:
-                refused = stream_full_reason(self._stream_max_bytes)
-            else:
-                if held:
-                    self._wakeups.notify(Wake.job(job_id))
-                return None
+            refused = await self._no_room(endpoint, stream_size(pieces))
+            if refused is None:
+                try:
+                    held = await self._store.append_stream_chunks(
+                        job_id, worker.id, pieces, self._stream_max_bytes
+                    )
+                except StreamFull:
+                    refused = stream_full_reason(self._stream_max_bytes)
+                else:
+                    if held:
+                        self._wakeups.notify(Wake.job(job_id))
+                    return None
         await self._finish(worker, job_id, JobStatus.FAILED, None, refused)
         return refused
 

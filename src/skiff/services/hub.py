@@ -167,6 +167,7 @@ class Services:
             ResultHolds(settings.result_hold_seconds),
             Lineup(settings.lineup_seconds),
             stream_max_bytes=settings.stream_max_mb * 1024 * 1024,
+            room=job_room,
         )
         gpu_pool = GpuPool(gpus)
         quotas = Quotas(store, settings.max_per_user)

@@ -102,7 +102,7 @@ class Jobs:
             caller_id=endpoint.caller,
         )
         job.expires_at = job.submitted_at + job.ttl_ms / 1000
-        await self._store.insert_job(job)
+        await self._store.insert_job(job, endpoint.userId)
         # One waiting take for one job: waking them all would cost each of the others an
         # empty claim (a write); a woken take that cannot claim passes it on (dispatch.py).
         self._wakeups.notify_some(Wake.endpoint(endpoint.id), 1)

@@ -8,7 +8,8 @@
   told is ended (the scaler replaces it);
 - leases: jobs whose worker stopped renewing them go back to the queue;
 - silence: external workers that stopped calling in are forgotten;
-- counts: the job-count deltas are folded into the endpoint totals.
+- counts: the job-count and job-byte deltas are folded into the endpoint and user totals;
+- webhook deliveries that ended (their payloads let go of then) are removed after a day.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 #: Jobs deleted per pass at most, so one pass never holds the writer for long.
 EXPIRE_BATCH = 2000
+#: How long an ended webhook delivery's record (its status, attempts and last error) is kept.
+ENDED_DELIVERY_KEPT_SECONDS = 86_400.0
+#: Ended deliveries removed per pass at most.
+PRUNE_BATCH = 1000
 
 
 @define(eq=False, repr=False, slots=False)
@@ -76,3 +81,4 @@ class Reaper:
         await self._dispatch.forget_silent_workers(self._worker_silence)
         # Keep the job-count and job-byte deltas few, so reading them stays cheap.
         await self._store.fold_job_counts()
+        await self._store.prune_webhook_deliveries(now - ENDED_DELIVERY_KEPT_SECONDS, PRUNE_BATCH)

@@ -296,7 +296,11 @@ class Store(Protocol):
     # by its ttl) records that run's usage for the caller in the same transaction
     # (``domain.billing.call_usage``): a crash cannot leave the one without the other, and a
     # run is recorded once.
-    async def insert_job(self, job: Job) -> None: ...
+    async def insert_job(self, job: Job, owner_id: str | None = None) -> None:
+        """``owner_id``: the endpoint's owner, whose share the job's result counts against (its
+        input counts against its caller, if any, else the owner); read from the endpoint when
+        not given."""
+        ...
 
     async def get_job(self, endpoint_id: str, job_id: str) -> Job | None:
         """The row, even if its ttl or retention has passed (the caller decides with its clock)."""
@@ -460,6 +464,11 @@ class Store(Protocol):
     # -- webhooks -------------------------------------------------------------------------
     async def webhook_secret(self, user_id: str, rotate: bool = False) -> str:
         """The user's signing secret, made on first use; ``rotate`` replaces it."""
+        ...
+
+    async def prune_webhook_deliveries(self, before: float, limit: int) -> int:
+        """Remove up to ``limit`` deliveries that ended (delivered or failed for good) before
+        ``before``; returns how many."""
         ...
 
     async def due_webhook_deliveries(self, now: float, limit: int) -> list[WebhookDelivery]: ...

@@ -603,8 +603,9 @@ class SqlStore:
         return await self._ids_of("endpoints_using_template", template_id=template_id)
 
     # -- jobs --------------------------------------------------------------------------
-    async def insert_job(self, job: Job) -> None:
+    async def insert_job(self, job: Job, owner_id: str | None = None) -> None:
         params = job_params(job)
+        params["owner_id"] = owner_id
         if job.s3_config_json is not None:
             params["s3_config"] = self._sealed.seal(job.s3_config_json)
         await self._run("insert_job", **params)
@@ -1122,6 +1123,9 @@ class SqlStore:
         if not delivery.secret:
             return delivery
         return replace(delivery, secret=self._sealed.open(delivery.secret))
+
+    async def prune_webhook_deliveries(self, before: float, limit: int) -> int:
+        return await self._run("prune_ended_webhook_deliveries", before=before, limit=limit)
 
     async def record_webhook_attempt(
         self,

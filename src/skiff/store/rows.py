@@ -19,6 +19,7 @@ from skiff.domain.jobs import Job, JobCounts, JobStatus, sources_of, status_view
 from skiff.domain.keys import ApiKey
 from skiff.domain.pods import DesiredStatus, Pod, PodPlacement, PodSpec
 from skiff.domain.public_models import PublicModel
+from skiff.domain.results import utf8_length
 from skiff.domain.secrets import Secret
 from skiff.domain.streams import StreamChunk
 from skiff.domain.templates import Template
@@ -260,6 +261,9 @@ def webhook_delivery_params(job: Job, user_id: str, finished_at: float) -> dict[
         "user_id": user_id,
         "url": job.webhook,
         "payload": webhook_payload(job, finished_at),
+        # What of the payload the endpoint owner's worker wrote (job_bytes.sql counts it
+        # against the owner, the rest against ``user_id``): the payload holds it as it is.
+        "written_bytes": utf8_length(job.output_json or "") + utf8_length(job.error or ""),
         "next_attempt_at": finished_at,
         "created_at": finished_at,
     }

@@ -2,9 +2,11 @@
 SQLite (a real database file) and on PostgreSQL (a fresh schema; skipped when no server is
 reachable).
 
-A job counts against who submitted it (a public model's caller, else the endpoint's owner),
-in UTF-8 bytes of its input, webhook, S3 settings, result, error and stream, from its insert
-until its row is removed, whatever removes it; folding the deltas changes no figure."""
+A job's input, webhook and S3 settings count against who submitted it (a public model's
+caller, else the endpoint's owner), its result, error and stream against the endpoint's owner,
+and a pending webhook delivery's payload against its user, in UTF-8 bytes, from the insert until
+the row is removed (or the delivery ends), whatever removes it; folding the deltas changes no
+figure."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from integration.store.test_store_contract import (
     T0,
     make_endpoint,
     make_job,
+    make_user,
 )
 from skiff.domain.jobs import JobStatus
 from skiff.domain.results import stream_size
@@ -62,12 +65,29 @@ async def test_bytes_are_utf8_bytes_not_characters(store: Store) -> None:
     assert await store.job_bytes_of(OWNER) == len(text.encode()) == 8 + 100 * (2 + 3 + 4)
 
 
-async def test_a_public_model_callers_job_counts_against_the_caller(store: Store) -> None:
+async def test_a_public_model_callers_input_counts_against_the_caller_its_result_the_owner(
+    store: Store,
+) -> None:
     await store.create_endpoint(make_endpoint())
     job = make_job("j-1", caller_id="caller-1")
     await store.insert_job(job)
     assert await store.job_bytes_of("caller-1") == size(job.input_json)
     assert await store.job_bytes_of(OWNER) == 0
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    # The owner's worker wrote the result: the owner's, so no owner can fill a caller's share.
+    result = '"' + "r" * 5000 + '"'
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, result, None, T0 + 1)
+    assert await store.job_bytes_of("caller-1") == size(job.input_json)
+    assert await store.job_bytes_of(OWNER) == size(result)
+    await store.expire_jobs(T0 + 10**9, 100)
+    assert (await store.job_bytes_of("caller-1"), await store.job_bytes_of(OWNER)) == (0, 0)
+
+
+async def test_a_job_inserted_after_its_endpoint_was_deleted_still_counts(store: Store) -> None:
+    # The owner is given by the submission, not read from an endpoint that may be gone.
+    job = make_job("j-1", "ep-gone")
+    await store.insert_job(job, owner_id="u-9")
+    assert await store.job_bytes_of("u-9") == size(job.input_json)
 
 
 async def test_a_result_an_error_and_a_stream_count_until_a_retry_clears_them(
@@ -143,9 +163,71 @@ async def test_folding_the_deltas_changes_no_figure(store: Store) -> None:
     assert (await store.job_bytes_of(OWNER), await store.job_bytes_of("caller-1")) == (0, 0)
 
 
-async def test_sqlite_jobs_from_before_the_migration_are_counted_against_their_submitters(
+async def test_a_pending_webhook_delivery_counts_until_it_ends_and_is_pruned_a_day_later(
+    store: Store,
+) -> None:
+    await store.create_user(make_user())
+    await store.create_endpoint(make_endpoint())
+    job = make_job("j-1", webhook="https://example.com/hook")
+    await store.insert_job(job)
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    result = '"' + "r" * 3000 + '"'
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, result, None, T0 + 1)
+    [delivery] = await store.due_webhook_deliveries(T0 + 1, 10)
+    held = size(job.input_json, "https://example.com/hook", result)
+    # The delivery's payload copies the input and the result, and counts while it is pending.
+    assert await store.job_bytes_of(OWNER) == held + size(delivery.payload)
+    await store.record_webhook_attempt(delivery.id, "pending", "HTTP 500", T0 + 2, T0 + 10)
+    assert await store.job_bytes_of(OWNER) == held + size(delivery.payload)
+    await store.record_webhook_attempt(delivery.id, "delivered", None, T0 + 11, None)
+    assert await store.job_bytes_of(OWNER) == held
+    assert await store.prune_webhook_deliveries(T0 + 11, 100) == 0  # ended at T0 + 11
+    assert await store.prune_webhook_deliveries(T0 + 12, 100) == 1
+    await store.expire_jobs(T0 + 10**9, 100)
+    await store.fold_job_counts()
+    assert await store.job_bytes_of(OWNER) == 0
+
+
+async def test_a_failed_delivery_lets_go_of_its_payload_too(store: Store) -> None:
+    await store.create_user(make_user())
+    await store.create_endpoint(make_endpoint())
+    await store.insert_job(make_job("j-1", webhook="https://example.com/hook"))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    await store.finish_job("j-1", "w-1", JobStatus.FAILED, None, "boom", T0 + 1)
+    before = await store.job_bytes_of(OWNER)
+    [delivery] = await store.due_webhook_deliveries(T0 + 1, 10)
+    await store.record_webhook_attempt(delivery.id, "failed", "HTTP 500", T0 + 2, None)
+    assert await store.job_bytes_of(OWNER) == before - size(delivery.payload)
+
+
+async def test_a_callers_delivery_counts_its_result_against_the_owner_not_the_caller(
+    store: Store,
+) -> None:
+    """A model's owner cannot fill a caller's share with large results sent to the caller's
+    webhook: the owner's worker wrote them."""
+    await store.create_user(make_user())
+    await store.create_user(make_user("caller-1", "bob"))
+    await store.create_endpoint(make_endpoint())
+    job = make_job("j-1", webhook="https://example.com/hook", caller_id="caller-1")
+    await store.insert_job(job)
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 60)
+    result = '"' + "\u00e9" * 4000 + '"'
+    await store.finish_job("j-1", "w-1", JobStatus.COMPLETED, result, None, T0 + 1)
+    [delivery] = await store.due_webhook_deliveries(T0 + 1, 10)
+    given = size(job.input_json, "https://example.com/hook")
+    assert await store.job_bytes_of("caller-1") == given + size(delivery.payload) - size(result)
+    assert await store.job_bytes_of(OWNER) == 2 * size(result)
+    await store.record_webhook_attempt(delivery.id, "delivered", None, T0 + 2, None)
+    assert await store.job_bytes_of("caller-1") == given
+    assert await store.job_bytes_of(OWNER) == size(result)
+
+
+async def test_sqlite_jobs_from_before_the_migration_count_against_no_one(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Filling in their submitters would rewrite every row on the disk this guards: they
+    count against no one, and their removal takes nothing from anyone. The webhook deliveries
+    kept count against their users, read once, as their removal will take from them."""
     before_0017 = [m for m in migrations(Dialect.SQLITE) if m[0] < "0017"]
     monkeypatch.setattr(sqlite_store, "migrations", lambda _dialect: before_0017)
     old = SQLiteStore(db_path, KEYS)
@@ -154,15 +236,25 @@ async def test_sqlite_jobs_from_before_the_migration_are_counted_against_their_s
         await old.create_endpoint(make_endpoint())
     finally:
         await old.close()
-    # The jobs as that version wrote them: no submitter recorded.
+    # The jobs as that version wrote them.
     with sqlite3.connect(db_path) as conn:
         conn.executemany(
             "INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, "
             "submitted_at, expires_at, output, caller_id) "
             "VALUES (?, ?, ?, ?, 1000, 1000, ?, ?, ?, ?)",
             [
-                ("own", EP, "COMPLETED", '"' + "o" * 700 + '"', T0, T0 + 1, '"done"', None),
+                ("old", EP, "IN_PROGRESS", '"' + "o" * 700 + '"', T0, T0 + 1, None, None),
                 ("called", EP, "IN_QUEUE", '{"n":"called"}', T0, T0 + 1, None, "caller-1"),
+            ],
+        )
+        # Deliveries that version kept, one pending and one ended with its payload kept.
+        conn.executemany(
+            "INSERT INTO webhook_deliveries (id, job_id, endpoint_id, user_id, url, payload, "
+            "status, next_attempt_at, created_at, finished_at) "
+            "VALUES (?, 'j-0', ?, ?, 'https://example.com/hook', ?, ?, ?, ?, ?)",
+            [
+                ("d-pending", EP, OWNER, "p" * 300, "pending", T0, T0, None),
+                ("d-ended", EP, OWNER, "e" * 200, "delivered", T0, T0, T0 + 1),
             ],
         )
     conn.close()
@@ -170,10 +262,20 @@ async def test_sqlite_jobs_from_before_the_migration_are_counted_against_their_s
     store = SQLiteStore(db_path, KEYS)
     await store.open()
     try:
-        assert await store.job_bytes_of(OWNER) == 702 + size('"done"')
-        assert await store.job_bytes_of("caller-1") == size(make_job("called").input_json)
+        # The deliveries it kept count from here, so that removing them takes back no more.
+        assert await store.job_bytes_of(OWNER) == 500
+        new = make_job("new")
+        await store.insert_job(new)
+        assert await store.job_bytes_of(OWNER) == 500 + size(new.input_json)
+        assert await store.job_bytes_of("caller-1") == 0
+        await store.finish_job("old", None, JobStatus.COMPLETED, '"done"', None, T0 + 1)
+        assert await store.job_bytes_of(OWNER) == 500 + size(new.input_json)
         await store.expire_jobs(T0 + 10**9, 100)
-        assert await store.job_bytes_of(OWNER) == 0
+        assert await store.job_bytes_of(OWNER) == 500
+        await store.record_webhook_attempt("d-pending", "failed", "HTTP 500", T0 + 2, None)
+        assert await store.job_bytes_of(OWNER) == 200
+        assert await store.prune_webhook_deliveries(T0 + 10, 100) == 2
+        assert (await store.job_bytes_of(OWNER), await store.job_bytes_of("caller-1")) == (0, 0)
     finally:
         await store.close()
     with sqlite3.connect(db_path) as conn:

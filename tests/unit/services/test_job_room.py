@@ -1,16 +1,24 @@
 """A user's share of the database: the store's figure read at most once a second per user on
-the injected clock, what was admitted since counted in between, each user apart, and no bound
-at 0. (The store's figures themselves: tests/integration/store/test_job_bytes_contract.py.)"""
+the injected clock, what was admitted since counted in between (by requests that missed the
+figure together too), each user apart, what workers write refused only past twice the share,
+and no bound at 0. (The store's figures: tests/integration/store/test_job_bytes_contract.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 import pytest
 
 from skiff.clock import ManualClock
 from skiff.errors import InsufficientStorage
-from skiff.services.job_room import MIB, RETRY_AFTER_SECONDS, JobRoom, JobRoomMetrics
+from skiff.services.job_room import (
+    MIB,
+    RESULTS_ROOM,
+    RETRY_AFTER_SECONDS,
+    JobRoom,
+    JobRoomMetrics,
+)
 from skiff.store.base import Store
 
 
@@ -89,13 +97,49 @@ async def test_a_bound_of_zero_admits_everything_without_reading() -> None:
     assert figures.reads == 0
 
 
+async def test_requests_that_miss_the_figure_together_share_one_count() -> None:
+    """Fifty submissions arriving while the figure is read: only what fits is admitted."""
+    figures, clock = Figures(), ManualClock()
+    figures.held["alice"] = 9 * MIB
+    gate = asyncio.Event()
+    read = figures.job_bytes_of
+
+    async def slow_read(user_id: str) -> int:
+        await gate.wait()
+        return await read(user_id)
+
+    figures.job_bytes_of = slow_read  # type: ignore[method-assign]
+    room = room_of(figures, clock)
+    tries = [asyncio.ensure_future(room.admit("alice", MIB)) for _ in range(50)]
+    await asyncio.sleep(0)
+    gate.set()
+    outcomes = await asyncio.gather(*tries, return_exceptions=True)
+    assert sum(o is None for o in outcomes) == 1
+    assert all(isinstance(o, InsufficientStorage) for o in outcomes if o is not None)
+
+
+async def test_what_a_worker_writes_is_refused_only_past_twice_the_share() -> None:
+    figures, clock = Figures(), ManualClock()
+    figures.held["owner"] = 10 * MIB  # new jobs refused already
+    room = room_of(figures, clock)
+    with pytest.raises(InsufficientStorage):
+        await room.admit("owner", 1)
+    assert await room.room_for_result("owner", 6 * MIB) is None
+    assert await room.room_for_result("owner", 4 * MIB) is None  # exactly twice
+    why = await room.room_for_result("owner", 1)
+    assert why is not None and f"{RESULTS_ROOM * 10} MiB" in why and "not kept" in why
+    assert room.results_refused == 1 and room.refused == 1
+    assert await room_of(figures, clock, most=0).room_for_result("owner", 10**12) is None
+
+
 async def test_the_refusals_are_counted_on_metrics() -> None:
     figures, clock = Figures(), ManualClock()
-    figures.held["alice"] = 10 * MIB
+    figures.held["alice"] = 20 * MIB
     room = room_of(figures, clock)
     for _ in range(3):
         with pytest.raises(InsufficientStorage):
             await room.admit("alice", 1)
-    (family,) = JobRoomMetrics(room).collect()
-    assert family.name == "skiff_jobs_refused_for_user_bytes"
-    assert [s.value for s in family.samples if s.name.endswith("_total")] == [3]
+    assert await room.room_for_result("alice", 1) is not None
+    families = {f.name: f for f in JobRoomMetrics(room).collect()}
+    assert [s.value for s in families["skiff_jobs_refused_for_user_bytes"].samples] == [3]
+    assert [s.value for s in families["skiff_results_refused_for_user_bytes"].samples] == [1]

@@ -6,15 +6,16 @@
 -- the domain's. A job that becomes final keeps its result until ``retain_until``: now plus its
 -- ``retention_ms``. The casts make PostgreSQL compute in double precision as SQLite does.
 
--- A job's bytes count against who submitted it (job_bytes.sql): a public model's caller, else
--- the endpoint's owner.
+-- A job's input counts against who submitted it, its result against the endpoint's owner
+-- (job_bytes.sql); the owner is given, or read when not (a job inserted by a test).
 -- name: insert_job
 INSERT INTO jobs (id, endpoint_id, status, input, execution_timeout_ms, ttl_ms, low_priority,
                   webhook, s3_config, submitted_at, expires_at, retention_ms, caller_id,
-                  submitter_id)
+                  submitter_id, owner_id)
 VALUES (:id, :endpoint_id, :status, :input, :execution_timeout_ms, :ttl_ms, :low_priority,
         :webhook, :s3_config, :submitted_at, :expires_at, :retention_ms, :caller_id,
-        COALESCE(:caller_id, (SELECT user_id FROM endpoints WHERE id = :endpoint_id)));
+        COALESCE(:caller_id, :owner_id, (SELECT user_id FROM endpoints WHERE id = :endpoint_id)),
+        COALESCE(:owner_id, (SELECT user_id FROM endpoints WHERE id = :endpoint_id)));
 
 -- name: get_job
 SELECT * FROM jobs WHERE id = :id AND endpoint_id = :endpoint_id;
