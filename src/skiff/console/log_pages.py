@@ -14,6 +14,7 @@ from starlette.routing import BaseRoute, Route
 from skiff.console.base import Console, json_answer
 from skiff.domain.endpoints import Endpoint
 from skiff.domain.logs import LogLine, iso
+from skiff.domain.workers import WorkerKind
 
 TAIL_DEFAULT = 200
 TAIL_CHOICES = (50, 200, 1000, 5000)
@@ -62,9 +63,15 @@ def routes(console: Console) -> list[BaseRoute]:
         endpoint = await console.endpoint(visitor, request)
         worker = request.query_params.get("worker") or None
         tail = tail_of(request)
+        # A worker started outside skiff (a worker token) keeps its output where it runs: none
+        # of it is here to pick.
         workers = sorted(
             set(await asyncio.to_thread(worker_logs.workers, endpoint.id))
-            | {r.worker.id for r in await services.endpoints.workers_of(endpoint.id)}
+            | {
+                r.worker.id
+                for r in await services.endpoints.workers_of(endpoint.id)
+                if r.worker.kind is WorkerKind.LOCAL
+            }
         )
         return console.page(
             request,
