@@ -261,13 +261,13 @@ class Dispatch:
             endpoint, len(result.output_json or "") + len(result.error or "")
         )
         if result.outcome is Outcome.PROGRESS:
-            if no_room is None:
-                if await self._store.record_progress(job_id, worker.id, result.output_json):
-                    self._wakeups.notify(Wake.job(job_id))
-                return None
-            # A progress update is not the job's end: refusing it should not end the job.
-            log.info("progress update of job %s not kept: %s", job_id, no_room)
-            return no_room
+            if no_room is not None:
+                # A progress update is not the job's end: refusing it should not end the job.
+                log.info("progress update of job %s not kept: %s", job_id, no_room)
+                return no_room
+            if await self._store.record_progress(job_id, worker.id, result.output_json):
+                self._wakeups.notify(Wake.job(job_id))
+            return None
         if no_room is not None:
             await self._finish(worker, job_id, JobStatus.FAILED, None, no_room)
             return no_room
@@ -323,20 +323,28 @@ class Dispatch:
         refused = chunk.refused
         if refused is None:
             pieces = split_chunk(chunk.output_json, chunk.metrics_json)
-            refused = await self._no_room(endpoint, stream_size(pieces))
+            refused = await self._no_room(endpoint, stream_size(pieces)) or await self._append(
+                worker, job_id, pieces
+            )
             if refused is None:
-                try:
-                    held = await self._store.append_stream_chunks(
-                        job_id, worker.id, pieces, self._stream_max_bytes
-                    )
-                except StreamFull:
-                    refused = stream_full_reason(self._stream_max_bytes)
-                else:
-                    if held:
-                        self._wakeups.notify(Wake.job(job_id))
-                    return None
+                return None
         await self._finish(worker, job_id, JobStatus.FAILED, None, refused)
         return refused
+
+    async def _append(
+        self, worker: Worker, job_id: str, pieces: list[tuple[str, str | None]]
+    ) -> str | None:
+        """Store a chunk's pieces; None when kept (or the worker no longer holds the job),
+        else why not: the job's stream would pass its cap."""
+        try:
+            held = await self._store.append_stream_chunks(
+                job_id, worker.id, pieces, self._stream_max_bytes
+            )
+        except StreamFull:
+            return stream_full_reason(self._stream_max_bytes)
+        if held:
+            self._wakeups.notify(Wake.job(job_id))
+        return None
 
     async def runs(
         self, endpoint: Endpoint, worker_id: str, job_id: str, lined_up: bool = False

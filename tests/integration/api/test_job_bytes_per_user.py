@@ -31,13 +31,14 @@ def large(n: int) -> dict[str, object]:
     return {"input": {"n": n, "blob": "x" * 300_000}}
 
 
-async def refused_total(app: InProcess) -> float:
+async def counter(app: InProcess, name: str) -> float:
+    """A counter's value on ``/metrics`` (``name`` with its ``_total``)."""
     text = (await app.http.get("/metrics")).text
     return next(
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "skiff_jobs_refused_for_user_bytes_total"
+        if sample.name == name
     )
 
 
@@ -67,7 +68,7 @@ async def test_a_tenant_past_its_share_is_refused_while_others_are_served(
             for n in range(3):
                 taken = await alice.post(f"/v2/{alices_endpoint}/run", json=large(n))
                 assert taken.status_code == 200, taken.text
-            assert await refused_total(app) == 2
+            assert await counter(app, "skiff_jobs_refused_for_user_bytes_total") == 2
 
             # What is purged is given back, once the figure is read again.
             purged = await mallory.post(f"/v2/{mallorys_endpoint}/purge-queue")
@@ -122,13 +123,7 @@ async def test_results_count_against_the_owner_and_are_refused_only_past_twice_t
             assert chunk.status_code == 400, chunk.text
             status = (await alice.get(f"/v2/{endpoint_id}/status/{ids[2]}")).json()
             assert status["status"] == "FAILED" and "twice the share" in status["error"]
-            refused_results = next(
-                sample.value
-                for family in text_string_to_metric_families((await app.http.get("/metrics")).text)
-                for sample in family.samples
-                if sample.name == "skiff_results_refused_for_user_bytes_total"
-            )
-            assert refused_results == 2
+            assert await counter(app, "skiff_results_refused_for_user_bytes_total") == 2
 
 
 async def test_a_public_models_caller_is_held_to_its_own_share_not_the_owners(

@@ -36,6 +36,8 @@ CREATE FUNCTION jobs_bytes_delta() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     given BIGINT := 0;   -- the input, webhook and S3 settings: the submitter's
     written BIGINT := 0; -- the result, error and stream: the endpoint owner's
+    submitter TEXT;
+    owner TEXT;
 BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
         given := given - octet_length(OLD.input) - COALESCE(octet_length(OLD.webhook), 0)
@@ -50,19 +52,17 @@ BEGIN
             + COALESCE(octet_length(NEW.error), 0) + NEW.stream_size;
     END IF;
     IF TG_OP = 'DELETE' THEN
-        IF given <> 0 THEN
-            INSERT INTO job_byte_deltas (user_id, bytes) VALUES (OLD.submitter_id, given);
-        END IF;
-        IF written <> 0 AND OLD.owner_id IS NOT NULL THEN
-            INSERT INTO job_byte_deltas (user_id, bytes) VALUES (OLD.owner_id, written);
-        END IF;
+        submitter := OLD.submitter_id;
+        owner := OLD.owner_id;
     ELSE
-        IF given <> 0 THEN
-            INSERT INTO job_byte_deltas (user_id, bytes) VALUES (NEW.submitter_id, given);
-        END IF;
-        IF written <> 0 AND NEW.owner_id IS NOT NULL THEN
-            INSERT INTO job_byte_deltas (user_id, bytes) VALUES (NEW.owner_id, written);
-        END IF;
+        submitter := NEW.submitter_id;
+        owner := NEW.owner_id;
+    END IF;
+    IF given <> 0 THEN
+        INSERT INTO job_byte_deltas (user_id, bytes) VALUES (submitter, given);
+    END IF;
+    IF written <> 0 AND owner IS NOT NULL THEN
+        INSERT INTO job_byte_deltas (user_id, bytes) VALUES (owner, written);
     END IF;
     RETURN NULL;
 END;
