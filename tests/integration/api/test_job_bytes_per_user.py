@@ -126,11 +126,12 @@ async def test_results_count_against_the_owner_and_are_refused_only_past_twice_t
             assert await counter(app, "skiff_results_refused_for_user_bytes_total") == 2
 
 
+@STORES
 async def test_a_public_models_caller_is_held_to_its_own_share_not_the_owners(
-    tmp_path: Path,
+    store: str, tmp_path: Path
 ) -> None:
     clock = ManualClock()
-    async with running_on("sqlite", tmp_path / "data", clock=clock, job_mb_per_user=1) as app:
+    async with running_on(store, tmp_path / "data", clock=clock, job_mb_per_user=1) as app:
         endpoint_id = (await app.create_endpoint(workersMax=0))["id"]
         published = await app.http.post(
             "/v1/models", json={"modelId": "m1", "endpointId": endpoint_id}
@@ -146,6 +147,54 @@ async def test_a_public_models_caller_is_held_to_its_own_share_not_the_owners(
             assert (await carol.post("/v2/m1/run", json=large(0))).status_code == 200
             owners = await app.http.post(f"/v2/{endpoint_id}/run", json=large(0))
             assert owners.status_code == 200, owners.text
+
+
+#: What another user's worker may try against alice's share: a result or a stream chunk of
+#: 1.5 MiB, sent through its own endpoint, naming alice's job or one of its own.
+HOSTILE_WRITES = {
+    "a result for alice's job": ("job-done", "alice"),
+    "a stream chunk for alice's job": ("job-stream", "alice"),
+    "a result for its own job": ("job-done", "mallory"),
+    "a stream chunk for its own job": ("job-stream", "mallory"),
+}
+
+
+@STORES
+@pytest.mark.parametrize("case", HOSTILE_WRITES, ids=list(HOSTILE_WRITES))
+async def test_another_users_worker_writes_nothing_into_alices_share(
+    store: str, case: str, tmp_path: Path
+) -> None:
+    """Whatever mallory's worker sends, through mallory's endpoint, counts against mallory (or
+    nothing): alice's jobs are neither failed nor charged, and alice's next job is taken."""
+    route, whose = HOSTILE_WRITES[case]
+    clock = ManualClock()
+    async with running_on(store, tmp_path / "data", clock=clock, job_mb_per_user=1) as app:
+        mallory, mallorys_endpoint = await users_endpoint(app, "mallory")
+        alice, alices_endpoint = await users_endpoint(app, "alice")
+        async with mallory, alice, await app.worker(mallorys_endpoint) as worker:
+            alices_job = (await alice.post(f"/v2/{alices_endpoint}/run", json=large(0))).json()[
+                "id"
+            ]
+            own_job = (
+                await mallory.post(f"/v2/{mallorys_endpoint}/run", json={"input": {}})
+            ).json()["id"]
+            take = f"/v2/{mallorys_endpoint}/job-take/w-1?job_in_progress=0"
+            assert (await worker.get(take)).json()["id"] == own_job
+            job_id = alices_job if whose == "alice" else own_job
+            body: object = {"output": "m" * (3 * MIB // 2)}
+            sent = await worker.post(f"/v2/{mallorys_endpoint}/{route}/w-1/{job_id}", json=body)
+            assert sent.status_code in (200, 400), sent.text
+
+            clock.advance(1.0)  # the figures read from the store again
+            status = (await alice.get(f"/v2/{alices_endpoint}/status/{alices_job}")).json()
+            assert status["status"] == "IN_QUEUE"
+            for n in (1, 2):
+                taken = await alice.post(f"/v2/{alices_endpoint}/run", json=large(n))
+                assert taken.status_code == 200, taken.text
+            # Mallory's own output counted against mallory.
+            if whose == "mallory":
+                refused = await mallory.post(f"/v2/{mallorys_endpoint}/run", json={"input": {}})
+                assert refused.status_code == 507, refused.text
 
 
 async def test_an_ended_deliverys_record_is_removed_by_the_reaper_a_day_after_it_ended(
