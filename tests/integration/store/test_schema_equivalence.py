@@ -28,6 +28,8 @@ What counts as "the same" across the two dialects (and nothing more is forgiven)
   constraints are named by the engine (``sqlite_autoindex_users_1`` vs ``users_name_key``), so
   those compare as the constraints they back: the primary key's columns, and the set of UNIQUE
   column lists of each table.
+* An index key that is an expression, not a column, compares as its predicate signature
+  would (below), marked as an expression.
 * Partial-index predicates compare loosely: casts, parentheses, brackets, commas and the words
   ANY/ARRAY are dropped, IN becomes =, != becomes <>; what remains -- the columns, literals,
   operators and keywords -- must be the same multiset on both sides. So a different status
@@ -155,6 +157,18 @@ def predicate_signature(predicate: str) -> tuple[str, ...]:
     return tuple(sorted(tokens))
 
 
+_IDENTIFIER = re.compile(r'[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")*"')
+
+
+def index_key(text: str) -> str:
+    """One key of an index as comparable text: a column by its name, an expression by its
+    signature (``predicate_signature``: the same looseness about form)."""
+    text = text.strip()
+    if _IDENTIFIER.fullmatch(text):
+        return _unquote(text)
+    return "expression: " + " ".join(predicate_signature(text))
+
+
 def _normalise_default(raw: str | None, sqlite_type: str) -> str | None:
     """A column default as comparable text: no casts or wrapping parentheses, numbers by value,
     FALSE/TRUE as 0/1 (SQLite itself reads them so), string literals as written."""
@@ -180,6 +194,25 @@ def _sqlite_where(index_sql: str | None) -> str | None:
         return None
     match = re.search(r"\bWHERE\b(.*)$", _strip_sql_comments(index_sql), re.IGNORECASE | re.DOTALL)
     return match.group(1).strip() if match else None
+
+
+def _sqlite_index_keys(index_sql: str) -> list[str]:
+    """The keys of a CREATE INDEX as written: what its parentheses after ``ON table`` hold,
+    split at the commas outside nested parentheses."""
+    body = _strip_sql_comments(index_sql)
+    start = re.search(r"\bON\s+\S+?\s*\(", body, re.IGNORECASE | re.DOTALL)
+    assert start is not None, index_sql
+    keys, depth, current = [], 0, ""
+    for char in body[start.end() :]:
+        if char == ")" and depth == 0:
+            break
+        if char == "," and depth == 0:
+            keys.append(current)
+            current = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        current += char
+    return [*keys, current]
 
 
 def read_sqlite_catalogue(conn: sqlite3.Connection) -> Catalogue:
@@ -212,9 +245,12 @@ def read_sqlite_catalogue(conn: sqlite3.Connection) -> Catalogue:
 
         cat.uniques[table] = set()
         for _seq, name, unique, origin, _partial in conn.execute(f'PRAGMA index_list("{table}")'):
+            info = sorted(conn.execute(f'PRAGMA index_info("{name}")'), key=lambda r: r[0])
+            # An expression key has no column name (cid -2): its text is the index's own.
+            written = _sqlite_index_keys(index_sql[name]) if origin == "c" else []
             cols = tuple(
-                row[2]
-                for row in sorted(conn.execute(f'PRAGMA index_info("{name}")'), key=lambda r: r[0])
+                index_key(written[seqno]) if column is None else column
+                for seqno, _cid, column in info
             )
             if origin == "u":
                 cat.uniques[table].add(cols)
@@ -349,7 +385,7 @@ async def read_pg_catalogue(conn: Any, schema: str) -> Catalogue:
         predicate = r["predicate"]
         cat.indexes[r["index_name"]] = Index(
             table=r["table_name"],
-            columns=tuple(_unquote(c) for c in r["columns"]),
+            columns=tuple(index_key(c) for c in r["columns"]),
             unique=r["indisunique"],
             predicate=predicate,
             predicate_signature=None if predicate is None else predicate_signature(predicate),
@@ -547,6 +583,25 @@ def test_predicates_that_mean_different_rows_compare_unequal() -> None:
     assert predicate_signature("state = 'IN_QUEUE'") != queued
     assert predicate_signature("status <> 'IN_QUEUE'") != queued
     assert predicate_signature("status = 'IN_QUEUE' OR stop_pending = 1") != queued
+
+
+def test_index_keys_compare_as_columns_or_as_expressions() -> None:
+    assert index_key("lease_until") == index_key('"lease_until"') == "lease_until"
+    written = "CASE WHEN run_deadline IS NULL OR lease_until < run_deadline THEN lease_until\n"
+    written += "ELSE run_deadline END"
+    # PostgreSQL's pg_get_indexdef spelling of the same key.
+    read_back = "(\nCASE\n    WHEN run_deadline IS NULL OR lease_until < run_deadline"
+    read_back += " THEN lease_until\n    ELSE run_deadline\nEND)"
+    assert index_key(written) == index_key(read_back)
+    assert index_key(written).startswith("expression: ")
+    assert index_key(written) != index_key(written.replace("lease_until <", "lease_until <="))
+    assert index_key(written) != index_key("run_deadline")
+
+
+def test_sqlite_index_keys_are_read_as_written() -> None:
+    sql = "CREATE INDEX i ON jobs ((CASE WHEN a < b THEN a ELSE b END), seq) WHERE x = 1"
+    assert _sqlite_index_keys(sql) == ["(CASE WHEN a < b THEN a ELSE b END)", " seq"]
+    assert _sqlite_index_keys("CREATE INDEX i ON t (a, b)") == ["a", " b"]
 
 
 def test_defaults_compare_without_casts_and_with_booleans_as_numbers() -> None:

@@ -1062,6 +1062,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0015_job_counts_in_place.sql",
         "0016_stream_size.sql",
         "0017_job_bytes.sql",
+        "0018_job_indexes.sql",
     ]
     assert {
         "jobs",
@@ -1131,6 +1132,7 @@ AFTER_RENUMBERING = [
     "0015_job_counts_in_place.sql",
     "0016_stream_size.sql",
     "0017_job_bytes.sql",
+    "0018_job_indexes.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -1154,6 +1156,7 @@ BOTH_RECORDS = sorted(
         "0015_job_counts_in_place.sql",
         "0016_stream_size.sql",
         "0017_job_bytes.sql",
+        "0018_job_indexes.sql",
     ]
 )
 
@@ -1304,6 +1307,28 @@ async def test_time_out_fails_running_jobs_past_their_deadline_and_signals_stop(
     assert job.error == "execution timeout exceeded (policy.executionTimeout: 1000 ms)"
     assert await store.take_stop_signals("w-1", T0) == ["j-1"]
     assert await store.time_out_jobs(T0 + 3) == []
+
+
+async def test_a_running_job_is_found_by_its_lease_or_its_deadline_whichever_comes_first(
+    store: Store,
+) -> None:
+    """One index holds a running job by the sooner of the two (migration 0018): each of the
+    two must still be found when it is the later one."""
+    await store.insert_job(make_job("lease-first", execution_timeout_ms=100_000))
+    await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 10)
+    await store.insert_job(make_job("deadline-first", execution_timeout_ms=20_000))
+    await store.claim_jobs(EP, "w-2", 1, now=T0, lease_until=T0 + 30)
+    assert await store.time_out_jobs(T0 + 15) == []
+    # One attempt allowed: it fails rather than queue again for the claim below.
+    [lapsed] = await store.release_jobs(None, T0 + 15, 1, "lapsed")
+    assert (lapsed.id, lapsed.status) == ("lease-first", JobStatus.FAILED)
+    assert [j.id for j in await store.time_out_jobs(T0 + 25)] == ["deadline-first"]
+    # Renewed past its deadline, a lease no longer hides the deadline.
+    await store.insert_job(make_job("renewed", execution_timeout_ms=5_000))
+    await store.claim_jobs(EP, "w-3", 1, now=T0 + 30, lease_until=T0 + 31)
+    await store.renew_leases("w-3", ["renewed"], T0 + 90)
+    assert await store.release_jobs(None, T0 + 34, 1, "lapsed") == []
+    assert [j.id for j in await store.time_out_jobs(T0 + 35)] == ["renewed"]
 
 
 async def test_expire_deletes_jobs_past_their_ttl_and_signals_running_ones(store: Store) -> None:

@@ -80,8 +80,11 @@ SET status = 'IN_QUEUE', output = NULL, error = NULL, started_at = NULL, finishe
 WHERE id = :id AND endpoint_id = :endpoint_id AND status IN ('FAILED', 'TIMED_OUT')
 RETURNING *;
 
+-- Both priorities named, so that the planners walk the queue's own index (jobs_queue), not
+-- every job the endpoint keeps.
 -- name: purge_queue
-DELETE FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE';
+DELETE FROM jobs
+WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE' AND low_priority IN (FALSE, TRUE);
 
 -- name: time_out_jobs
 UPDATE jobs
@@ -92,6 +95,8 @@ SET status = 'TIMED_OUT', finished_at = :now,
     error = 'execution timeout exceeded (policy.executionTimeout: '
             || execution_timeout_ms || ' ms)'
 WHERE status = 'IN_PROGRESS' AND run_deadline <= :now
+  AND (CASE WHEN run_deadline IS NULL OR lease_until < run_deadline THEN lease_until
+     ELSE run_deadline END) <= :now
 RETURNING *;
 
 -- Jobs past their TTL, and final jobs past their retention.
@@ -110,13 +115,17 @@ SET status = 'FAILED', error = :reason, finished_at = :now,
                    + retention_ms / CAST(1000.0 AS DOUBLE PRECISION),
     lease_until = NULL, run_deadline = NULL
 WHERE status = 'IN_PROGRESS' AND lease_until < :now AND attempt >= :max_attempts
+  AND (CASE WHEN run_deadline IS NULL OR lease_until < run_deadline THEN lease_until
+     ELSE run_deadline END) < :now
 RETURNING *;
 
 -- A public model's callers' jobs that a release would requeue, read just before it in its
 -- transaction: what their attempt ran is billed with the release (store/operations.py).
 -- name: running_calls_of_lapsed_leases
 SELECT * FROM jobs
-WHERE status = 'IN_PROGRESS' AND lease_until < :now AND caller_id IS NOT NULL;
+WHERE status = 'IN_PROGRESS' AND lease_until < :now AND caller_id IS NOT NULL
+  AND (CASE WHEN run_deadline IS NULL OR lease_until < run_deadline THEN lease_until
+     ELSE run_deadline END) < :now;
 
 -- name: running_calls_of_endpoint
 SELECT * FROM jobs
@@ -131,6 +140,8 @@ UPDATE jobs
 SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
     run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0, stream_size = 0
 WHERE status = 'IN_PROGRESS' AND lease_until < :now
+  AND (CASE WHEN run_deadline IS NULL OR lease_until < run_deadline THEN lease_until
+     ELSE run_deadline END) < :now
 RETURNING *;
 
 -- name: fail_jobs_of_worker
@@ -150,13 +161,16 @@ WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id
 RETURNING *;
 
 -- The jobs a worker holds (running and lined up), and those it was told to stop and has not
--- let go of.
+-- let go of. Each state is asked on its own, so that each is read from its index (jobs_held,
+-- jobs_lined_up): asked together, neither index answers, and the jobs table is read whole.
 -- name: jobs_of_worker
-SELECT id FROM jobs WHERE worker_id = :worker_id AND status IN ('IN_PROGRESS', 'IN_QUEUE')
+SELECT id FROM jobs WHERE worker_id = :worker_id AND status = 'IN_PROGRESS'
+UNION SELECT id FROM jobs
+WHERE worker_id = :worker_id AND status = 'IN_QUEUE' AND worker_id IS NOT NULL
 UNION SELECT job_id FROM stop_signals WHERE worker_id = :worker_id ORDER BY 1;
 
 -- Whether a claim would find anything (the inner select of ``claim_jobs``), asked before a
 -- claim that is more than one statement.
 -- name: claimable_job
 SELECT 1 AS one FROM jobs WHERE endpoint_id = :endpoint_id AND status = 'IN_QUEUE'
-AND worker_id IS NULL AND expires_at > :now LIMIT 1;
+AND worker_id IS NULL AND expires_at > :now ORDER BY low_priority, seq LIMIT 1;
