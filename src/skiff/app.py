@@ -375,6 +375,11 @@ def create_app(
             name="cluster-inventory",
         )
         sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
+        # With other replicas on the database: no webhook may reach them either.
+        peering = asyncio.create_task(
+            asyncio.sleep(0) if cluster.alone else services.webhooks.follow_peers(cluster.peers),
+            name="peer-addresses",
+        )
         # Every replica: the homes it measures are those of the workers it runs, on its disk.
         measuring = asyncio.create_task(
             services.disk_watch.run() if services.disk_watch is not None else asyncio.sleep(0),
@@ -396,8 +401,9 @@ def create_app(
             reading.cancel()
             sweeping.cancel()
             measuring.cancel()
+            peering.cancel()
             await asyncio.gather(
-                leading, board, reading, sweeping, measuring, return_exceptions=True
+                leading, board, reading, sweeping, measuring, peering, return_exceptions=True
             )
             if ssh is not None:
                 await ssh.close()

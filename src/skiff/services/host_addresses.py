@@ -6,7 +6,12 @@ a database bound to ``0.0.0.0``) from inside, where no firewall in front of the 
 A host whose interfaces carry only private addresses is covered by the private-address rule
 already (``domain/webhooks.py``); this is for one with a public address of its own (a bare-metal
 or dedicated server). An address the host is reached by through a NAT is not on any of its
-interfaces and is not known here (``docs/deployment.md``, "Webhooks").
+interfaces and is not known here unless it is in a replica's URL (``docs/jobs.md``, "Webhooks").
+
+Replicas on one database reach each other as they reach themselves: a delivery from one aimed
+at another's address reaches that host's services from inside just the same. So each replica
+also refuses the addresses of the others' URLs (``follow_peers``: the cluster's list of live
+replicas, their names looked up, read again every ``REFRESH_SECONDS``).
 
 The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS`` (on the
 monotonic clock, injected): an address the host gains is refused from the next reading, and
@@ -14,10 +19,12 @@ one that fails is tried again at the next check, the last reading standing meanw
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 import psutil
 from attrs import define, field
@@ -30,6 +37,12 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 30.0
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: The URL of every live replica, by id (``Cluster.peers``).
+PeerUrls = Callable[[], Awaitable[dict[str, str]]]
+#: Every address a host name stands for, given the port (``webhooks.NameLookups.resolve``).
+Lookup = Callable[[str, int], Awaitable[list[str]]]
+#: How long a replica's name may take to look up.
+LOOKUP_SECONDS = 5.0
 
 
 def interface_addresses() -> frozenset[IpAddress]:
@@ -68,6 +81,11 @@ class HostAddresses:
     _known: frozenset[IpAddress] = field(init=False, factory=frozenset)
     #: When the last reading that succeeded was made; None: none has yet.
     _read_at: float | None = field(init=False, default=None)
+    #: The other replicas' addresses (``follow_peers``).
+    _peers: frozenset[IpAddress] = field(init=False, factory=frozenset)
+
+    def know_peers(self, addresses: frozenset[IpAddress]) -> None:
+        self._peers = addresses
 
     def holds(self, address: str) -> bool:
         ip = _parsed(address)
@@ -82,4 +100,59 @@ class HostAddresses:
                 log.warning("reading this host's addresses failed: %s", exc)
             else:
                 self._read_at = now
-        return ip in self._known
+        return ip in self._known or ip in self._peers
+
+
+async def _addresses_of(url: str, lookup: Lookup) -> frozenset[IpAddress]:
+    """The addresses of a replica's URL: its host's, given as an address or looked up by name
+    (``OSError`` or ``TimeoutError`` when the lookup fails)."""
+    parts = urlsplit(url)
+    host = parts.hostname
+    if not host:
+        return frozenset()
+    literal = _parsed(host)
+    if literal is not None:
+        return frozenset({literal})
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    async with asyncio.timeout(LOOKUP_SECONDS):
+        found = await lookup(host, port)
+    return frozenset(ip for ip in map(_parsed, found) if ip is not None)
+
+
+async def refresh_peers(
+    host: HostAddresses,
+    urls: dict[str, str],
+    lookup: Lookup,
+    known: dict[str, frozenset[IpAddress]],
+) -> dict[str, frozenset[IpAddress]]:
+    """Tell ``host`` the addresses of the replicas at ``urls`` (``known``: the last refresh's,
+    by URL). A URL whose lookup fails keeps what it had; a replica gone is forgotten. Returns
+    this refresh's addresses by URL, for the next."""
+    fresh: dict[str, frozenset[IpAddress]] = {}
+    for url in set(urls.values()):
+        try:
+            fresh[url] = await _addresses_of(url, lookup)
+        except (OSError, TimeoutError) as exc:
+            log.warning("looking up the replica at %s failed: %s", url, exc or type(exc).__name__)
+            fresh[url] = known.get(url, frozenset())
+    host.know_peers(frozenset().union(*fresh.values()))
+    return fresh
+
+
+async def follow_peers(
+    host: HostAddresses,
+    peers: PeerUrls,
+    lookup: Lookup,
+    every: float = REFRESH_SECONDS,
+) -> None:
+    """Keep ``host`` told the live replicas' addresses, every ``every`` seconds, until
+    cancelled. A failed reading of the replicas leaves the last one standing."""
+    known: dict[str, frozenset[IpAddress]] = {}
+    while True:
+        try:
+            urls = await peers()
+        except Exception as exc:  # the database away: the next round reads again
+            log.warning("reading the replicas' addresses failed: %s", exc)
+        else:
+            known = await refresh_peers(host, urls, lookup, known)
+        await asyncio.sleep(every)

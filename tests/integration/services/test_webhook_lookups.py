@@ -357,3 +357,42 @@ async def test_closing_the_sender_ends_the_lookups_under_way(
         await check
     assert lookups.under_way() == 0
     await store.close()
+
+
+async def test_a_webhook_to_another_replicas_address_is_refused_once_the_replicas_are_read(
+    tmp_path: Path, nameserver: NameServer
+) -> None:
+    """The sender as the server runs it with other replicas (``app.py``): their URLs from the
+    cluster, a replica's name looked up with the sender's own lookups."""
+    store = SQLiteStore(tmp_path / "skiff.db")
+    await store.open()
+    sender = WebhookSender(
+        store, ManualClock(), lookups=NameLookups(nameservers=[nameserver.address])
+    )
+    read = asyncio.Event()
+
+    async def peers() -> dict[str, str]:
+        read.set()
+        return {"r-1": "http://127.0.0.1:8000", "r-2": "http://hooks.test:8000"}
+
+    # A public host, until it is known as a replica's.
+    await sender.guard("https://hooks.test/done", "ua")
+    following = asyncio.create_task(sender.follow_peers(peers))
+    try:
+        await asyncio.wait_for(read.wait(), HANG_SECONDS)
+
+        async def refused() -> bool:
+            try:
+                await sender.guard("https://93.184.216.34/done", "ua")
+            except Invalid as exc:
+                return "an address of this server" in str(exc)
+            return False
+
+        await eventually_async(refused, "the replica's address refused")
+        with pytest.raises(Invalid, match=r"resolves to .*an address of this server"):
+            await sender.guard("https://hooks.test/done", "ua")
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+        await sender.aclose()
+        await store.close()

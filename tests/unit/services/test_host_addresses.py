@@ -2,10 +2,13 @@
 interfaces, read again once a reading is ``REFRESH_SECONDS`` old (on a manual clock), and
 refused as a webhook's host, given by address or by a name that resolves to one. This machine
 has no public address on an interface, so the host's public address is given to the checks
-(``read``), a stand-in for a bare-metal server's."""
+(``read``), a stand-in for a bare-metal server's. The other replicas' addresses are learnt from
+their URLs, names looked up by a stand-in lookup (the real one, against a real name server, in
+``integration/services/test_webhook_lookups.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import pytest
@@ -16,13 +19,17 @@ from skiff.services.host_addresses import (
     REFRESH_SECONDS,
     HostAddresses,
     IpAddress,
+    follow_peers,
     interface_addresses,
+    refresh_peers,
 )
 from skiff.services.webhooks import check_webhook_url
 
 #: A public address, as the host's own in these tests.
 OURS = "93.184.216.34"
 OTHER = "93.184.216.35"
+#: Bounds how long a broken test hangs; never what a test asserts.
+HANG_SECONDS = 30.0
 
 
 def host_with(*addresses: str) -> HostAddresses:
@@ -145,3 +152,76 @@ async def test_another_public_address_and_the_operators_setting_still_pass() -> 
     await check_webhook_url("https://hooks.example.com/x", False, resolve, host_with(OURS))
     # The operator's own choice: no check at all.
     await check_webhook_url(f"http://{OURS}/hook", True, resolve, host_with(OURS))
+
+
+# -- the other replicas' addresses (``refresh_peers``, ``follow_peers``) ---------------------
+
+PEER_NAME = "replica-b.example"
+PEER_V6 = "2606:2800:220:1:248:1893:25c8:1946"
+
+
+class Names:
+    """A lookup of replicas' names: each answers with its addresses, or fails as asked."""
+
+    def __init__(self, records: dict[str, list[str]]) -> None:
+        self.records = records
+        self.failing: set[str] = set()
+        self.asked: list[tuple[str, int]] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append((host, port))
+        if host in self.failing:
+            raise OSError("no answer")
+        return self.records[host]
+
+
+async def test_the_other_replicas_addresses_are_refused_given_as_addresses_or_names() -> None:
+    host = host_with(OURS)
+    names = Names({PEER_NAME: [OTHER]})
+    urls = {
+        "r-1": f"http://{OURS}:8000",
+        "r-2": f"https://{PEER_NAME}",
+        "r-3": f"http://[{PEER_V6}]:8000/",
+    }
+    assert not host.holds(OTHER)
+    await refresh_peers(host, urls, names, {})
+    assert host.holds(OTHER) and host.holds(PEER_V6) and host.holds(OURS)
+    assert names.asked == [(PEER_NAME, 443)]  # addresses are not looked up
+    with pytest.raises(Invalid, match="an address of this server"):
+        await check_webhook_url(f"http://{OTHER}/hook", False, names, host)
+
+
+async def test_a_failed_lookup_keeps_a_replicas_addresses_and_a_gone_one_is_forgotten() -> None:
+    host = host_with(OURS)
+    names = Names({PEER_NAME: [OTHER]})
+    urls = {"r-1": f"http://{OURS}:8000", "r-2": f"http://{PEER_NAME}:8000"}
+    known = await refresh_peers(host, urls, names, {})
+    names.failing.add(PEER_NAME)
+    known = await refresh_peers(host, urls, names, known)
+    assert host.holds(OTHER)
+    # Gone from the cluster's list: its address is anyone's again.
+    await refresh_peers(host, {"r-1": f"http://{OURS}:8000"}, names, known)
+    assert not host.holds(OTHER)
+
+
+async def test_following_the_replicas_outlives_a_failed_reading_of_them() -> None:
+    host = host_with(OURS)
+    names = Names({PEER_NAME: [OTHER]})
+    readings = 0
+    told = asyncio.Event()
+
+    async def peers() -> dict[str, str]:
+        nonlocal readings
+        readings += 1
+        if readings == 1:
+            raise ConnectionError("the database went away")
+        if readings == 3:
+            told.set()
+        return {"r-2": f"http://{PEER_NAME}:8000"}
+
+    following = asyncio.create_task(follow_peers(host, peers, names, every=0))
+    try:
+        await asyncio.wait_for(told.wait(), HANG_SECONDS)
+    finally:
+        following.cancel()
+    assert host.holds(OTHER)
