@@ -360,6 +360,11 @@ def create_app(
                 data_dir=settings.data_dir,
             )
             await ssh.start()
+        # With other replicas on the database no webhook may reach them either: known before
+        # this one sends any, or accepts a job's webhook.
+        peers = None if cluster.alone else services.webhooks.peer_addresses(cluster.peers)
+        if peers is not None:
+            await peers.learn()
         # The first campaign runs before the server answers, so a lone replica serves with its
         # loops already running (and an earlier run's workers already swept).
         await leadership.step()
@@ -375,10 +380,8 @@ def create_app(
             name="cluster-inventory",
         )
         sweeping = asyncio.create_task(services.pod_shells.run(), name="pod-sessions")
-        # With other replicas on the database: no webhook may reach them either.
         peering = asyncio.create_task(
-            asyncio.sleep(0) if cluster.alone else services.webhooks.follow_peers(cluster.peers),
-            name="peer-addresses",
+            asyncio.sleep(0) if peers is None else peers.follow(), name="peer-addresses"
         )
         # Every replica: the homes it measures are those of the workers it runs, on its disk.
         measuring = asyncio.create_task(

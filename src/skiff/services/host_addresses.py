@@ -10,8 +10,9 @@ interfaces and is not known here unless it is in a replica's URL (``docs/jobs.md
 
 Replicas on one database reach each other as they reach themselves: a delivery from one aimed
 at another's address reaches that host's services from inside just the same. So each replica
-also refuses the addresses of the others' URLs (``follow_peers``: the cluster's list of live
-replicas, their names looked up, read again every ``REFRESH_SECONDS``).
+also refuses the addresses of the others' URLs (``PeerAddresses``: the cluster's list of live
+replicas, their names looked up, before the replica serves and every ``REFRESH_SECONDS`` after;
+an address once learnt stays for the process's life).
 
 The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS`` (on the
 monotonic clock, injected): an address the host gains is refused from the next reading, and
@@ -81,7 +82,7 @@ class HostAddresses:
     _known: frozenset[IpAddress] = field(init=False, factory=frozenset)
     #: When the last reading that succeeded was made; None: none has yet.
     _read_at: float | None = field(init=False, default=None)
-    #: The other replicas' addresses (``follow_peers``).
+    #: The other replicas' addresses (``PeerAddresses``).
     _peers: frozenset[IpAddress] = field(init=False, factory=frozenset)
 
     def know_peers(self, addresses: frozenset[IpAddress]) -> None:
@@ -125,34 +126,44 @@ async def refresh_peers(
     lookup: Lookup,
     known: dict[str, frozenset[IpAddress]],
 ) -> dict[str, frozenset[IpAddress]]:
-    """Tell ``host`` the addresses of the replicas at ``urls`` (``known``: the last refresh's,
-    by URL). A URL whose lookup fails keeps what it had; a replica gone is forgotten. Returns
-    this refresh's addresses by URL, for the next."""
-    fresh: dict[str, frozenset[IpAddress]] = {}
+    """Tell ``host`` the addresses of the replicas at ``urls`` besides those it knew
+    (``known``: every address learnt so far, by URL), and return them all for the next round.
+    A replica that left the list (restarting, its connection to the database lost) keeps its
+    addresses: its host still runs what a delivery must not reach. A URL that cannot be read
+    or looked up keeps what it had."""
+    fresh = dict(known)
     for url in set(urls.values()):
         try:
             fresh[url] = await _addresses_of(url, lookup)
-        except (OSError, TimeoutError) as exc:
-            log.warning("looking up the replica at %s failed: %s", url, exc or type(exc).__name__)
-            fresh[url] = known.get(url, frozenset())
+        except Exception as exc:  # a lookup failed, or a URL no parser reads: the others go on
+            log.warning("reading the replica at %s failed: %s", url, exc or type(exc).__name__)
     host.know_peers(frozenset().union(*fresh.values()))
     return fresh
 
 
-async def follow_peers(
-    host: HostAddresses,
-    peers: PeerUrls,
-    lookup: Lookup,
-    every: float = REFRESH_SECONDS,
-) -> None:
-    """Keep ``host`` told the live replicas' addresses, every ``every`` seconds, until
-    cancelled. A failed reading of the replicas leaves the last one standing."""
-    known: dict[str, frozenset[IpAddress]] = {}
-    while True:
+@define(eq=False, repr=False, slots=False)
+class PeerAddresses:
+    """What ``host`` is told of the other replicas (``refresh_peers``): a round now
+    (``learn``, bounded, before the replica serves) and one every ``every`` seconds after
+    (``follow``, until cancelled)."""
+
+    _host: HostAddresses
+    _peers: PeerUrls
+    _lookup: Lookup
+    _every: float = REFRESH_SECONDS
+    #: Bounds a round: the list read, every name looked up.
+    _round_seconds: float = 3 * LOOKUP_SECONDS
+    _known: dict[str, frozenset[IpAddress]] = field(init=False, factory=dict)
+
+    async def learn(self) -> None:
         try:
-            urls = await peers()
-        except Exception as exc:  # the database away: the next round reads again
-            log.warning("reading the replicas' addresses failed: %s", exc)
-        else:
-            known = await refresh_peers(host, urls, lookup, known)
-        await asyncio.sleep(every)
+            async with asyncio.timeout(self._round_seconds):
+                urls = await self._peers()
+                self._known = await refresh_peers(self._host, urls, self._lookup, self._known)
+        except Exception as exc:  # the database away, a round too slow: the next reads again
+            log.warning("reading the replicas' addresses failed: %s", exc or type(exc).__name__)
+
+    async def follow(self) -> None:
+        while True:
+            await asyncio.sleep(self._every)
+            await self.learn()

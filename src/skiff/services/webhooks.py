@@ -43,7 +43,7 @@ from skiff.clock import Clock
 from skiff.domain.jobs import Job
 from skiff.domain.webhooks import is_public_address, next_attempt
 from skiff.errors import Invalid
-from skiff.services.host_addresses import HostAddresses, PeerUrls, follow_peers
+from skiff.services.host_addresses import HostAddresses, PeerAddresses, PeerUrls
 from skiff.store.base import Store, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -390,7 +390,7 @@ class WebhookSender:
     #: Looks up webhook hosts, for submissions' checks (``guard``) and deliveries; closed by
     #: ``aclose``.
     _lookups: NameLookups = field(factory=NameLookups)
-    #: This host's own addresses, and the other replicas' (``follow_peers``), which no delivery
+    #: This host's own addresses, and the other replicas' (``peer_addresses``), which no delivery
     #: may reach (``host_addresses.py``); the sender's own, as the replicas it is told of are.
     _this_host: HostAddresses = field(factory=HostAddresses)
     #: Made by ``run`` (asyncio objects belong to the loop that runs them).
@@ -426,10 +426,10 @@ class WebhookSender:
             await self._client.aclose()
             self._client = None
 
-    async def follow_peers(self, peers: PeerUrls) -> None:
-        """Refuse the addresses of the other replicas too, as ``peers`` lists them, until
-        cancelled (``host_addresses.follow_peers``; their names looked up as a delivery's)."""
-        await follow_peers(self._this_host, peers, self._lookups.resolve)
+    def peer_addresses(self, peers: PeerUrls) -> PeerAddresses:
+        """What makes the sender refuse the other replicas' addresses too, as ``peers`` lists
+        them (``host_addresses.PeerAddresses``; their names looked up as a delivery's)."""
+        return PeerAddresses(self._this_host, peers, self._lookups.resolve)
 
     async def guard(self, url: str, user_id: str) -> None:
         """Refuse a webhook URL that user ``user_id`` submits if a delivery must not reach it

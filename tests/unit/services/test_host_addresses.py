@@ -19,7 +19,7 @@ from skiff.services.host_addresses import (
     REFRESH_SECONDS,
     HostAddresses,
     IpAddress,
-    follow_peers,
+    PeerAddresses,
     interface_addresses,
     refresh_peers,
 )
@@ -154,7 +154,7 @@ async def test_another_public_address_and_the_operators_setting_still_pass() -> 
     await check_webhook_url(f"http://{OURS}/hook", True, resolve, host_with(OURS))
 
 
-# -- the other replicas' addresses (``refresh_peers``, ``follow_peers``) ---------------------
+# -- the other replicas' addresses (``refresh_peers``, ``PeerAddresses``) --------------------
 
 PEER_NAME = "replica-b.example"
 PEER_V6 = "2606:2800:220:1:248:1893:25c8:1946"
@@ -191,7 +191,9 @@ async def test_the_other_replicas_addresses_are_refused_given_as_addresses_or_na
         await check_webhook_url(f"http://{OTHER}/hook", False, names, host)
 
 
-async def test_a_failed_lookup_keeps_a_replicas_addresses_and_a_gone_one_is_forgotten() -> None:
+async def test_a_failed_lookup_or_a_replica_gone_from_the_list_keeps_its_addresses() -> None:
+    """A replica restarting, or cut off from the database, leaves the list; its host still
+    runs what a delivery must not reach."""
     host = host_with(OURS)
     names = Names({PEER_NAME: [OTHER]})
     urls = {"r-1": f"http://{OURS}:8000", "r-2": f"http://{PEER_NAME}:8000"}
@@ -199,29 +201,55 @@ async def test_a_failed_lookup_keeps_a_replicas_addresses_and_a_gone_one_is_forg
     names.failing.add(PEER_NAME)
     known = await refresh_peers(host, urls, names, known)
     assert host.holds(OTHER)
-    # Gone from the cluster's list: its address is anyone's again.
     await refresh_peers(host, {"r-1": f"http://{OURS}:8000"}, names, known)
-    assert not host.holds(OTHER)
+    assert host.holds(OTHER)
 
 
-async def test_following_the_replicas_outlives_a_failed_reading_of_them() -> None:
+async def test_a_url_no_parser_reads_leaves_the_other_replicas_learnt() -> None:
     host = host_with(OURS)
     names = Names({PEER_NAME: [OTHER]})
+    urls = {"r-1": "http://replica-c.example:8o00", "r-2": f"http://{PEER_NAME}:8000"}
+    await refresh_peers(host, urls, names, {})
+    assert host.holds(OTHER)
+
+
+async def test_the_replicas_are_learnt_at_once_and_again_after_a_failed_reading() -> None:
+    host = host_with(OURS)
+    names = Names({PEER_NAME: [OTHER], "replica-c.example": [PEER_V6]})
     readings = 0
-    told = asyncio.Event()
+    again = asyncio.Event()
 
     async def peers() -> dict[str, str]:
         nonlocal readings
         readings += 1
-        if readings == 1:
+        if readings == 2:
             raise ConnectionError("the database went away")
         if readings == 3:
-            told.set()
+            again.set()
+            return {"r-3": "http://replica-c.example:8000"}
         return {"r-2": f"http://{PEER_NAME}:8000"}
 
-    following = asyncio.create_task(follow_peers(host, peers, names, every=0))
+    addresses = PeerAddresses(host, peers, names, every=0)
+    await addresses.learn()
+    assert host.holds(OTHER) and not host.holds(PEER_V6)
+    following = asyncio.create_task(addresses.follow())
     try:
-        await asyncio.wait_for(told.wait(), HANG_SECONDS)
+        await asyncio.wait_for(again.wait(), HANG_SECONDS)
+        await asyncio.sleep(0)
     finally:
         following.cancel()
-    assert host.holds(OTHER)
+        await asyncio.gather(following, return_exceptions=True)
+    assert host.holds(PEER_V6) and host.holds(OTHER)
+
+
+async def test_a_round_that_hangs_is_given_up_and_the_replica_serves() -> None:
+    host = host_with(OURS)
+
+    async def peers() -> dict[str, str]:
+        await asyncio.Event().wait()  # the database never answers
+        return {}
+
+    await asyncio.wait_for(
+        PeerAddresses(host, peers, Names({}), round_seconds=0.01).learn(), HANG_SECONDS
+    )
+    assert not host.holds(OTHER)

@@ -1,7 +1,7 @@
 -- Fewer indexes for a job's status changes to rewrite. A job changes status three times on its
 -- way (queued, running, final), and each change rewrote every index that holds the status or
 -- is restricted by it: on SQLite each such index is one more page a commit writes to the WAL
--- (about a third of what a job's three commits write went to the two dropped here).
+-- (about a fifth of the pages a job's three commits write went to the three dropped here).
 --
 -- * ``jobs_endpoint_status`` served only reads that other indexes serve as well: an
 --   endpoint's queue (``jobs_queue``), and its running jobs when the endpoint is deleted
