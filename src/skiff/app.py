@@ -55,6 +55,7 @@ from skiff.providers.ray import RayProvider
 from skiff.providers.ray_cluster import RayConnection
 from skiff.providers.ray_pods import RayPodProvider
 from skiff.services.auth import IssuedKey
+from skiff.services.host_addresses import interface_addresses
 from skiff.services.hub import Services
 from skiff.services.leadership import Leadership
 from skiff.services.logs import WorkerLogs
@@ -73,7 +74,12 @@ def open_cluster(settings: Settings) -> Cluster:
     url = settings.database_url
     if url is not None and backend_of(url) is Backend.POSTGRES:
         return PostgresCluster(
-            url, settings.database_schema, settings.peer_url(), max_wait=settings.wait_poll_seconds
+            url,
+            settings.database_schema,
+            settings.peer_url(),
+            max_wait=settings.wait_poll_seconds,
+            # Published, so that no other replica's webhook reaches this host either.
+            addresses=sorted(str(ip) for ip in interface_addresses()),
         )
     return LocalCluster(settings.peer_url())
 
@@ -362,7 +368,7 @@ def create_app(
             await ssh.start()
         # With other replicas on the database no webhook may reach them either: known before
         # this one sends any, or accepts a job's webhook.
-        peers = None if cluster.alone else services.webhooks.peer_addresses(cluster.peers)
+        peers = None if cluster.alone else services.webhooks.peer_addresses(cluster.hosts)
         if peers is not None:
             await peers.learn()
         # The first campaign runs before the server answers, so a lone replica serves with its

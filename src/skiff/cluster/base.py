@@ -73,6 +73,11 @@ class Cluster(Protocol):
         """Replica id -> url of every replica alive now, this one included."""
         ...
 
+    async def hosts(self) -> dict[str, tuple[str, list[str]]]:
+        """Replica id -> (url, the addresses of its host's interfaces as it published them) of
+        every replica alive now, this one included."""
+        ...
+
     async def leader(self) -> tuple[str, str] | None:
         """(replica id, url) of the replica holding the leader lock now, or None."""
         ...

@@ -46,5 +46,9 @@ class LocalCluster:
     async def peers(self) -> dict[str, str]:
         return {self.replica_id: self.url}
 
+    async def hosts(self) -> dict[str, tuple[str, list[str]]]:
+        # Alone: no other host to keep deliveries from.
+        return {self.replica_id: (self.url, [])}
+
     async def leader(self) -> tuple[str, str] | None:
         return (self.replica_id, self.url)

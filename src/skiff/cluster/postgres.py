@@ -76,6 +76,10 @@ _PEERS_SQL = (
     "SELECT r.id, r.url FROM replicas r WHERE EXISTS"
     f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(r.id)')})"
 )
+_HOSTS_SQL = (
+    "SELECT r.id, r.url, r.addresses FROM replicas r WHERE EXISTS"
+    f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(r.id)')})"
+)
 _PRUNE_SQL = (
     "DELETE FROM replicas r WHERE NOT EXISTS"
     f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(r.id)')})"
@@ -88,9 +92,10 @@ _LEADER_SQL = (
     f" WHERE m.pid = l.pid AND {_held('m', '$2::int4', 'hashtext(r.id)')}) LIMIT 1"
 )
 _REGISTER_SQL = (
-    "INSERT INTO replicas (id, url, hostname, started_at, session)"
-    " VALUES ($1, $2, $3, $4, pg_backend_pid()::text) ON CONFLICT (id) DO UPDATE"
-    " SET url = EXCLUDED.url, hostname = EXCLUDED.hostname, session = EXCLUDED.session"
+    "INSERT INTO replicas (id, url, hostname, started_at, session, addresses)"
+    " VALUES ($1, $2, $3, $4, pg_backend_pid()::text, $5) ON CONFLICT (id) DO UPDATE"
+    " SET url = EXCLUDED.url, hostname = EXCLUDED.hostname, session = EXCLUDED.session,"
+    " addresses = EXCLUDED.addresses"
 )
 # Ends this replica's own previous session, still holding its liveness lock after a network
 # drop the server has not noticed yet: the row names that session as ours.
@@ -119,11 +124,14 @@ class PostgresCluster:
         *,
         max_wait: float = 2.0,
         replica_id: str | None = None,
+        addresses: Iterable[str] = (),
     ) -> None:
         self.replica_id = replica_id or secrets.token_hex(6)
         self.max_wait: float | None = max_wait
         self.url = url
         self.hostname = hostname or socket.gethostname()
+        #: This host's interfaces' addresses, published with the replica's row (``hosts``).
+        self.addresses = list(addresses)
         self._dsn = dsn
         self._schema = schema
         namespace = schema or "public"
@@ -218,7 +226,12 @@ class PostgresCluster:
                     f"replica id {self.replica_id!r} is in use by another live replica"
                 )
             await conn.execute(
-                _REGISTER_SQL, self.replica_id, self.url, self.hostname, self._started_at
+                _REGISTER_SQL,
+                self.replica_id,
+                self.url,
+                self.hostname,
+                self._started_at,
+                " ".join(self.addresses),
             )
             await conn.add_listener(self._channel, self._on_notify)
             conn.add_termination_listener(self._on_terminated)
@@ -423,6 +436,10 @@ class PostgresCluster:
 
     async def peers(self) -> dict[str, str]:
         return {r[0]: r[1] for r in await self._fetch(_PEERS_SQL, self._replica_key)}
+
+    async def hosts(self) -> dict[str, tuple[str, list[str]]]:
+        rows = await self._fetch(_HOSTS_SQL, self._replica_key)
+        return {r[0]: (r[1], r[2].split()) for r in rows}
 
     async def leader(self) -> tuple[str, str] | None:
         rows = await self._fetch(_LEADER_SQL, self._leader_key, self._replica_key)

@@ -10,9 +10,10 @@ interfaces and is not known here unless it is in a replica's URL (``docs/jobs.md
 
 Replicas on one database reach each other as they reach themselves: a delivery from one aimed
 at another's address reaches that host's services from inside just the same. So each replica
-also refuses the addresses of the others' URLs (``PeerAddresses``: the cluster's list of live
-replicas, their names looked up, before the replica serves and every ``REFRESH_SECONDS`` after;
-an address once learnt stays for the process's life).
+publishes its interfaces' addresses with its row, and each also refuses the others' published
+addresses and their URLs' (``PeerAddresses``: the cluster's list of live replicas, their URLs'
+names looked up, before the replica serves and every ``REFRESH_SECONDS`` after; an address once
+learnt stays for the process's life).
 
 The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS`` (on the
 monotonic clock, injected): an address the host gains is refused from the next reading, and
@@ -38,8 +39,8 @@ log = logging.getLogger(__name__)
 REFRESH_SECONDS = 30.0
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-#: The URL of every live replica, by id (``Cluster.peers``).
-PeerUrls = Callable[[], Awaitable[dict[str, str]]]
+#: Every live replica's URL and published addresses, by id (``Cluster.hosts``).
+PeerHosts = Callable[[], Awaitable[dict[str, tuple[str, list[str]]]]]
 #: Every address a host name stands for, given the port (``webhooks.NameLookups.resolve``).
 Lookup = Callable[[str, int], Awaitable[list[str]]]
 #: How long a replica's name may take to look up.
@@ -122,21 +123,24 @@ async def _addresses_of(url: str, lookup: Lookup) -> frozenset[IpAddress]:
 
 async def refresh_peers(
     host: HostAddresses,
-    urls: dict[str, str],
+    hosts: dict[str, tuple[str, list[str]]],
     lookup: Lookup,
     known: dict[str, frozenset[IpAddress]],
 ) -> dict[str, frozenset[IpAddress]]:
-    """Tell ``host`` the addresses of the replicas at ``urls`` besides those it knew
-    (``known``: every address learnt so far, by URL), and return them all for the next round.
-    A replica that left the list (restarting, its connection to the database lost) keeps its
-    addresses: its host still runs what a delivery must not reach. A URL that cannot be read
-    or looked up keeps what it had."""
+    """Tell ``host`` the addresses of the replicas in ``hosts`` (id -> URL and published
+    addresses) besides those it knew (``known``: every address learnt so far, by replica), and
+    return them all for the next round. A replica that left the list (restarting, its
+    connection to the database lost) keeps its addresses: its host still runs what a delivery
+    must not reach. A URL that cannot be read or looked up keeps what its replica had."""
     fresh = dict(known)
-    for url in set(urls.values()):
+    for replica, (url, published) in hosts.items():
+        addresses = set(known.get(replica, ()))
+        addresses.update(ip for ip in map(_parsed, published) if ip is not None)
         try:
-            fresh[url] = await _addresses_of(url, lookup)
+            addresses.update(await _addresses_of(url, lookup))
         except Exception as exc:  # a lookup failed, or a URL no parser reads: the others go on
             log.warning("reading the replica at %s failed: %s", url, exc or type(exc).__name__)
+        fresh[replica] = frozenset(addresses)
     host.know_peers(frozenset().union(*fresh.values()))
     return fresh
 
@@ -148,7 +152,7 @@ class PeerAddresses:
     (``follow``, until cancelled)."""
 
     _host: HostAddresses
-    _peers: PeerUrls
+    _peers: PeerHosts
     _lookup: Lookup
     _every: float = REFRESH_SECONDS
     #: Bounds a round: the list read, every name looked up.
@@ -158,8 +162,8 @@ class PeerAddresses:
     async def learn(self) -> None:
         try:
             async with asyncio.timeout(self._round_seconds):
-                urls = await self._peers()
-                self._known = await refresh_peers(self._host, urls, self._lookup, self._known)
+                hosts = await self._peers()
+                self._known = await refresh_peers(self._host, hosts, self._lookup, self._known)
         except Exception as exc:  # the database away, a round too slow: the next reads again
             log.warning("reading the replicas' addresses failed: %s", exc or type(exc).__name__)
 

@@ -43,7 +43,7 @@ from skiff.clock import Clock
 from skiff.domain.jobs import Job
 from skiff.domain.webhooks import is_public_address, next_attempt
 from skiff.errors import Invalid
-from skiff.services.host_addresses import HostAddresses, PeerAddresses, PeerUrls
+from skiff.services.host_addresses import HostAddresses, PeerAddresses, PeerHosts
 from skiff.store.base import Store, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -426,9 +426,9 @@ class WebhookSender:
             await self._client.aclose()
             self._client = None
 
-    def peer_addresses(self, peers: PeerUrls) -> PeerAddresses:
+    def peer_addresses(self, peers: PeerHosts) -> PeerAddresses:
         """What makes the sender refuse the other replicas' addresses too, as ``peers`` lists
-        them (``host_addresses.PeerAddresses``; their names looked up as a delivery's)."""
+        them (``host_addresses.PeerAddresses``; their URLs' names looked up as a delivery's)."""
         return PeerAddresses(self._this_host, peers, self._lookups.resolve)
 
     async def guard(self, url: str, user_id: str) -> None:

@@ -20,6 +20,7 @@ async def test_a_lone_replica_leads_and_knows_only_itself() -> None:
     assert cluster.leading
     assert await cluster.campaign()
     assert await cluster.peers() == {cluster.replica_id: "http://127.0.0.1:8000"}
+    assert await cluster.hosts() == {cluster.replica_id: ("http://127.0.0.1:8000", [])}
     assert await cluster.leader() == (cluster.replica_id, "http://127.0.0.1:8000")
     cluster.publish("ep-1")  # nobody to tell, and no error
     await cluster.resign()

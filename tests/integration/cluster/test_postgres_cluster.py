@@ -102,9 +102,15 @@ async def replica(schema: str) -> AsyncIterator[Make]:
     started: list[PostgresCluster] = []
 
     async def make(
-        url: str = "http://a", *, on: str | None = None, replica_id: str | None = None
+        url: str = "http://a",
+        *,
+        on: str | None = None,
+        replica_id: str | None = None,
+        addresses: tuple[str, ...] = (),
     ) -> tuple[PostgresCluster, Probe]:
-        cluster = PostgresCluster(PG_DSN, on or schema, url, replica_id=replica_id)
+        cluster = PostgresCluster(
+            PG_DSN, on or schema, url, replica_id=replica_id, addresses=addresses
+        )
         probe = Probe()
         await cluster.start(probe.on_keys, probe.on_lost)
         started.append(cluster)
@@ -364,6 +370,21 @@ async def test_peers_and_leader_give_every_live_replica_with_its_url(replica: Ma
     assert await a.leader() == (b.replica_id, "http://10.0.0.2:8000")
     assert await a.alive([]) == set()
     assert await a.alive(iter([a.replica_id, a.replica_id, "nobody"])) == {a.replica_id}
+
+
+async def test_hosts_give_every_live_replica_with_its_url_and_published_addresses(
+    replica: Make,
+) -> None:
+    """What keeps one replica's webhooks from another's host (services/host_addresses.py)."""
+    a, _ = await replica("http://10.0.0.1:8000", addresses=("10.0.0.1", "93.184.216.34"))
+    b, _ = await replica("http://10.0.0.2:8000")
+    expected = {
+        a.replica_id: ("http://10.0.0.1:8000", ["10.0.0.1", "93.184.216.34"]),
+        b.replica_id: ("http://10.0.0.2:8000", []),
+    }
+    assert await a.hosts() == await b.hosts() == expected
+    await a.close()
+    assert await b.hosts() == {b.replica_id: ("http://10.0.0.2:8000", [])}
 
 
 async def test_replica_ids_and_namespaces_hashing_negative_or_positive_work(

@@ -370,8 +370,8 @@ async def test_a_webhook_to_another_replicas_address_is_refused_once_the_replica
         store, ManualClock(), lookups=NameLookups(nameservers=[nameserver.address])
     )
 
-    async def peers() -> dict[str, str]:
-        return {"r-1": "http://127.0.0.1:8000", "r-2": "http://hooks.test:8000"}
+    async def peers() -> dict[str, tuple[str, list[str]]]:
+        return {"r-1": ("http://127.0.0.1:8000", []), "r-2": ("http://hooks.test:8000", [])}
 
     try:
         # A public host, until it is known as a replica's.

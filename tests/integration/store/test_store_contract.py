@@ -1063,6 +1063,7 @@ async def test_open_applies_migrations_once(db_path: Path) -> None:
         "0016_stream_size.sql",
         "0017_job_bytes.sql",
         "0018_job_indexes.sql",
+        "0019_replica_addresses.sql",
     ]
     assert {
         "jobs",
@@ -1133,6 +1134,7 @@ AFTER_RENUMBERING = [
     "0016_stream_size.sql",
     "0017_job_bytes.sql",
     "0018_job_indexes.sql",
+    "0019_replica_addresses.sql",
 ]
 #: What it records once this version has migrated it (or made it): both names of a renamed one.
 BOTH_RECORDS = sorted(
@@ -1157,6 +1159,7 @@ BOTH_RECORDS = sorted(
         "0016_stream_size.sql",
         "0017_job_bytes.sql",
         "0018_job_indexes.sql",
+        "0019_replica_addresses.sql",
     ]
 )
 

@@ -175,17 +175,18 @@ class Names:
         return self.records[host]
 
 
-async def test_the_other_replicas_addresses_are_refused_given_as_addresses_or_names() -> None:
+async def test_the_other_replicas_addresses_are_refused_published_or_in_their_urls() -> None:
     host = host_with(OURS)
     names = Names({PEER_NAME: [OTHER]})
-    urls = {
-        "r-1": f"http://{OURS}:8000",
-        "r-2": f"https://{PEER_NAME}",
-        "r-3": f"http://[{PEER_V6}]:8000/",
+    hosts = {
+        "r-1": (f"http://{OURS}:8000", []),
+        "r-2": (f"https://{PEER_NAME}", []),
+        # Its URL private, its host's public addresses published.
+        "r-3": ("http://10.0.0.7:8000", ["10.0.0.7", PEER_V6, "93.184.216.36"]),
     }
     assert not host.holds(OTHER)
-    await refresh_peers(host, urls, names, {})
-    assert host.holds(OTHER) and host.holds(PEER_V6) and host.holds(OURS)
+    await refresh_peers(host, hosts, names, {})
+    assert host.holds(OTHER) and host.holds(PEER_V6) and host.holds("93.184.216.36")
     assert names.asked == [(PEER_NAME, 443)]  # addresses are not looked up
     with pytest.raises(Invalid, match="an address of this server"):
         await check_webhook_url(f"http://{OTHER}/hook", False, names, host)
@@ -196,21 +197,24 @@ async def test_a_failed_lookup_or_a_replica_gone_from_the_list_keeps_its_address
     runs what a delivery must not reach."""
     host = host_with(OURS)
     names = Names({PEER_NAME: [OTHER]})
-    urls = {"r-1": f"http://{OURS}:8000", "r-2": f"http://{PEER_NAME}:8000"}
-    known = await refresh_peers(host, urls, names, {})
+    hosts = {"r-1": (f"http://{OURS}:8000", []), "r-2": (f"http://{PEER_NAME}:8000", [])}
+    known = await refresh_peers(host, hosts, names, {})
     names.failing.add(PEER_NAME)
-    known = await refresh_peers(host, urls, names, known)
+    known = await refresh_peers(host, hosts, names, known)
     assert host.holds(OTHER)
-    await refresh_peers(host, {"r-1": f"http://{OURS}:8000"}, names, known)
+    await refresh_peers(host, {"r-1": (f"http://{OURS}:8000", [])}, names, known)
     assert host.holds(OTHER)
 
 
-async def test_a_url_no_parser_reads_leaves_the_other_replicas_learnt() -> None:
+async def test_a_url_no_parser_reads_leaves_its_published_addresses_and_the_others() -> None:
     host = host_with(OURS)
     names = Names({PEER_NAME: [OTHER]})
-    urls = {"r-1": "http://replica-c.example:8o00", "r-2": f"http://{PEER_NAME}:8000"}
-    await refresh_peers(host, urls, names, {})
-    assert host.holds(OTHER)
+    hosts = {
+        "r-1": ("http://replica-c.example:8o00", [PEER_V6]),
+        "r-2": (f"http://{PEER_NAME}:8000", []),
+    }
+    await refresh_peers(host, hosts, names, {})
+    assert host.holds(OTHER) and host.holds(PEER_V6)
 
 
 async def test_the_replicas_are_learnt_at_once_and_again_after_a_failed_reading() -> None:
@@ -219,15 +223,15 @@ async def test_the_replicas_are_learnt_at_once_and_again_after_a_failed_reading(
     readings = 0
     again = asyncio.Event()
 
-    async def peers() -> dict[str, str]:
+    async def peers() -> dict[str, tuple[str, list[str]]]:
         nonlocal readings
         readings += 1
         if readings == 2:
             raise ConnectionError("the database went away")
         if readings == 3:
             again.set()
-            return {"r-3": "http://replica-c.example:8000"}
-        return {"r-2": f"http://{PEER_NAME}:8000"}
+            return {"r-3": ("http://replica-c.example:8000", [])}
+        return {"r-2": (f"http://{PEER_NAME}:8000", [])}
 
     addresses = PeerAddresses(host, peers, names, every=0)
     await addresses.learn()
@@ -245,7 +249,7 @@ async def test_the_replicas_are_learnt_at_once_and_again_after_a_failed_reading(
 async def test_a_round_that_hangs_is_given_up_and_the_replica_serves() -> None:
     host = host_with(OURS)
 
-    async def peers() -> dict[str, str]:
+    async def peers() -> dict[str, tuple[str, list[str]]]:
         await asyncio.Event().wait()  # the database never answers
         return {}
 
