@@ -173,7 +173,12 @@ async def test_a_deleted_pod_is_gone_with_its_volume(in_process: InProcess) -> N
     assert (await in_process.http.get(f"/v1/pods/{pod['id']}")).status_code == 404
     assert [p["id"] for p in (await in_process.http.get("/v1/pods")).json()] == []
     await eventually_async(lambda: not volume.exists(), "the volume to be removed")
-    assert await in_process.services.store.list_pods(None) == []
+
+    # The record goes last, after the volume (``Pods.delete``).
+    async def no_record() -> bool:
+        return await in_process.services.store.list_pods(None) == []
+
+    await eventually_async(no_record, "the pod's record to be removed")
 
 
 async def test_a_locked_pod_refuses_stop_restart_reset_and_delete(in_process: InProcess) -> None:
