@@ -62,6 +62,7 @@ from skiff.providers.fork_server import (
     forkable,
 )
 from skiff.providers.forked import ForkedProcess
+from skiff.providers.read_pipes import connect_read_end
 
 log = logging.getLogger(__name__)
 
@@ -343,12 +344,11 @@ class LocalProvider:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
         try:
-            transport, _ = await loop.connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
-                open(read_fd, "rb", buffering=0),  # noqa: ASYNC230, SIM115 - the transport owns it
+            # Closed once, whichever loop runs it (read_pipes.py).
+            transport = await connect_read_end(
+                loop, read_fd, asyncio.StreamReaderProtocol(reader, loop=loop)
             )
         except BaseException:
-            os.close(read_fd)
             os.close(write_fd)
             sink.close()
             raise
