@@ -306,4 +306,8 @@ async def test_a_zygote_not_moved_into_its_capped_group_runs_nothing_of_the_tena
     assert not any(servers.ready(k) for k in servers._zygotes)
     assert not marker.exists()
     [zygote] = servers._zygotes.values()
+    # Its failure is marked before its end is done (the groups are removed last).
+    await eventually_async(
+        lambda: zygote.task is not None and zygote.task.done(), "the zygote's end"
+    )
     assert zygote.group is None and zygote.parent is None
