@@ -26,6 +26,7 @@ from attrs import define, field
 
 from skiff.domain.pod_sessions import SFTP_COMMAND, EntryRequest, TerminalSize
 from skiff.providers.base import EntryRefused, PodEntry
+from skiff.providers.read_pipes import connect_read_end
 
 __all__ = [
     "ENVIRONMENT_FILE",
@@ -128,10 +129,10 @@ class ProcessEntry:
             os.close(slave)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=CHUNK, loop=loop)
-        await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
-            # A duplicate the transport owns and closes; ``_master`` stays for writes and sizes.
-            open(os.dup(master), "rb", buffering=0),  # noqa: ASYNC230, SIM115
+        # A duplicate the transport owns and closes once (read_pipes.py); ``_master`` stays for
+        # writes and sizes.
+        await connect_read_end(
+            loop, os.dup(master), asyncio.StreamReaderProtocol(reader, loop=loop)
         )
         return cls(proc, master, reader)
 

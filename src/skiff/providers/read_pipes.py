@@ -1,4 +1,5 @@
-"""The read end of a pipe as an event loop's transport, its descriptor closed exactly once.
+"""The read end of a pipe (or a terminal's master side) as an event loop's transport, its
+descriptor closed exactly once.
 
 uvloop's pipe transport (0.23) hands the descriptor to libuv, which closes it when the transport
 closes, and then closes the file object it was given too: a file object that owns the number
