@@ -10,17 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from query_plans import BUSY_QUERIES, GROWS_WITH_JOBS, WHOLE_BY_DESIGN
 from skiff.store.named_queries import Dialect
 from skiff.store.named_queries import load as load_queries
 from skiff.store.sqlite import _connect, migrate
-
-#: Tables with a row per job (or more).
-GROWS_WITH_JOBS = ("jobs", "stream_chunks", "webhook_deliveries")
-#: Queries that read every row by design, and why.
-WHOLE_BY_DESIGN = {
-    # A new sealing key re-seals every job's S3 settings (store/sealing.py).
-    "sealed_s3_configs",
-}
 
 
 @pytest.fixture(scope="module")
@@ -61,22 +54,7 @@ def test_the_checker_sees_a_whole_read(conn: sqlite3.Connection) -> None:
     assert whole_reads(steps) != []
 
 
-@pytest.mark.parametrize(
-    ("query", "index"),
-    [
-        # Each take of a worker that says it holds nothing.
-        ("jobs_of_worker", "jobs_held"),
-        ("jobs_of_worker", "jobs_lined_up"),
-        # Before each claim that is more than one statement.
-        ("claimable_job", "jobs_queue"),
-        ("purge_queue", "jobs_queue"),
-        # The reaper, every pass: both kinds of due job from one index.
-        ("time_out_jobs", "jobs_due"),
-        ("fail_jobs_of_lapsed_leases", "jobs_due"),
-        ("requeue_jobs_of_lapsed_leases", "jobs_due"),
-        ("running_calls_of_lapsed_leases", "jobs_due"),
-    ],
-)
+@pytest.mark.parametrize(("query", "index"), BUSY_QUERIES)
 def test_the_busy_queries_read_their_own_index(
     conn: sqlite3.Connection, query: str, index: str
 ) -> None:
