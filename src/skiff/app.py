@@ -69,6 +69,11 @@ from skiff.store.base import Store
 log = logging.getLogger(__name__)
 
 
+def own_addresses() -> list[str]:
+    """This host's interfaces' addresses, as its replica publishes them."""
+    return sorted(str(ip) for ip in interface_addresses())
+
+
 def open_cluster(settings: Settings) -> Cluster:
     """Several replicas can share a PostgreSQL database; SQLite means this replica alone."""
     url = settings.database_url
@@ -79,7 +84,7 @@ def open_cluster(settings: Settings) -> Cluster:
             settings.peer_url(),
             max_wait=settings.wait_poll_seconds,
             # Published, so that no other replica's webhook reaches this host either.
-            addresses=sorted(str(ip) for ip in interface_addresses()),
+            addresses=own_addresses(),
         )
     return LocalCluster(settings.peer_url())
 
@@ -368,7 +373,13 @@ def create_app(
             await ssh.start()
         # With other replicas on the database no webhook may reach them either: known before
         # this one sends any, or accepts a job's webhook.
-        peers = None if cluster.alone else services.webhooks.peer_addresses(cluster.hosts)
+        peers = (
+            None
+            if cluster.alone
+            else services.webhooks.peer_addresses(
+                cluster.hosts, lambda: cluster.readdress(own_addresses())
+            )
+        )
         if peers is not None:
             await peers.learn()
         # The first campaign runs before the server answers, so a lone replica serves with its

@@ -78,6 +78,13 @@ class Cluster(Protocol):
         every replica alive now, this one included."""
         ...
 
+    async def readdress(self, addresses: Iterable[str]) -> None:
+        """Publish ``addresses`` (this host's interfaces', as read now) in place of those the
+        replica started with, when they differ: a host that gains an address is kept from the
+        other replicas' webhooks too (``hosts``). ``ClusterUnavailable`` while coordination is
+        down; reconnecting publishes the newest anyway."""
+        ...
+
     async def leader(self) -> tuple[str, str] | None:
         """(replica id, url) of the replica holding the leader lock now, or None."""
         ...

@@ -50,5 +50,9 @@ class LocalCluster:
         # Alone: no other host to keep deliveries from.
         return {self.replica_id: (self.url, [])}
 
+    async def readdress(self, addresses: Iterable[str]) -> None:
+        # Alone: no other replica's webhooks to keep from this host.
+        pass
+
     async def leader(self) -> tuple[str, str] | None:
         return (self.replica_id, self.url)

@@ -72,10 +72,6 @@ _ALIVE_SQL = (
     "SELECT t.id FROM unnest($2::text[]) AS t(id) WHERE EXISTS"
     f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(t.id)')})"
 )
-_PEERS_SQL = (
-    "SELECT r.id, r.url FROM replicas r WHERE EXISTS"
-    f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(r.id)')})"
-)
 _HOSTS_SQL = (
     "SELECT r.id, r.url, r.addresses FROM replicas r WHERE EXISTS"
     f" (SELECT 1 FROM pg_locks l WHERE {_held('l', '$1::int4', 'hashtext(r.id)')})"
@@ -97,6 +93,7 @@ _REGISTER_SQL = (
     " SET url = EXCLUDED.url, hostname = EXCLUDED.hostname, session = EXCLUDED.session,"
     " addresses = EXCLUDED.addresses"
 )
+_READDRESS_SQL = "UPDATE replicas SET addresses = $2 WHERE id = $1"
 # Ends this replica's own previous session, still holding its liveness lock after a network
 # drop the server has not noticed yet: the row names that session as ours.
 _EVICT_SQL = (
@@ -132,6 +129,8 @@ class PostgresCluster:
         self.hostname = hostname or socket.gethostname()
         #: This host's interfaces' addresses, published with the replica's row (``hosts``).
         self.addresses = list(addresses)
+        #: The addresses the row holds now (None: not registered yet).
+        self._published: list[str] | None = None
         self._dsn = dsn
         self._schema = schema
         namespace = schema or "public"
@@ -233,6 +232,7 @@ class PostgresCluster:
                 self._started_at,
                 " ".join(self.addresses),
             )
+            self._published = list(self.addresses)
             await conn.add_listener(self._channel, self._on_notify)
             conn.add_termination_listener(self._on_terminated)
             if conn.is_closed():
@@ -435,11 +435,19 @@ class PostgresCluster:
         return {r[0] for r in await self._fetch(_ALIVE_SQL, self._replica_key, ids)}
 
     async def peers(self) -> dict[str, str]:
-        return {r[0]: r[1] for r in await self._fetch(_PEERS_SQL, self._replica_key)}
+        return {replica: url for replica, (url, _) in (await self.hosts()).items()}
 
     async def hosts(self) -> dict[str, tuple[str, list[str]]]:
         rows = await self._fetch(_HOSTS_SQL, self._replica_key)
         return {r[0]: (r[1], r[2].split()) for r in rows}
+
+    async def readdress(self, addresses: Iterable[str]) -> None:
+        # Kept first: a reconnect registers the newest list even if the update below fails.
+        self.addresses = list(addresses)
+        if self.addresses == self._published:
+            return
+        await self._fetch(_READDRESS_SQL, self.replica_id, " ".join(self.addresses))
+        self._published = list(self.addresses)
 
     async def leader(self) -> tuple[str, str] | None:
         rows = await self._fetch(_LEADER_SQL, self._leader_key, self._replica_key)

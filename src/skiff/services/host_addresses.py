@@ -12,8 +12,9 @@ Replicas on one database reach each other as they reach themselves: a delivery f
 at another's address reaches that host's services from inside just the same. So each replica
 publishes its interfaces' addresses with its row, and each also refuses the others' published
 addresses and their URLs' (``PeerAddresses``: the cluster's list of live replicas, their URLs'
-names looked up, before the replica serves and every ``REFRESH_SECONDS`` after; an address once
-learnt stays for the process's life).
+names looked up, before the replica serves and every ``REFRESH_SECONDS`` after, each round
+publishing this host's addresses anew when they changed; an address once learnt stays for the
+process's life).
 
 The interfaces are read with psutil (``getifaddrs``) at most every ``REFRESH_SECONDS`` (on the
 monotonic clock, injected): an address the host gains is refused from the next reading, and
@@ -149,7 +150,9 @@ async def refresh_peers(
 class PeerAddresses:
     """What ``host`` is told of the other replicas (``refresh_peers``): a round now
     (``learn``, bounded, before the replica serves) and one every ``every`` seconds after
-    (``follow``, until cancelled)."""
+    (``follow``, until cancelled). Each round first tells the others this host's addresses
+    anew (``publish``: ``Cluster.readdress``), so that one the host gained after its replica
+    started reaches their lists too."""
 
     _host: HostAddresses
     _peers: PeerHosts
@@ -157,9 +160,18 @@ class PeerAddresses:
     _every: float = REFRESH_SECONDS
     #: Bounds a round: the list read, every name looked up.
     _round_seconds: float = 3 * LOOKUP_SECONDS
+    _publish: Callable[[], Awaitable[None]] | None = None
     _known: dict[str, frozenset[IpAddress]] = field(init=False, factory=dict)
 
     async def learn(self) -> None:
+        if self._publish is not None:
+            try:
+                async with asyncio.timeout(self._round_seconds):
+                    await self._publish()
+            except Exception as exc:  # the database away: the next round publishes again
+                log.warning(
+                    "publishing this host's addresses failed: %s", exc or type(exc).__name__
+                )
         try:
             async with asyncio.timeout(self._round_seconds):
                 hosts = await self._peers()

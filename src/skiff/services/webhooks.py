@@ -426,10 +426,13 @@ class WebhookSender:
             await self._client.aclose()
             self._client = None
 
-    def peer_addresses(self, peers: PeerHosts) -> PeerAddresses:
+    def peer_addresses(
+        self, peers: PeerHosts, publish: Callable[[], Awaitable[None]] | None = None
+    ) -> PeerAddresses:
         """What makes the sender refuse the other replicas' addresses too, as ``peers`` lists
-        them (``host_addresses.PeerAddresses``; their URLs' names looked up as a delivery's)."""
-        return PeerAddresses(self._this_host, peers, self._lookups.resolve)
+        them (``host_addresses.PeerAddresses``; their URLs' names looked up as a delivery's),
+        ``publish`` telling them this host's at each round."""
+        return PeerAddresses(self._this_host, peers, self._lookups.resolve, publish=publish)
 
     async def guard(self, url: str, user_id: str) -> None:
         """Refuse a webhook URL that user ``user_id`` submits if a delivery must not reach it

@@ -4,6 +4,7 @@ database (dropped afterwards) and is skipped when no server is reachable."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -385,6 +386,36 @@ async def test_hosts_give_every_live_replica_with_its_url_and_published_addresse
     assert await a.hosts() == await b.hosts() == expected
     await a.close()
     assert await b.hosts() == {b.replica_id: ("http://10.0.0.2:8000", [])}
+
+
+async def test_a_replica_readdressed_is_seen_so_by_the_others_and_after_a_reconnect(
+    replica: Make, admin: Any, schema: str
+) -> None:
+    """A host that gains an address after its replica started (services/host_addresses.py)."""
+    a, pa = await replica("http://10.0.0.1:8000", addresses=("10.0.0.1",))
+    b, _ = await replica("http://10.0.0.2:8000")
+    await a.readdress(["10.0.0.1", "93.184.216.34"])
+    assert (await b.hosts())[a.replica_id] == (
+        "http://10.0.0.1:8000",
+        ["10.0.0.1", "93.184.216.34"],
+    )
+    await a.readdress([])
+    assert (await b.hosts())[a.replica_id] == ("http://10.0.0.1:8000", [])
+    assert await b.peers() == {
+        a.replica_id: "http://10.0.0.1:8000",
+        b.replica_id: "http://10.0.0.2:8000",
+    }
+
+    # Readdressed while its connection is down: the newest list is what it registers again.
+    await admin.execute("SELECT pg_terminate_backend($1)", await backend_pid(admin, schema, a))
+    await eventually_async(lambda: pa.lost == 1, "a to report its lost connection")
+    with contextlib.suppress(ClusterUnavailable):
+        await a.readdress(["10.0.0.9"])
+
+    async def back_with_the_newest() -> bool:
+        return (await b.hosts()).get(a.replica_id) == ("http://10.0.0.1:8000", ["10.0.0.9"])
+
+    await eventually_async(back_with_the_newest, "a to be back with its newest addresses")
 
 
 async def test_replica_ids_and_namespaces_hashing_negative_or_positive_work(

@@ -257,3 +257,43 @@ async def test_a_round_that_hangs_is_given_up_and_the_replica_serves() -> None:
         PeerAddresses(host, peers, Names({}), round_seconds=0.01).learn(), HANG_SECONDS
     )
     assert not host.holds(OTHER)
+
+
+async def test_each_round_publishes_this_hosts_addresses_before_reading_the_others() -> None:
+    host = host_with(OURS)
+    steps: list[str] = []
+
+    async def publish() -> None:
+        steps.append("published")
+
+    async def peers() -> dict[str, tuple[str, list[str]]]:
+        steps.append("read")
+        return {"r-2": ("http://replica-b.example:8000", [OTHER])}
+
+    addresses = PeerAddresses(host, peers, Names({}), publish=publish)
+    await addresses.learn()
+    await addresses.learn()
+    assert steps == ["published", "read", "published", "read"]
+    assert host.holds(OTHER)
+
+
+async def test_a_publish_that_fails_or_hangs_still_lets_the_round_read_the_others() -> None:
+    host = host_with(OURS)
+
+    async def failing() -> None:
+        raise ConnectionError("the database went away")
+
+    async def hanging() -> None:
+        await asyncio.Event().wait()
+
+    async def peers() -> dict[str, tuple[str, list[str]]]:
+        return {"r-2": ("http://replica-b.example:8000", [OTHER])}
+
+    await PeerAddresses(host, peers, Names({}), publish=failing).learn()
+    assert host.holds(OTHER)
+    other_host = host_with(OURS)
+    await asyncio.wait_for(
+        PeerAddresses(other_host, peers, Names({}), round_seconds=0.01, publish=hanging).learn(),
+        HANG_SECONDS,
+    )
+    assert other_host.holds(OTHER)
