@@ -445,9 +445,12 @@ class Dispatch:
         """Its jobs go back to the queue (or fail once they used up their attempts).
         ``unseen_since``: nobody saw it end (its replica died, it went silent), so what it ran
         ended when it last called in, not now: a public model's caller is billed the attempt up
-        to then, not the time no server ran it (by the store, as it releases the jobs)."""
+        to then, not the time no server ran it (by the store, as it releases the jobs). A worker
+        whose owner is disabled was stopped, or refused, for that alone: its jobs go back with
+        their attempts given back, to run once the owner is enabled again."""
         alive_until = worker.last_seen if unseen_since else None
-        released = await self._release(worker.id, reason, alive_until)
+        counted = not await self._owner_disabled(worker)
+        released = await self._release(worker.id, reason, alive_until, counted=counted)
         self._announce(released)
         self.result_holds.release(worker.id)
         await self._workers.remove(worker.id)
@@ -483,15 +486,29 @@ class Dispatch:
         return silent
 
     async def _release(
-        self, worker_id: str | None, reason: str, alive_until: float | None = None
+        self,
+        worker_id: str | None,
+        reason: str,
+        alive_until: float | None = None,
+        *,
+        counted: bool = True,
     ) -> list[Job]:
         """``release_jobs`` now; the store bills a public model's caller the attempt of each
         job it queues again as it does: up to now, or to ``alive_until`` (when its worker was
         last seen) where that is earlier."""
         now = self._clock.now()
         return await self._store.release_jobs(
-            worker_id, now, self._max_attempts, reason, alive_until
+            worker_id, now, self._max_attempts, reason, alive_until, counted=counted
         )
+
+    async def _owner_disabled(self, worker: Worker) -> bool:
+        """Whether the owner of the worker's endpoint is disabled now (the store says: the
+        administrator may have disabled them through another replica)."""
+        endpoint = await self._store.get_endpoint(worker.endpoint_id)
+        if endpoint is None:
+            return False
+        owner = await self._store.get_user(endpoint.userId)
+        return owner is not None and owner.disabled_at is not None
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:

@@ -453,12 +453,16 @@ class Store(Protocol):
         max_attempts: int,
         reason: str,
         alive_until: float | None = None,
+        *,
+        counted: bool = True,
     ) -> list[Job]:
         """Jobs held by a lost worker (or, with ``None``, any job whose lease lapsed) go back
         to the queue; those that used up their attempts are FAILED with ``reason``. Jobs lined
         up on it that never started go back as they were, no attempt counted. A caller's job
         queued again is billed the attempt it ran up to ``now``, or to ``alive_until`` (when
-        its worker was last seen) where that is earlier."""
+        its worker was last seen) where that is earlier. ``counted=False`` (a worker's only):
+        the worker was ended for no fault of its jobs, so none fails and each goes back with
+        the attempt it ran given back."""
         ...
 
     # -- webhooks -------------------------------------------------------------------------

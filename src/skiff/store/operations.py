@@ -939,7 +939,12 @@ class SqlStore:
         max_attempts: int,
         reason: str,
         alive_until: float | None = None,
+        *,
+        counted: bool = True,
     ) -> list[Job]:
+        if worker_id is None and not counted:
+            raise ValueError("only a worker's jobs are released uncounted")
+
         async def op(c: Connection) -> list[Job]:
             # Callers' jobs as they run, before the release: the attempt of each requeued is
             # billed up to now, or to when its worker was last seen where that is earlier.
@@ -958,15 +963,24 @@ class SqlStore:
                 )
                 requeued = await c.read("requeue_jobs_of_lapsed_leases", job_from_row, now=now)
             else:
-                failed = await c.read(
-                    "fail_jobs_of_worker",
-                    job_from_row,
-                    reason=reason,
-                    now=now,
-                    worker_id=worker_id,
-                    max_attempts=max_attempts,
+                failed = (
+                    await c.read(
+                        "fail_jobs_of_worker",
+                        job_from_row,
+                        reason=reason,
+                        now=now,
+                        worker_id=worker_id,
+                        max_attempts=max_attempts,
+                    )
+                    if counted
+                    else []
                 )
-                requeued = await c.read("requeue_jobs_of_worker", job_from_row, worker_id=worker_id)
+                requeued = await c.read(
+                    "requeue_jobs_of_worker",
+                    job_from_row,
+                    worker_id=worker_id,
+                    refund=0 if counted else 1,
+                )
             if requeued:
                 ids = c.ids([j.id for j in requeued])
                 await c.execute("delete_stream_chunks_of_jobs", job_ids=ids)

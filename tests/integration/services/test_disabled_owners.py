@@ -32,7 +32,8 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 
 
 def build(tmp_path: Path, name: str, store: SQLiteStore, clock: ManualClock) -> Services:
-    settings = Settings(data_dir=tmp_path / name, worker_stop_grace_seconds=1)
+    # One attempt a job: a stop that counted one would fail the job it stopped.
+    settings = Settings(data_dir=tmp_path / name, worker_stop_grace_seconds=1, max_attempts=1)
     return build_services(settings, store, clock, open_cluster(settings))
 
 
@@ -114,6 +115,9 @@ async def test_a_disabled_users_workers_are_stopped_their_jobs_kept_and_none_sta
         return await status(leader, busy) is JobStatus.IN_QUEUE
 
     await eventually_async(requeued, "the job in progress to go back to the queue")
+    # Stopped for its owner, not for anything the job did: the attempt is given back.
+    stopped = await leader.store.get_job("ep1", busy)
+    assert stopped is not None and stopped.attempt == 0
     assert await status(leader, queued) is JobStatus.IN_QUEUE
     assert await leader.workers.of_endpoint("ep1") == []
     # However long the jobs wait, and whatever workersMin says, none starts.

@@ -597,6 +597,20 @@ async def test_release_fails_jobs_that_used_up_their_attempts(store: Store) -> N
     assert await store.claim_jobs(EP, "w-1", 1, now=T0 + 51, lease_until=T0 + 100) == []
 
 
+async def test_release_uncounted_gives_the_attempt_back_and_fails_none(store: Store) -> None:
+    """A worker ended for no fault of its jobs (its owner disabled): even a job on its last
+    attempt goes back, to run again with the same number of attempts left."""
+    await claim_one(store, "j-1", "w-1")
+    [job] = await store.release_jobs("w-1", T0 + 5, max_attempts=1, reason="stopped", counted=False)
+    assert job.status is JobStatus.IN_QUEUE and job.error is None
+    assert job.attempt == 0 and job.retries == 1
+    assert await store.get_job(EP, "j-1") == job
+    [again] = await store.claim_jobs(EP, "w-2", 1, now=T0 + 6, lease_until=T0 + 66)
+    assert again.attempt == 1
+    with pytest.raises(ValueError):
+        await store.release_jobs(None, T0 + 100, max_attempts=1, reason="lapsed", counted=False)
+
+
 async def test_release_without_worker_touches_only_lapsed_leases(store: Store) -> None:
     await store.insert_job(make_job("lapsed"))
     await store.claim_jobs(EP, "w-1", 1, now=T0, lease_until=T0 + 10)

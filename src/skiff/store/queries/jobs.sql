@@ -153,10 +153,13 @@ SET status = 'FAILED', error = :reason, finished_at = :now,
 WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id AND attempt >= :max_attempts
 RETURNING *;
 
+-- ``refund`` (1 or 0): whether the attempt the worker ran is given back, as for a worker the
+-- platform stopped for a reason of its own (its owner disabled) rather than the job's.
 -- name: requeue_jobs_of_worker
 UPDATE jobs
 SET status = 'IN_QUEUE', worker_id = NULL, started_at = NULL, lease_until = NULL,
-    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0, stream_size = 0
+    run_deadline = NULL, output = NULL, retries = retries + 1, stream_cursor = 0, stream_size = 0,
+    attempt = attempt - CAST(:refund AS INTEGER)
 WHERE status = 'IN_PROGRESS' AND worker_id = :worker_id
 RETURNING *;
 
