@@ -167,6 +167,10 @@ class Settings(BaseSettings):
     #: newest first, up to this many bytes together (the newest ended worker's is always
     #: kept); older ones are removed.
     log_ended_max_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    #: And at most this many ended workers' logs of one user (the newest always): each end
+    #: reads the user's logs kept, which a crash loop of tiny logs would otherwise make
+    #: hundreds of thousands of files.
+    log_ended_max_workers: int = Field(default=1000, ge=0)
     #: How often this replica measures the homes of its process workers against their
     #: template's ``containerDiskInGb``, and the volumes its workers and pods mount (processes
     #: or containers) against their size (services/disk_watch.py); 0 turns the check off.

@@ -868,6 +868,7 @@ class Fleet:
             endpoint_ids,
             set(self.provider.running()),
             self._settings.log_ended_max_bytes,
+            self._settings.log_ended_max_workers,
         )
 
     async def reap_orphans(self) -> None:

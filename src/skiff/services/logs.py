@@ -132,14 +132,20 @@ class WorkerLogs:
         shutil.rmtree(self.log_dir(endpoint_id), ignore_errors=True)
 
     def prune_ended(
-        self, endpoint_ids: Collection[str], live: Collection[str], keep_bytes: int
+        self,
+        endpoint_ids: Collection[str],
+        live: Collection[str],
+        keep_bytes: int,
+        keep_workers: int,
     ) -> list[str]:
         """Remove the logs of the ended workers (those not ``live``) of the endpoints, one
         user's, past the newest ``keep_bytes`` of them together, counting each worker's rotated
-        files with it; the newest ended worker's log is kept whatever its size. Each worker's
-        log is capped, but workers that start and end over and over (a crash loop,
-        ``refresh_worker``, a tenant on purpose, across as many endpoints as it likes) would
-        otherwise fill the disk. The ids of the workers whose logs went."""
+        files with it, or past the newest ``keep_workers`` of them; the newest ended worker's
+        log is kept whatever its size. Each worker's log is capped, but workers that start and
+        end over and over (a crash loop, ``refresh_worker``, a tenant on purpose, across as many
+        endpoints as it likes) would otherwise fill the disk, and, with logs of a few lines
+        each, make every later pruning read a folder of as many files. The ids of the workers
+        whose logs went."""
         sizes: dict[str, int] = {}
         newest: dict[str, float] = {}
         files: dict[str, list[str]] = {}
@@ -163,7 +169,7 @@ class WorkerLogs:
         kept = 0
         for i, worker in enumerate(sorted(sizes, key=newest.__getitem__, reverse=True)):
             kept += sizes[worker]
-            if i == 0 or kept <= keep_bytes:
+            if i == 0 or (kept <= keep_bytes and i < keep_workers):
                 continue
             for path in files[worker]:
                 with contextlib.suppress(FileNotFoundError):

@@ -189,7 +189,7 @@ def test_ended_workers_logs_past_the_budget_go_oldest_first(tmp_path: Path) -> N
     _ended_log(folder, "live", 5000, T0 - 100)  # still running: never counted, never removed
     (folder / "notes.txt").write_text("not a log")
 
-    removed = WorkerLogs(tmp_path).prune_ended(["ep1"], {"live"}, keep_bytes=800)
+    removed = WorkerLogs(tmp_path).prune_ended(["ep1"], {"live"}, keep_bytes=800, keep_workers=10)
 
     assert removed == ["old"]
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -205,7 +205,9 @@ def test_the_newest_ended_workers_log_is_kept_whatever_its_size(tmp_path: Path) 
     _ended_log(folder, "older", 10, T0)
     _ended_log(folder, "newest", 10_000, T0 + 1, rotations=1)
 
-    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0) == ["older"]
+    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0, keep_workers=10) == [
+        "older"
+    ]
     assert sorted(p.name for p in folder.iterdir()) == ["newest.log", "newest.log.1"]
 
 
@@ -217,14 +219,33 @@ def test_one_budget_holds_the_ended_logs_of_all_the_endpoints_given(tmp_path: Pa
     _ended_log(tmp_path / "logs" / "other-users", "oldest", 400, T0 - 10)
 
     logs = WorkerLogs(tmp_path)
-    assert logs.prune_ended(["ep1", "ep2", "ep3", "gone"], set(), keep_bytes=800) == ["old"]
+    assert logs.prune_ended(
+        ["ep1", "ep2", "ep3", "gone"], set(), keep_bytes=800, keep_workers=10
+    ) == ["old"]
     assert not logs.log_path("ep1", "old").exists()
     assert logs.log_path("ep2", "mid").exists() and logs.log_path("ep3", "new").exists()
     assert logs.log_path("other-users", "oldest").exists()
 
 
+def test_no_more_ended_workers_logs_are_kept_than_the_count_allows(tmp_path: Path) -> None:
+    # A crash loop's logs, a few bytes each: the byte budget alone would keep them all.
+    for n in range(6):
+        _ended_log(tmp_path / "logs" / f"ep{n % 2}", f"w{n}", 10, T0 + n)
+    _ended_log(tmp_path / "logs" / "ep0", "live", 10, T0 - 1)
+
+    logs = WorkerLogs(tmp_path)
+    removed = logs.prune_ended(["ep0", "ep1"], {"live"}, keep_bytes=10**9, keep_workers=3)
+    assert sorted(removed) == ["w0", "w1", "w2"]
+    assert sorted(logs.workers("ep0") + logs.workers("ep1")) == ["live", "w3", "w4", "w5"]
+    # None kept but the newest, which always is.
+    assert logs.prune_ended(["ep0", "ep1"], {"live"}, keep_bytes=10**9, keep_workers=0) == [
+        "w4",
+        "w3",
+    ]
+
+
 def test_pruning_an_endpoint_without_logs_removes_nothing(tmp_path: Path) -> None:
-    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0) == []
+    assert WorkerLogs(tmp_path).prune_ended(["ep1"], set(), keep_bytes=0, keep_workers=0) == []
 
 
 def test_a_paced_log_keeps_every_line_and_tells_its_copier_to_wait(tmp_path: Path) -> None:
