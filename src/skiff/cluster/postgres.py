@@ -224,15 +224,18 @@ class PostgresCluster:
                 raise ClusterUnavailable(
                     f"replica id {self.replica_id!r} is in use by another live replica"
                 )
+            # What this registers, as it was read: a readdress while it runs (refused, the
+            # connection not being up yet) finds the row behind and writes its own next round.
+            registered = list(self.addresses)
             await conn.execute(
                 _REGISTER_SQL,
                 self.replica_id,
                 self.url,
                 self.hostname,
                 self._started_at,
-                " ".join(self.addresses),
+                " ".join(registered),
             )
-            self._published = list(self.addresses)
+            self._published = registered
             await conn.add_listener(self._channel, self._on_notify)
             conn.add_termination_listener(self._on_terminated)
             if conn.is_closed():

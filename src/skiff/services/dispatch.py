@@ -440,16 +440,17 @@ class Dispatch:
         self._wakeups.notify(Wake.endpoint(endpoint_id))
 
     async def worker_lost(
-        self, worker: Worker, reason: str, *, unseen_since: bool = False
+        self, worker: Worker, reason: str, *, unseen_since: bool = False, for_owner: bool = False
     ) -> list[Job]:
         """Its jobs go back to the queue (or fail once they used up their attempts).
         ``unseen_since``: nobody saw it end (its replica died, it went silent), so what it ran
         ended when it last called in, not now: a public model's caller is billed the attempt up
         to then, not the time no server ran it (by the store, as it releases the jobs). A worker
-        whose owner is disabled was stopped, or refused, for that alone: its jobs go back with
-        their attempts given back, to run once the owner is enabled again."""
+        stopped because its owner is disabled (``for_owner``), or lost while they are, was
+        stopped or refused for that alone: its jobs go back with their attempts given back, to
+        run once the owner is enabled again."""
         alive_until = worker.last_seen if unseen_since else None
-        counted = not await self._owner_disabled(worker)
+        counted = not (for_owner or await self._owner_disabled(worker))
         released = await self._release(worker.id, reason, alive_until, counted=counted)
         self._announce(released)
         self.result_holds.release(worker.id)

@@ -123,6 +123,9 @@ class OwnWorker:
     #: Ended because this replica stops leading or shuts down: its exit is the stop it asked
     #: for, however soon after its start it comes.
     ending: bool = False
+    #: Stopped because its owner is disabled: its jobs' attempts are given back at its exit,
+    #: even if the owner is enabled again during its grace.
+    for_owner: bool = False
 
     @property
     def idle(self) -> bool:
@@ -130,7 +133,9 @@ class OwnWorker:
         return (
             self.endpoint_id is None
             and self.start is None
-            and not (self.reaping or self.failed_start or self.unfit or self.ending)
+            and not (
+                self.reaping or self.failed_start or self.unfit or self.ending or self.for_owner
+            )
         )
 
 
@@ -572,9 +577,14 @@ class Fleet:
             self._mark(worker.id, reaping=False)
         return True
 
-    def stop_worker(self, worker: Worker) -> None:
+    def stop_worker(self, worker: Worker, for_owner: bool = False) -> None:
         """Ask a worker to stop, in the background: SIGTERM, a grace, then SIGKILL. A worker
-        without a process (throttled, unhealthy) is simply dropped."""
+        without a process (throttled, unhealthy) is simply dropped. ``for_owner``: stopped
+        because its owner is disabled, for no fault of its jobs (``Dispatch.worker_lost``)."""
+        if for_owner and self._of(worker.id).endpoint_id is not None:
+            # A process of this replica's that has not exited: marked even if it is stopping
+            # already (whatever else stops it, this says why), cleared when its exit is handled.
+            self._mark(worker.id, for_owner=True)
         if worker.state is WorkerState.STOPPING or self._of(worker.id).reaping:
             return
         pending = worker.is_pending
@@ -582,19 +592,19 @@ class Fleet:
         # Until its record says so, a later pass reading the store must not stop it again.
         self._mark(worker.id, reaping=True)
         task = asyncio.create_task(
-            self._workers.remove(worker.id) if pending else self._stop(worker)
+            self._workers.remove(worker.id) if pending else self._stop(worker, for_owner)
         )
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
         task.add_done_callback(lambda _task: self._mark(worker.id, reaping=False))
 
-    async def _stop(self, worker: Worker) -> None:
+    async def _stop(self, worker: Worker, for_owner: bool) -> None:
         # Recorded first: the claim refuses a stopping worker whichever replica it polls.
         await self._workers.set_state(worker, WorkerState.STOPPING)
         self._dispatch.wake_pollers(worker.endpoint_id)
         self._dispatch.worker_stopping(worker.id)
         if worker.kind is WorkerKind.EXTERNAL:
-            await self._dispatch.worker_lost(worker, "the worker was stopped")
+            await self._dispatch.worker_lost(worker, "the worker was stopped", for_owner=for_owner)
         elif self._owns(worker):
             await self._halt(worker.id)
         # A local worker of another replica: that replica stops it (it is stopping all of its
@@ -620,8 +630,8 @@ class Fleet:
         worker_id = worker.id
         own = self._of(worker_id)
         # Ended for missing the start-up deadline: its failure is already recorded.
-        failed_start, ended = own.failed_start, own.ending
-        self._mark(worker_id, failed_start=False, ending=False)
+        failed_start, ended, for_owner = own.failed_start, own.ending, own.for_owner
+        self._mark(worker_id, failed_start=False, ending=False, for_owner=False)
         # A handler that asked for a fresh worker (refresh_worker) makes the SDK exit by itself.
         expected = not failed_start and (
             worker.state is WorkerState.STOPPING or worker.recycle or ended
@@ -630,7 +640,7 @@ class Fleet:
         reason = "the worker was stopped" if expected else f"the worker was lost (exit code {code})"
         if failed_start:
             reason = "the worker did not call in by its start-up deadline"
-        await self._dispatch.worker_lost(worker, reason)
+        await self._dispatch.worker_lost(worker, reason, for_owner=for_owner)
         if expected:
             return
         unfit = self._of(worker_id).unfit

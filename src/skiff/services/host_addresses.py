@@ -158,26 +158,27 @@ class PeerAddresses:
     _peers: PeerHosts
     _lookup: Lookup
     _every: float = REFRESH_SECONDS
-    #: Bounds a round: the list read, every name looked up.
+    #: Bounds a round: this host's addresses published, the list read, every name looked up.
     _round_seconds: float = 3 * LOOKUP_SECONDS
     _publish: Callable[[], Awaitable[None]] | None = None
     _known: dict[str, frozenset[IpAddress]] = field(init=False, factory=dict)
 
     async def learn(self) -> None:
-        if self._publish is not None:
-            try:
-                async with asyncio.timeout(self._round_seconds):
-                    await self._publish()
-            except Exception as exc:  # the database away: the next round publishes again
-                log.warning(
-                    "publishing this host's addresses failed: %s", exc or type(exc).__name__
-                )
         try:
             async with asyncio.timeout(self._round_seconds):
+                await self._publish_own()
                 hosts = await self._peers()
                 self._known = await refresh_peers(self._host, hosts, self._lookup, self._known)
         except Exception as exc:  # the database away, a round too slow: the next reads again
             log.warning("reading the replicas' addresses failed: %s", exc or type(exc).__name__)
+
+    async def _publish_own(self) -> None:
+        if self._publish is None:
+            return
+        try:
+            await self._publish()
+        except Exception as exc:  # the database away: the others are still read, if they can be
+            log.warning("publishing this host's addresses failed: %s", exc or type(exc).__name__)
 
     async def follow(self) -> None:
         while True:

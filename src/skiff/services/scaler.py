@@ -149,7 +149,7 @@ class Scaler:
         for worker_id in decision.stop:
             worker = by_id.get(worker_id)
             if worker is not None:
-                self._fleet.stop_worker(worker)
+                self._fleet.stop_worker(worker, for_owner=owner_disabled)
         for worker_id in decision.promote:
             await self._fleet.promote(by_id[worker_id])
         for worker_id in decision.demote:

@@ -29,6 +29,12 @@ from skiff.store.sqlite import SQLiteStore
 
 #: A worker or pod that runs until it is ended (a worker of these never calls in).
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+#: One that sits out its stop's grace (SIGTERM ignored) until it is killed.
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)",
+]
 
 
 def build(tmp_path: Path, name: str, store: SQLiteStore, clock: ManualClock) -> Services:
@@ -58,9 +64,11 @@ async def admin_and_bob(services: Services) -> tuple[User, User]:
     return admin, bob
 
 
-async def bobs_endpoint(services: Services, bob: User, **spec: object) -> Endpoint:
+async def bobs_endpoint(
+    services: Services, bob: User, command: list[str] = SLEEPER, **spec: object
+) -> Endpoint:
     clock = services.clock
-    template = Template(id="t1", name="sleeper", imageName="local/s", dockerStartCmd=SLEEPER)
+    template = Template(id="t1", name="sleeper", imageName="local/s", dockerStartCmd=command)
     await services.store.create_template(bob.id, template, clock.now())
     fields: dict[str, object] = {"name": "ep1", "templateId": "t1"}
     fields |= {"computeType": ComputeType.CPU, **spec}
@@ -130,6 +138,33 @@ async def test_a_disabled_users_workers_are_stopped_their_jobs_kept_and_none_sta
     await leader.scaler.reconcile_all()
     await eventually_async(lambda: len(running(leader)) >= 1, "bob's workers to start again")
     assert await status(leader, busy) is JobStatus.IN_QUEUE
+
+
+async def test_enabling_the_owner_during_the_stops_grace_still_gives_the_attempt_back(
+    leader: Services, other: Services, clock: ManualClock
+) -> None:
+    """Why the worker was stopped decides, not what the owner is by the time it exits."""
+    admin, bob = await admin_and_bob(other)
+    endpoint = await bobs_endpoint(leader, bob, STUBBORN, workersMin=1, workersMax=1)
+    await leader.scaler.reconcile_all()
+    await eventually_async(lambda: len(running(leader)) == 1, "bob's worker to run")
+    [worker] = await leader.workers.of_endpoint("ep1")
+    busy = await submit(leader, endpoint)
+    now = clock.now()
+    await leader.store.claim_jobs("ep1", worker.id, 1, now, now + 30)
+
+    await other.accounts.set_disabled(admin, bob.id, True)
+    await leader.scaler.reconcile_all()
+    # Enabled again while the worker sits out its grace (1 s) before it is killed.
+    await other.accounts.set_disabled(admin, bob.id, False)
+    await eventually_async(lambda: running(leader) == [], "bob's worker to be killed")
+
+    async def requeued() -> bool:
+        return await status(leader, busy) is JobStatus.IN_QUEUE
+
+    await eventually_async(requeued, "the job to go back to the queue, not fail")
+    job = await leader.store.get_job("ep1", busy)
+    assert job is not None and job.attempt == 0
 
 
 async def test_a_disabled_users_starting_and_throttled_workers_go_too(
