@@ -13,3 +13,7 @@ class User:
     created_at: float
     #: When an administrator disabled them: their keys and console sessions are refused.
     disabled_at: float | None = None
+
+    @property
+    def disabled(self) -> bool:
+        return self.disabled_at is not None

@@ -95,7 +95,7 @@ class Auth:
         if found is None:
             return None
         record, user = found
-        if record.revoked_at is not None or user.disabled_at is not None:
+        if record.revoked_at is not None or user.disabled:
             return None
         return Caller(user, record.permissions, record.id)
 
@@ -144,7 +144,7 @@ class Auth:
             active = self._owners[user_id]
         except KeyError:
             user = await self._store.get_user(user_id)
-            active = user is None or user.disabled_at is None
+            active = user is None or not user.disabled
             self._owners[user_id] = active
         if not active:
             raise Unauthorized("the owner of this endpoint is disabled")

@@ -509,7 +509,7 @@ class Dispatch:
         if endpoint is None:
             return False
         owner = await self._store.get_user(endpoint.userId)
-        return owner is not None and owner.disabled_at is not None
+        return owner is not None and owner.disabled
 
     def _announce(self, released: list[Job]) -> None:
         for job in released:

@@ -48,5 +48,5 @@ class Placement:
             running=running,
             limit=self._fleet.worker_limit,
             unsandboxed=await self._fleet.unsandboxed(endpoint),
-            owner_disabled=owner is not None and owner.disabled_at is not None,
+            owner_disabled=owner is not None and owner.disabled,
         )

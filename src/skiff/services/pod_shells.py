@@ -123,7 +123,7 @@ class PodShells:
     async def _user_with_keys(self, user_id: str) -> tuple[User, str] | None:
         """The user and the public keys of their settings, unless they are gone or disabled."""
         user = await self._store.get_user(user_id)
-        if user is None or user.disabled_at is not None:
+        if user is None or user.disabled:
             return None
         return user, await self._store.get_pub_key(user.id) or ""
 
